@@ -1,0 +1,201 @@
+"""Longformer's attention kept in its native banded form.
+
+A head's attention over n tokens is stored as
+  local        (n, 2w+1): query i -> key i - w + c (c = column); zero outside [0, n), at global keys and on
+                           the rows of global queries (transformers leaves those rows zero);
+  global_cols  (n, g):    query i -> global key k (what the band leaves out);
+  global_rows  (g, n):    global query k -> every key (the rows the band leaves out).
+Every row of the reassembled (n, n) matrix sums to 1. Views are computed from these pieces, so the memory
+stays O(layers * heads * n * w); no function here builds n x n for more than one head at a time.
+Full-attention encoders (BERT/RoBERTa) use the same class with w = n - 1 and no global tokens.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class AttentionBands:
+    local: np.ndarray  # (layers, heads, n, 2w+1) float32
+    global_cols: np.ndarray  # (layers, heads, n, g) float32
+    global_rows: np.ndarray  # (layers, heads, g, n) float32
+    global_idx: np.ndarray  # (g,) int64 positions of the global tokens
+    window: int  # one-sided window w
+    _received: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        L, H, n, width = self.local.shape
+        g = len(self.global_idx)
+        if width != 2 * self.window + 1:
+            raise ValueError(f"band width {width} does not match window {self.window}")
+        if self.global_cols.shape != (L, H, n, g) or self.global_rows.shape != (L, H, g, n):
+            raise ValueError("global attention shapes do not match the band")
+        for a in (self.local, self.global_cols, self.global_rows):
+            a.setflags(write=False)  # shared through caches: treat as read-only
+
+    @property
+    def num_layers(self) -> int:
+        return self.local.shape[0]
+
+    @property
+    def num_heads(self) -> int:
+        return self.local.shape[1]
+
+    @property
+    def n(self) -> int:
+        return self.local.shape[2]
+
+    @property
+    def nbytes(self) -> int:
+        return self.local.nbytes + self.global_cols.nbytes + self.global_rows.nbytes
+
+    # ---- construction -------------------------------------------------------------------------------
+    @classmethod
+    def from_longformer(cls, attentions, global_attentions, global_idx, n: int) -> "AttentionBands":
+        """From transformers' outputs for a batch of one: `attentions[l]` (1, H, n, g+2w+1),
+        `global_attentions[l]` (1, H, n_padded, g) with the key axis first."""
+        global_idx = np.asarray(global_idx, dtype=np.int64)
+        g = len(global_idx)
+        first = attentions[0]
+        width = first.shape[-1] - g
+        L, H = len(attentions), first.shape[1]
+        local = np.empty((L, H, n, width), dtype=np.float32)  # (layers, heads, n, 2w+1)
+        gcols = np.empty((L, H, n, g), dtype=np.float32)  # (layers, heads, n, g)
+        grows = np.empty((L, H, g, n), dtype=np.float32)  # (layers, heads, g, n)
+        for layer, att in enumerate(attentions):
+            att = _np(att)[0, :, :n]
+            gcols[layer] = att[..., :g]
+            local[layer] = att[..., g:]
+            if g:
+                grows[layer] = np.swapaxes(_np(global_attentions[layer])[0, :, :n, :], -1, -2)
+        return cls(local, gcols, grows, global_idx, (width - 1) // 2)
+
+    @classmethod
+    def from_full(cls, attentions, n: int) -> "AttentionBands":
+        """From a full-attention encoder's `attentions[l]` (1, H, n, n): a band with w = n - 1."""
+        L, H = len(attentions), attentions[0].shape[1]
+        w = n - 1
+        local = np.zeros((L, H, n, 2 * w + 1), dtype=np.float32)  # (layers, heads, n, 2n-1)
+        rows = np.arange(n)[:, None]
+        cols = w - rows + np.arange(n)[None, :]  # key j sits in column w - i + j
+        for layer, att in enumerate(attentions):
+            local[layer][:, rows, cols] = _np(att)[0, :, :n, :n]
+        empty_c = np.zeros((L, H, n, 0), dtype=np.float32)
+        empty_r = np.zeros((L, H, 0, n), dtype=np.float32)
+        return cls(local, empty_c, empty_r, np.zeros(0, dtype=np.int64), w)
+
+    # ---- one head -------------------------------------------------------------------------------------
+    def _check(self, layer: int, head: int) -> None:
+        if not (0 <= layer < self.num_layers and 0 <= head < self.num_heads):
+            raise ValueError(
+                f"layer {layer} / head {head} out of range ({self.num_layers} layers x {self.num_heads} heads)"
+            )
+
+    def dense(self, layer: int, head: int) -> np.ndarray:
+        """The (n, n) attention matrix of one head (rows = queries, sum to 1)."""
+        self._check(layer, head)
+        n, w = self.n, self.window
+        out = np.zeros((n, n), dtype=np.float32)  # (n, n)
+        i = np.arange(n)[:, None]
+        j = i - w + np.arange(2 * w + 1)[None, :]
+        valid = (j >= 0) & (j < n)
+        out[np.broadcast_to(i, j.shape)[valid], j[valid]] = self.local[layer, head][valid]
+        if len(self.global_idx):
+            out[:, self.global_idx] += self.global_cols[layer, head]
+            out[self.global_idx, :] = self.global_rows[layer, head]
+        return out
+
+    def row(self, layer: int, head: int, i: int) -> np.ndarray:
+        """Query i's attention over all keys, (n,)."""
+        self._check(layer, head)
+        n, w = self.n, self.window
+        out = np.zeros(n, dtype=np.float32)
+        gpos = np.flatnonzero(self.global_idx == i)
+        if gpos.size:
+            return self.global_rows[layer, head, gpos[0]].copy()
+        lo, hi = max(0, i - w), min(n, i + w + 1)
+        out[lo:hi] = self.local[layer, head, i, lo - (i - w) : hi - (i - w)]
+        out[self.global_idx] += self.global_cols[layer, head, i]
+        return out
+
+    def column(self, layer: int, head: int, j: int) -> np.ndarray:
+        """Attention every query gives key j, (n,)."""
+        self._check(layer, head)
+        n, w = self.n, self.window
+        out = np.zeros(n, dtype=np.float32)
+        lo, hi = max(0, j - w), min(n, j + w + 1)
+        qs = np.arange(lo, hi)
+        out[lo:hi] = self.local[layer, head, qs, j - qs + w]
+        gpos = np.flatnonzero(self.global_idx == j)
+        if gpos.size:
+            out += self.global_cols[layer, head, :, gpos[0]]
+        out[self.global_idx] = self.global_rows[layer, head, :, j]
+        return out
+
+    # ---- received attention (Algorithm 4) -------------------------------------------------------------
+    def received_per_head(self) -> np.ndarray:
+        """Column sums of every head, (layers, heads, n): the attention each token receives."""
+        if "per_head" not in self._received:
+            out = _column_sums(self.local, self.window)  # (layers, heads, n)
+            if len(self.global_idx):
+                out[..., self.global_idx] += self.global_cols.sum(axis=2)
+                out += self.global_rows.sum(axis=2)
+            out.setflags(write=False)
+            self._received["per_head"] = out
+        return self._received["per_head"]
+
+    def received(self, layers=None, heads=None, scale=None) -> np.ndarray:
+        """Total attention each token receives, summed over the chosen layers and heads, (n,).
+
+        `scale` is an optional (layers, heads) weight per head (e.g. head importance)."""
+        per_head = self.received_per_head()
+        weights = head_weights(self.num_layers, self.num_heads, layers, heads, scale)
+        return np.einsum("lhn,lh->n", per_head, weights, optimize=True)
+
+
+def head_weights(num_layers: int, num_heads: int, layers=None, heads=None, scale=None) -> np.ndarray:
+    """(layers, heads) weights: 1 on the selected heads (times `scale`), 0 elsewhere; validated."""
+    sel_l = _selection(layers, num_layers, "layer")
+    sel_h = _selection(heads, num_heads, "head")
+    weights = np.zeros((num_layers, num_heads), dtype=np.float64)
+    weights[np.ix_(sel_l, sel_h)] = 1.0
+    if scale is not None:
+        scale = np.asarray(scale, dtype=np.float64)
+        if scale.shape != (num_layers, num_heads):
+            raise ValueError(f"scale must have shape ({num_layers}, {num_heads}), got {scale.shape}")
+        if not np.all(np.isfinite(scale)):
+            raise ValueError("scale contains NaN or infinite values")
+        weights *= scale
+    return weights
+
+
+def _selection(chosen, size: int, what: str) -> np.ndarray:
+    if chosen is None:
+        return np.arange(size)
+    idx = np.atleast_1d(np.asarray(chosen, dtype=np.int64))
+    if idx.size == 0:
+        raise ValueError(f"select at least one {what}")
+    if idx.min() < 0 or idx.max() >= size:
+        raise ValueError(f"{what} index out of range 0..{size - 1}: {idx.tolist()}")
+    return idx
+
+
+def _column_sums(local: np.ndarray, w: int) -> np.ndarray:
+    """Sum each band diagonal into its key: key i - w + c gets local[..., i, c]."""
+    *lead, n, width = local.shape
+    out = np.zeros((*lead, n), dtype=np.float32)
+    for c in range(width):
+        shift = c - w  # key = query + shift
+        lo, hi = max(0, -shift), min(n, n - shift)
+        if lo < hi:
+            out[..., lo + shift : hi + shift] += local[..., lo:hi, c]
+    return out
+
+
+def _np(t) -> np.ndarray:
+    if isinstance(t, np.ndarray):
+        return t
+    return t.detach().float().cpu().numpy()

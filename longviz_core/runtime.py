@@ -1,0 +1,112 @@
+"""Process-wide coordination of heavy model work.
+
+One model copy serves every Streamlit session of a process, and a GPU (or two CPU cores) cannot run two
+4,096-token jobs at once without running out of memory or thrashing. Heavy work therefore runs one job at a
+time under `COMPUTE`, a FIFO queue that can tell a waiting job its place in line.
+"""
+from __future__ import annotations
+
+import threading
+from contextlib import contextmanager
+from typing import Callable, Iterator
+
+import torch
+
+
+class ComputeQueue:
+    """A fair (first come, first served) re-entrant lock with a visible queue."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._line: list[int] = []  # ticket numbers waiting or running, in order
+        self._next = 0
+        self._owner: int | None = None  # thread id holding the lock
+        self._depth = 0
+
+    def waiting(self) -> int:
+        with self._cond:
+            return max(0, len(self._line) - 1)
+
+    @contextmanager
+    def hold(self, on_wait: Callable[[int], None] | None = None, poll_s: float = 0.5) -> Iterator[None]:
+        """Run the body alone. `on_wait(k)` is called while k jobs are ahead of this one."""
+        me = threading.get_ident()
+        with self._cond:
+            if self._owner == me:  # nested call from the same job
+                self._depth += 1
+                reentered = True
+            else:
+                reentered = False
+                ticket = self._next
+                self._next += 1
+                self._line.append(ticket)
+                while self._line[0] != ticket:
+                    if on_wait is not None:
+                        on_wait(self._line.index(ticket))
+                    self._cond.wait(timeout=poll_s)
+                self._owner, self._depth = me, 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._depth -= 1
+                if not reentered and self._depth == 0:
+                    self._owner = None
+                    self._line.pop(0)
+                    self._cond.notify_all()
+
+
+COMPUTE = ComputeQueue()
+
+
+def default_device() -> torch.device:
+    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+
+
+class BudgetLRU:
+    """A thread-safe least-recently-used map bounded by total bytes and entry count.
+
+    Streamlit's caches bound entries, not memory; one 4,096-token analysis of a base model holds ~1.2 GB of
+    attention, so the per-document cache is bounded by bytes. Each key is computed once even when several
+    sessions ask at the same time (a per-key lock)."""
+
+    def __init__(self, max_bytes: int, max_entries: int = 64) -> None:
+        from collections import OrderedDict
+
+        self.max_bytes, self.max_entries = int(max_bytes), int(max_entries)
+        self._items: OrderedDict = OrderedDict()  # key -> (value, nbytes)
+        self._lock = threading.Lock()
+        self._key_locks: dict = {}
+        self.computed = 0  # how many values were computed (not served from memory)
+
+    def get_or_compute(self, key, compute: Callable[[], object], size_of: Callable[[object], int]):
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                return self._items[key][0]
+            key_lock = self._key_locks.setdefault(key, threading.Lock())
+        with key_lock:
+            with self._lock:
+                if key in self._items:
+                    self._items.move_to_end(key)
+                    return self._items[key][0]
+            value = compute()
+            with self._lock:
+                self.computed += 1
+                self._items[key] = (value, int(size_of(value)))
+                self._evict()
+                self._key_locks.pop(key, None)
+            return value
+
+    def _evict(self) -> None:
+        total = sum(size for _, size in self._items.values())
+        while len(self._items) > 1 and (total > self.max_bytes or len(self._items) > self.max_entries):
+            _, (_, size) = self._items.popitem(last=False)
+            total -= size
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()

@@ -1,0 +1,175 @@
+"""What every page shares: session-state keys (all of them live here), the sidebar, accessors for the
+current model / dataset / document / analysis, an error guard and a progress adapter.
+
+Pages import this module; it only arranges widgets and calls the core."""
+from __future__ import annotations
+
+import traceback
+from contextlib import contextmanager
+
+import streamlit as st
+
+import longviz_core as lv
+from longviz_core import cache
+
+
+class K:
+    """Session-state keys. Page-specific widgets use `K.page(page, name)` so every key is built here."""
+
+    MODEL = "model_source"
+    DATASET_KIND = "dataset_kind"
+    DATASET_PATH = "dataset_path"
+    DATASET_UPLOAD = "dataset_upload"
+    DOC_MODE = "doc_mode"
+    DOC_INDEX = "doc_index"
+    DOC_SEED = "doc_seed"
+    PASTED = "pasted_text"
+    MAX_TOKENS = "max_tokens"
+    POSITIVE = "positive_class"
+    MASK = "mask_tokens"
+    SCALE = "scale_by_importance"
+
+    @staticmethod
+    def page(page: str, name: str) -> str:
+        return f"{page}.{name}"
+
+
+DOC_MODES = ("by index", "random false negative", "random false positive", "most confident positive", "pasted text")
+DATASET_KINDS = ("demo", "file path", "upload")
+
+
+@contextmanager
+def guard():
+    """Show core errors as a clear message and stop the page; never a traceback page."""
+    try:
+        yield
+    except lv.LongvizError as exc:
+        st.error(str(exc))
+        st.stop()
+    except Exception as exc:  # an unexpected bug still ends in a message, details folded away
+        st.error(f"Something went wrong: {type(exc).__name__}: {exc}")
+        with st.expander("Details for a bug report"):
+            st.code(traceback.format_exc())
+        st.stop()
+
+
+def progress_bar(label: str):
+    """A core `Progress` callback drawing an st.progress bar, created on first use."""
+    bar = None
+
+    def update(fraction: float, message: str) -> None:
+        nonlocal bar
+        if bar is None:
+            bar = st.progress(0.0, text=label)
+        bar.progress(fraction, text=f"{label}: {message}")
+
+    return update
+
+
+def queue_notice():
+    """An `on_wait` callback: tells the user their place in the compute queue."""
+    slot = st.empty()
+
+    def on_wait(ahead: int) -> None:
+        slot.info(f"Waiting for the model: {ahead} job(s) ahead of yours.")
+
+    return on_wait
+
+
+# ----------------------------------------------------------------------------------------------- sidebar
+def sidebar() -> None:
+    ss = st.session_state
+    ss.setdefault(K.DOC_SEED, 0)
+    with st.sidebar:
+        st.text_input("Model", value="demo", key=K.MODEL,
+                      help="'demo', a local checkpoint directory, or a Hugging Face Hub id.")
+        kind = st.selectbox("Dataset", DATASET_KINDS, key=K.DATASET_KIND)
+        if kind == "file path":
+            st.text_input("Dataset file (CSV, Parquet, JSONL)", key=K.DATASET_PATH)
+        elif kind == "upload":
+            st.file_uploader("Upload a dataset", type=["csv", "tsv", "parquet", "jsonl", "json"],
+                             key=K.DATASET_UPLOAD)
+        mode = st.selectbox("Document", DOC_MODES, key=K.DOC_MODE)
+        if mode == "by index":
+            st.number_input("Index in the dataset", min_value=0, value=0, step=1, key=K.DOC_INDEX)
+        elif mode.startswith("random"):
+            if st.button("Pick another", help="Draw another document of this kind"):
+                ss[K.DOC_SEED] += 1
+        elif mode == "pasted text":
+            st.text_area("Text to analyse", key=K.PASTED, height=160)
+        st.number_input("Max tokens", min_value=16, max_value=16384, value=lv.DEFAULT_MAX_TOKENS, step=256,
+                        key=K.MAX_TOKENS, help="Inputs are <s> + text truncated to max tokens - 2 + </s>.")
+
+
+# --------------------------------------------------------------------------------------------- accessors
+def current_model() -> lv.LoadedModel:
+    source = (st.session_state.get(K.MODEL) or "demo").strip()
+    if source == lv.DEMO:
+        from longviz_core.demo import ensure_demo
+
+        ensure_demo(progress=progress_bar("Building the offline demo (first run only)"))
+    with st.spinner(f"Loading model {source}…"):
+        return cache.get_model(source)
+
+
+def current_dataset(model: lv.LoadedModel):
+    """The chosen dataset as a normalised DataFrame, or None when there is none yet."""
+    ss = st.session_state
+    kind = ss.get(K.DATASET_KIND, "demo")
+    if kind == "demo":
+        return cache.get_dataset(lv.DEMO, model.id2label)
+    if kind == "file path":
+        path = (ss.get(K.DATASET_PATH) or "").strip()
+        return cache.get_dataset(path, model.id2label) if path else None
+    upload = ss.get(K.DATASET_UPLOAD)
+    if upload is None:
+        return None
+    return lv.load_dataset(upload.getvalue(), filename=upload.name, id2label=model.id2label)
+
+
+def max_tokens(model: lv.LoadedModel) -> int:
+    return int(min(st.session_state.get(K.MAX_TOKENS, lv.DEFAULT_MAX_TOKENS), model.max_tokens))
+
+
+def dataset_probs(model: lv.LoadedModel, df):
+    mt = max_tokens(model)
+    key = ("predictions", model.fingerprint, lv.dataset_fingerprint(df), mt)
+    return cache.memo(key, lambda: lv.predict_probs(model, df["text"], mt, progress_bar("Predicting the dataset")))
+
+
+def positive_class(model: lv.LoadedModel) -> int:
+    return 1 if model.num_labels > 1 else 0
+
+
+def current_document(model: lv.LoadedModel):
+    """(text, true label or None, description) of the chosen document."""
+    ss = st.session_state
+    mode = ss.get(K.DOC_MODE, DOC_MODES[0])
+    if mode == "pasted text":
+        text = ss.get(K.PASTED) or ""
+        if not text.strip():
+            raise lv.InputTextError("Paste a text in the sidebar to analyse it.")
+        return text, None, "pasted text"
+    df = current_dataset(model)
+    if df is None:
+        raise lv.DatasetError("Choose a dataset file (or switch to the demo dataset) in the sidebar.")
+    labels = df["label"].to_numpy() if "label" in df else None
+    if mode == "by index":
+        idx = int(ss.get(K.DOC_INDEX, 0))
+        if idx >= len(df):
+            raise lv.DatasetError(f"Index {idx} is past the end of the dataset ({len(df)} documents).")
+    else:
+        probs = dataset_probs(model, df)
+        idx = lv.pick_document(probs, labels, mode.replace("random ", ""), positive_class(model), ss[K.DOC_SEED])
+        if idx is None:
+            raise lv.DatasetError(f"No {mode.replace('random ', '')} in this dataset at these settings.")
+    label = int(labels[idx]) if labels is not None else None
+    return df["text"].iloc[idx], label, f"document {idx} ({mode})"
+
+
+def current_analysis():
+    """(model, analysis, true label or None, description) of the current document."""
+    model = current_model()
+    text, label, description = current_document(model)
+    analysis = cache.get_analysis(model, text, max_tokens(model), on_wait=queue_notice())
+    return model, analysis, label, description

@@ -1,0 +1,57 @@
+"""Shared fixtures: the demo (built once per test session) and tiny models built from configs."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+# Tests never touch the user's cache: a project-local one (ignored by git) unless CI names another.
+os.environ.setdefault("LONGVIZ_CACHE_DIR", str(ROOT / ".longviz-cache"))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from tiny import make_tiny_bert, make_tiny_longformer  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def demo():
+    from longviz_core.demo import ensure_demo
+
+    return ensure_demo()
+
+
+@pytest.fixture(scope="session")
+def demo_model(demo):
+    from longviz_core import load_model
+
+    return load_model("demo")
+
+
+@pytest.fixture(scope="session")
+def demo_dataset(demo_model):
+    from longviz_core import load_dataset
+
+    return load_dataset("demo", id2label=demo_model.id2label)
+
+
+@pytest.fixture(scope="session")
+def tiny_longformer_dir(tmp_path_factory):
+    return make_tiny_longformer(tmp_path_factory.mktemp("tiny_longformer"))
+
+
+@pytest.fixture(scope="session")
+def tiny_longformer(tiny_longformer_dir):
+    from longviz_core import load_model
+
+    return load_model(str(tiny_longformer_dir))
+
+
+@pytest.fixture(scope="session")
+def tiny_bert(tmp_path_factory):
+    from longviz_core import load_model
+
+    return load_model(str(make_tiny_bert(tmp_path_factory.mktemp("tiny_bert"))))
