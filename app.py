@@ -1,11 +1,25 @@
 """longviz — why did the long-document classifier decide that?  `streamlit run app.py`"""
+from pathlib import Path
+
 import streamlit as st
 
 from pages import _common as common
 
 st.set_page_config(page_title="longviz", page_icon="🔎", layout="wide")
 common.sidebar()
+HERE = Path(__file__).parent
+PAGES = [  # (file, title, icon)
+    ("pages/document.py", "Document", "📄"),
+    ("pages/heatmap_grid.py", "Heatmap grid", "🟥"),
+    ("pages/token_counts.py", "Token counts", "📊"),
+    ("pages/attention_overlay.py", "Attention overlay", "🖍️"),
+    ("pages/attribution.py", "Attribution", "🟩"),
+    ("pages/similarity.py", "Agreement", "🤝"),
+    ("pages/faithfulness.py", "Faithfulness", "✂️"),
+]
 pages = [
-    st.Page("pages/document.py", title="Document", icon="📄", default=True),
+    st.Page(str(HERE / f), title=title, icon=icon, default=(i == 0), url_path=Path(f).stem)
+    for i, (f, title, icon) in enumerate(PAGES)
+    if (HERE / f).exists()
 ]
 st.navigation(pages).run()
