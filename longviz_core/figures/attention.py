@@ -1,0 +1,168 @@
+"""Figures for the attention views: the layers x heads raster grid (PIL), a zoomable heatmap of one head and
+bar charts of top-k counts (Altair). Pure builders: arrays / DataFrames in, images / charts out.
+
+The grid is one raster image because 144 Altair facets of 64 x 64 cells (590,000 marks) are far too slow to
+render; the zoom of a single head is an Altair chart (hover, click selection).
+Layers and heads are labelled from 1 in figures, as in the paper ("layer 12" is the last of twelve).
+"""
+from __future__ import annotations
+
+import altair as alt
+import numpy as np
+import pandas as pd
+from PIL import Image, ImageDraw, ImageFont
+
+LOG_FLOOR = 1e-3  # log colour scale: values below this fraction of the head's maximum get the lightest colour
+SCALES: tuple[str, ...] = ("linear", "log")
+# White -> deep blue (ColorBrewer "Blues" end points and mid tones): the saturation shows the magnitude, as in
+# the paper; the same scheme as the Altair zoom ("blues").
+_ANCHORS = np.array(
+    [[247, 251, 255], [198, 219, 239], [107, 174, 214], [33, 113, 181], [8, 48, 107]], dtype=np.float64
+)
+_GAP = 2  # pixels between tiles
+_MARGIN_LEFT, _MARGIN_TOP, _BAR = 34, 18, 14
+
+
+def colour_lut() -> np.ndarray:
+    """(256, 3) uint8 colour table of the sequential scale."""
+    x = np.linspace(0.0, 1.0, 256)
+    stops = np.linspace(0.0, 1.0, len(_ANCHORS))
+    return np.stack([np.interp(x, stops, _ANCHORS[:, c]) for c in range(3)], axis=1).round().astype(np.uint8)
+
+
+def scale_values(values: np.ndarray, scale: str = "linear") -> np.ndarray:
+    """Map values in [0, 1] to colour positions in [0, 1]; "log" spreads the decades from LOG_FLOOR to 1."""
+    if scale not in SCALES:
+        raise ValueError(f"scale must be one of {SCALES}, got {scale!r}")
+    v = np.clip(np.nan_to_num(np.asarray(values, dtype=np.float64)), 0.0, 1.0)
+    if scale == "log":
+        v = np.where(v > 0, (np.log10(np.maximum(v, LOG_FLOOR)) - np.log10(LOG_FLOOR)) / -np.log10(LOG_FLOOR), 0.0)
+    return v
+
+
+def grid_image(maps: np.ndarray, scale: str = "linear", tile_px: int = 128, title: str | None = None) -> Image.Image:
+    """One RGB image of every head's map: rows = layers (1 at the top), columns = heads, labelled, with a
+    colour bar. `maps` (layers, heads, g, g) with values in [0, 1] (see pooling.normalised_maps)."""
+    maps = np.asarray(maps)
+    if maps.ndim != 4 or maps.shape[-1] != maps.shape[-2] or 0 in maps.shape:
+        raise ValueError(f"maps must have shape (layers, heads, g, g), got {maps.shape}")
+    L, H, g, _ = maps.shape
+    factor = max(1, int(tile_px) // g)
+    tile = g * factor
+    lut = colour_lut()
+    colours = lut[(scale_values(maps, scale) * 255).round().astype(np.int64)]  # (L, H, g, g, 3)
+    colours = colours.repeat(factor, axis=2).repeat(factor, axis=3)  # (L, H, tile, tile, 3)
+    top = _MARGIN_TOP + (16 if title else 0)
+    width = _MARGIN_LEFT + H * (tile + _GAP) + 8
+    height = top + L * (tile + _GAP) + _BAR + 28
+    canvas = np.full((height, width, 3), 255, dtype=np.uint8)
+    for layer in range(L):
+        y = top + layer * (tile + _GAP)
+        for head in range(H):
+            x = _MARGIN_LEFT + head * (tile + _GAP)
+            canvas[y : y + tile, x : x + tile] = colours[layer, head]
+    bar_y = top + L * (tile + _GAP) + 6
+    bar_w = min(width - _MARGIN_LEFT - 8, 300)
+    canvas[bar_y : bar_y + _BAR, _MARGIN_LEFT : _MARGIN_LEFT + bar_w] = lut[
+        np.linspace(0, 255, bar_w).round().astype(np.int64)
+    ][None, :, :]
+    image = Image.fromarray(canvas)
+    draw = ImageDraw.Draw(image)
+    font = _font()
+    if title:
+        draw.text((_MARGIN_LEFT, 2), title, fill=(0, 0, 0), font=font)
+    for head in range(H):
+        draw.text((_MARGIN_LEFT + head * (tile + _GAP) + tile // 2 - 8, top - 14), f"H{head + 1}", fill=(60, 60, 60),
+                  font=font)
+    for layer in range(L):
+        draw.text((2, top + layer * (tile + _GAP) + tile // 2 - 6), f"L{layer + 1}", fill=(60, 60, 60), font=font)
+    low = "0" if scale == "linear" else f"<{LOG_FLOOR:g}"
+    draw.text((_MARGIN_LEFT, bar_y + _BAR + 2), low, fill=(60, 60, 60), font=font)
+    draw.text((_MARGIN_LEFT + bar_w - 60, bar_y + _BAR + 2), f"head max ({scale})", fill=(60, 60, 60), font=font)
+    return image
+
+
+def head_zoom_chart(cells: np.ndarray, edges: np.ndarray, scale: str = "linear", title: str = "",
+                    relative: bool = False, select: bool = True) -> alt.Chart:
+    """Heatmap of one head's pooled map (queries down, keys across, in token positions or, for dataset-wide
+    maps, fractions of the document). With `select`, a click selects a cell (selection parameter "cell",
+    fields query_block and key_block). Empty cells are left out (white background). Streamlit serialises the
+    data itself; elsewhere, maps with over 5,000 non-empty cells need `alt.data_transformers.disable_max_rows()`
+    (inline records instead would make Altair validate every row, seconds per chart)."""
+    cells = np.asarray(cells, dtype=np.float64)
+    edges = np.asarray(edges, dtype=np.float64)
+    g = cells.shape[0]
+    if cells.ndim != 2 or cells.shape[1] != g or edges.shape != (g + 1,):
+        raise ValueError(f"cells must be (g, g) and edges (g + 1,), got {cells.shape} and {edges.shape}")
+    if scale not in SCALES:
+        raise ValueError(f"scale must be one of {SCALES}, got {scale!r}")
+    q, k = np.meshgrid(np.arange(g), np.arange(g), indexing="ij")
+    peak = cells.max()
+    shown = cells / peak if peak > 0 else cells
+    if scale == "log":
+        shown = np.maximum(shown, LOG_FLOOR)
+    frame = pd.DataFrame({
+        "query_block": q.ravel(), "key_block": k.ravel(),
+        "q0": edges[q.ravel()], "q1": edges[q.ravel() + 1], "k0": edges[k.ravel()], "k1": edges[k.ravel() + 1],
+        "attention": cells.ravel(), "relative": shown.ravel(),
+    })
+    frame = frame[frame["attention"] > 0]  # empty cells (outside the band) show as the white background
+    unit = "fraction of document" if relative else "token position"
+    fmt = ".2f" if relative else "d"
+    chart = alt.Chart(frame, title=title).mark_rect().encode(
+        x=alt.X("k0:Q", title=f"key ({unit})", scale=alt.Scale(domain=[edges[0], edges[-1]], nice=False)),
+        x2="k1:Q",
+        y=alt.Y("q0:Q", title=f"query ({unit})", scale=alt.Scale(domain=[edges[0], edges[-1]], reverse=True,
+                                                                   nice=False)),
+        y2="q1:Q",
+        color=alt.Color("relative:Q", title="attention / head max",
+                        scale=alt.Scale(scheme="blues", type="log" if scale == "log" else "linear",
+                                        domain=[LOG_FLOOR if scale == "log" else 0.0, 1.0])),
+        tooltip=[alt.Tooltip("q0:Q", title="queries from", format=fmt), alt.Tooltip("q1:Q", title="to", format=fmt),
+                 alt.Tooltip("k0:Q", title="keys from", format=fmt), alt.Tooltip("k1:Q", title="to", format=fmt),
+                 alt.Tooltip("attention:Q", title="mean attention", format=".3g")],
+    ).properties(width=520, height=520)
+    if select:
+        chart = chart.add_params(alt.selection_point(name="cell", fields=["query_block", "key_block"], on="click"))
+    return chart
+
+
+def counts_bar_chart(frame: pd.DataFrame, title: str = "", top_n: int = 10, colour: str = "#2171b5") -> alt.Chart:
+    """Horizontal bars of the `top_n` first rows of a token_counts table (by type or by position)."""
+    if "count" not in frame.columns or "token" not in frame.columns:
+        raise ValueError("expected a token_counts table (columns token, count[, position])")
+    top = frame.head(int(top_n)).copy()
+    if "position" in top.columns:
+        top["label"] = top["token"].astype(str) + " @" + top["position"].astype(str)
+        tooltip = ["token", "position", "count"]
+    else:
+        top["label"] = top["token"].astype(str)
+        tooltip = ["token", "count"]
+    top["rank"] = np.arange(len(top))
+    return alt.Chart(top, title=title).mark_bar(color=colour).encode(
+        x=alt.X("count:Q", title="appearances in top-k lists"),
+        y=alt.Y("label:N", title=None, sort=alt.EncodingSortField(field="rank", order="ascending")),
+        tooltip=tooltip,
+    ).properties(height=max(60, 22 * len(top)))
+
+
+def instances_chart(frame: pd.DataFrame, title: str = "") -> alt.Chart:
+    """Count of each instance of one token along the document (paper Fig. 6): one bar per position; masked
+    instances grey. `frame` from counts.instance_counts."""
+    if not {"position", "count"} <= set(frame.columns):
+        raise ValueError("expected an instance_counts table (columns position, token, count, masked)")
+    data = frame.assign(state=np.where(frame.get("masked", False), "masked", "counted"))
+    return alt.Chart(data, title=title).mark_bar(size=4).encode(
+        x=alt.X("position:Q", title="token position"),
+        y=alt.Y("count:Q", title="appearances in top-k lists"),
+        color=alt.Color("state:N", scale=alt.Scale(domain=["counted", "masked"], range=["#2171b5", "#bdbdbd"]),
+                        legend=alt.Legend(title=None)),
+        tooltip=["position", "token", "count", "state"],
+    ).properties(height=220)
+
+
+def _font():
+    try:
+        return ImageFont.load_default(size=12)
+    except TypeError:  # Pillow < 10.1 has no sized default font
+        return ImageFont.load_default()

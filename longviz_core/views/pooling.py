@@ -1,0 +1,163 @@
+"""Per-head attention maps pooled onto a fixed grid, for the layers x heads heatmap grid (paper 3.1.1, Fig. 4).
+
+A document of n tokens is cut into blocks of B = ceil(n / grid) consecutive positions (the last block may be
+shorter), giving ceil(n / B) <= grid blocks per axis. Cell (a, b) of a head is the mean attention from the
+queries of block a to the keys of block b, i.e. the block mean of that head's dense matrix; it is computed
+from the bands without building the matrix.
+
+Dataset-wide (the paper's "averaged aggregate attention for all examples"): every document's cells are placed
+on a common grid of relative positions (cell a covers the fraction [a / grid, (a + 1) / grid) of a document;
+each takes the value of the document block holding its centre), then averaged over documents.
+
+For display every head is normalised by its largest cell (`normalised_maps`), as the paper (after T3-vis)
+normalises each attention matrix before drawing it, optionally scaled by head importance.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..bands import AttentionBands
+from ..types import Progress, report
+
+GRID_SIZES: tuple[int, ...] = (32, 64, 128)
+DEFAULT_GRID = 64
+
+
+@dataclass(frozen=True)
+class PooledAttention:
+    cells: np.ndarray  # (layers, heads, g, g) float32: mean attention from query block to key block
+    edges: np.ndarray  # (g + 1,) float64: block boundaries, token positions (document) or fractions (dataset)
+    n_documents: int  # 1 for a document, the number averaged for a dataset
+    relative: bool  # True when edges are fractions of each document's length
+
+    def __post_init__(self):
+        self.cells.setflags(write=False)
+
+    @property
+    def grid(self) -> int:
+        return self.cells.shape[-1]
+
+    @property
+    def nbytes(self) -> int:
+        return self.cells.nbytes + self.edges.nbytes
+
+
+def pool_attention(bands: AttentionBands, grid: int = DEFAULT_GRID) -> PooledAttention:
+    """Block means of every head's attention, from the bands: (layers, heads, g, g), g = ceil(n / B)."""
+    if not isinstance(bands, AttentionBands):
+        raise ValueError(f"expected AttentionBands, got {type(bands).__name__}")
+    grid = _check_grid(grid)
+    n = bands.n
+    block = -(-n // grid)
+    g = -(-n // block)
+    sums = _block_sums(bands, block, g)  # (layers, heads, g, g) float64
+    sizes = np.minimum(np.arange(g) * block + block, n) - np.arange(g) * block  # (g,)
+    cells = (sums / (sizes[:, None] * sizes[None, :])).astype(np.float32)
+    edges = np.minimum(np.arange(g + 1) * block, n).astype(np.float64)
+    return PooledAttention(cells, edges, 1, relative=False)
+
+
+def pool_dataset(
+    documents: Iterable[AttentionBands],
+    grid: int = DEFAULT_GRID,
+    total: int | None = None,
+    progress: Progress | None = None,
+) -> PooledAttention:
+    """Average of the documents' pooled maps on a common grid of relative positions.
+
+    `documents` may be a generator (each analysis is pooled then dropped); `total` is only used for progress."""
+    grid = _check_grid(grid)
+    acc = None
+    count = 0
+    for bands in documents:
+        doc = pool_attention(bands, grid)
+        centres = (np.arange(grid) + 0.5) / grid * bands.n  # token position at each relative cell's centre
+        which = np.searchsorted(doc.edges, centres, side="right") - 1  # (grid,) document block holding it
+        resampled = doc.cells[:, :, which][:, :, :, which]  # (layers, heads, grid, grid)
+        if acc is None:
+            acc = np.zeros(resampled.shape, dtype=np.float64)
+        elif acc.shape != resampled.shape:
+            raise ValueError("documents come from models with different numbers of layers or heads")
+        acc += resampled
+        count += 1
+        report(progress, count / total if total else 0.0, f"pooled {count}{f'/{total}' if total else ''} documents")
+    if count == 0:
+        raise ValueError("no documents to average")
+    return PooledAttention((acc / count).astype(np.float32), np.linspace(0.0, 1.0, grid + 1), count, relative=True)
+
+
+def normalised_maps(pooled: PooledAttention, scale: np.ndarray | None = None) -> np.ndarray:
+    """(layers, heads, g, g) in [0, 1]: each head divided by its largest cell; with `scale` (layers, heads),
+    e.g. head importance, each head is then multiplied by its weight / the largest weight, so unimportant
+    heads fade."""
+    cells = pooled.cells.astype(np.float32)
+    peak = cells.max(axis=(-2, -1), keepdims=True)
+    out = np.divide(cells, peak, out=np.zeros_like(cells), where=peak > 0)
+    if scale is not None:
+        scale = np.asarray(scale, dtype=np.float64)
+        if scale.shape != cells.shape[:2]:
+            raise ValueError(f"scale must have shape {cells.shape[:2]}, got {scale.shape}")
+        if not np.all(np.isfinite(scale)) or np.any(scale < 0):
+            raise ValueError("scale must be finite and non-negative")
+        top = scale.max()
+        out *= (scale / top if top > 0 else scale)[:, :, None, None].astype(np.float32)
+    return out
+
+
+def block_tokens(pooled: PooledAttention, cell: int) -> tuple[int, int]:
+    """Token range [start, stop) of a document block (for labels and selections)."""
+    if pooled.relative:
+        raise ValueError("dataset-wide cells are relative positions, not token ranges")
+    if not 0 <= cell < pooled.grid:
+        raise ValueError(f"cell {cell} out of range 0..{pooled.grid - 1}")
+    return int(pooled.edges[cell]), int(pooled.edges[cell + 1])
+
+
+# ---------------------------------------------------------------------------------------------- workers
+def _block_sums(bands: AttentionBands, block: int, g: int) -> np.ndarray:
+    """(layers, heads, g, g) float64 sums of attention from query block a to key block b.
+
+    Band part: row i = a * block + r (residue r) and column c hold key i - w + c, whose block is
+    a + floor((r - w + c) / block). For a fixed residue the key-block boundaries fall on the same columns in
+    every row, so one `np.add.reduceat` over those column segments, for all heads and rows of that residue at
+    once, gives the sums per (query block, key-block offset): one pass over the band, no n x n matrix."""
+    L, H, n, width = bands.local.shape
+    w = bands.window
+    d_min, d_max = (-w) // block, (block - 1 + w) // block
+    by_offset = np.zeros((L, H, g, d_max - d_min + 1), dtype=np.float64)  # (layers, heads, query block, offset)
+    for r in range(min(block, n)):
+        rows = bands.local[:, :, r::block, :]  # (layers, heads, blocks with this residue, 2w+1)
+        first = (w - r) % block  # first column whose key starts a block
+        starts = np.arange(first, width, block)
+        if first:
+            starts = np.concatenate([[0], starts])
+        segments = np.add.reduceat(rows, starts, axis=-1)  # (layers, heads, blocks, segments)
+        d0 = (r - w) // block - d_min  # offset of column 0's key block
+        by_offset[:, :, : rows.shape[2], d0 : d0 + segments.shape[-1]] += segments
+    sums = np.zeros((L, H, g, g), dtype=np.float64)
+    a = np.arange(g)
+    for j in range(by_offset.shape[-1]):
+        b = a + d_min + j
+        ok = (b >= 0) & (b < g)  # keys outside the document carry zero attention
+        sums[:, :, a[ok], b[ok]] += by_offset[:, :, a[ok], j]
+    gidx = bands.global_idx
+    if len(gidx):
+        gblock = gidx // block
+        gcols = bands.global_cols.astype(np.float64)  # (layers, heads, n, g): small
+        gcols[:, :, gidx, :] = 0.0  # a global query's row is global_rows alone
+        starts = np.arange(g) * block
+        col_sums = np.add.reduceat(gcols, starts, axis=2)  # (layers, heads, g, globals)
+        row_sums = np.add.reduceat(bands.global_rows.astype(np.float64), starts, axis=3)  # (L, H, globals, g)
+        for p, blk in enumerate(gblock):
+            sums[:, :, :, blk] += col_sums[:, :, :, p]
+            sums[:, :, blk, :] += row_sums[:, :, p, :]
+    return sums
+
+
+def _check_grid(grid) -> int:
+    if isinstance(grid, bool) or not isinstance(grid, (int, np.integer)) or not 1 <= grid <= 1024:
+        raise ValueError(f"grid must be an integer in 1..1024, got {grid!r}")
+    return int(grid)

@@ -1,0 +1,71 @@
+"""The document's text coloured by the attention each token receives, summed over the chosen layers and heads
+(paper §3.1.3, Algorithm 4, Fig. 8)."""
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+import longviz_core as lv
+from longviz_core.figures.text import legend_html, token_label, token_overlay_html
+from longviz_core.views import importance as imp
+from longviz_core.views.masking import build_mask
+from pages import _common as common
+
+K, P = common.K, "overlay"
+IMPORTED = K.page("attention", "imported_importance")  # set on the heatmap page when a file is imported
+PRESETS = ("last layer", "all layers (averaged)", "choose layers and heads")
+
+st.title("Summed attention")
+with common.guard():
+    model, analysis, label, description = common.current_analysis()
+st.caption(f"{description} · {analysis.n:,} tokens · colour = attention a token receives from all tokens "
+           "(column sums), over the chosen heads, divided by the largest unmasked value.")
+
+L, H = model.num_layers, model.num_heads
+c1, c2, c3 = st.columns(3)
+preset = c1.radio("Heads", PRESETS, key=K.page(P, "preset"))
+scale = c2.checkbox("Scale by head importance", key=K.page(P, "scale"))
+masked = c3.toggle("Mask special tokens, punctuation and stopwords (§3.4)", key=K.page(P, "mask"))
+layers, heads = None, None
+if preset == PRESETS[0]:
+    layers = [L - 1]
+elif preset == PRESETS[2]:
+    c1, c2 = st.columns(2)
+    layers = c1.multiselect("Layers", range(L), default=[L - 1], format_func=lambda i: f"layer {i + 1}",
+                            key=K.page(P, "layers"))
+    heads = c2.multiselect("Heads", range(H), default=list(range(H)), format_func=lambda i: f"head {i + 1}",
+                           key=K.page(P, "heads"))
+    if not layers or not heads:
+        st.info("Choose at least one layer and one head.")
+        st.stop()
+
+with common.guard():
+    importance = None
+    if scale:
+        importance = st.session_state.get(IMPORTED)
+        if importance is None:
+            df = common.current_dataset(model)
+            if df is None or "label" not in df:
+                raise lv.DatasetError("Head importance needs a labelled dataset: choose one in the sidebar.")
+            importance = imp.cached_head_importance(model, df, common.max_tokens(model),
+                                                    progress=common.progress_bar("Head importance"))
+    values = analysis.attention.received(layers, heads, importance)
+    n_heads = (L if layers is None else len(layers)) * (H if heads is None else len(heads))
+    values = values / n_heads  # averaged over the chosen heads; the colours are relative anyway
+    mask = build_mask(analysis.tokens) if masked else None
+
+live = values if mask is None else np.where(mask, np.nan, values)
+vmax = float(np.nanmax(live)) if np.isfinite(live).any() else 0.0
+st.html(legend_html("sequential", vmax=vmax, label="received attention per head"))
+st.html(token_overlay_html(analysis.tokens, values, mode="sequential", mask=mask, vmax=vmax))
+notes = [f"{int(mask.sum()):,} masked tokens shown in grey."] if mask is not None else []
+if importance is not None:
+    notes.append("Heads weighted by " + ("the imported head importance (heatmap page)."
+                                         if st.session_state.get(IMPORTED) is not None
+                                         else "Taylor head importance computed on the dataset."))
+if notes:
+    st.caption(" ".join(notes))
+
+with st.expander("Tokens receiving the most attention"):
+    order = np.argsort(-np.nan_to_num(live, nan=-np.inf), kind="stable")[:25]
+    st.dataframe(pd.DataFrame({"position": order, "token": [token_label(analysis.tokens[i]) for i in order],
+                               "received": values[order]}), hide_index=True)

@@ -1,0 +1,101 @@
+"""Layers x heads grid of every head's attention map, for this document or averaged over the dataset (paper
+§3.1.1, Figs. 2 and 4), with a zoomable view of one head."""
+import streamlit as st
+
+import longviz_core as lv
+from longviz_core import cache
+from longviz_core.figures import attention as fig
+from longviz_core.figures.text import readable_token
+from longviz_core.views import importance as imp
+from longviz_core.views import pooling
+from pages import _common as common
+
+K, P = common.K, "heatmap"
+IMPORTED = K.page("attention", "imported_importance")  # (layers, heads) array loaded from a file
+
+st.title("Attention heatmap grid")
+with common.guard():
+    model, analysis, label, description = common.current_analysis()
+st.caption(f"{description} · {analysis.n:,} tokens · rows = layers, columns = heads; each map is pooled onto "
+           "blocks of consecutive tokens and divided by its head's largest cell.")
+
+c1, c2, c3, c4 = st.columns(4)
+scope = c1.radio("Scope", ("this document", "dataset"), horizontal=True, key=K.page(P, "scope"))
+grid = c2.select_slider("Cells per axis", pooling.GRID_SIZES, value=pooling.DEFAULT_GRID, key=K.page(P, "grid"))
+colour = c3.radio("Colour scale", fig.SCALES, horizontal=True, key=K.page(P, "colour"))
+scale = c4.checkbox("Scale by head importance", key=K.page(P, "scale"),
+                    help="Multiply each head by its Taylor importance (Michel et al. 2019), normalised per layer.")
+
+importance = None
+if scale:
+    source = st.radio("Head importance", ("computed on the dataset", "imported file"), horizontal=True,
+                      key=K.page(P, "importance_source"))
+    with common.guard():
+        if source == "imported file":
+            upload = st.file_uploader("head_importance (.npy or .pt, shape layers x heads)", type=["npy", "pt", "pth"],
+                                      key=K.page(P, "importance_file"))
+            if upload is not None:
+                st.session_state[IMPORTED] = imp.load_head_importance(
+                    upload.getvalue(), model.num_layers, model.num_heads, filename=upload.name)
+            importance = st.session_state.get(IMPORTED)
+            if importance is None or importance.shape != (model.num_layers, model.num_heads):
+                st.info("Upload a head-importance file to scale the maps.")
+                importance = None
+        else:
+            st.session_state.pop(IMPORTED, None)  # the other attention pages follow this choice
+            df = common.current_dataset(model)
+            if df is None or "label" not in df:
+                raise lv.DatasetError("Head importance needs a labelled dataset: choose one in the sidebar.")
+            importance = imp.cached_head_importance(model, df, common.max_tokens(model),
+                                                    progress=common.progress_bar("Head importance"))
+
+with common.guard():
+    if scope == "this document":
+        pooled = cache.derived(analysis, "pooled", lambda a, grid: pooling.pool_attention(a.attention, grid), grid=grid)
+    else:
+        df = common.current_dataset(model)
+        if df is None:
+            raise lv.DatasetError("The dataset-wide grid needs a dataset: choose one in the sidebar.")
+        count = st.slider("Documents (from the start of the dataset)", 1, len(df), min(8, len(df)),
+                          key=K.page(P, "docs"))
+        mt = common.max_tokens(model)
+        key = ("pooled_dataset", model.fingerprint, lv.dataset_fingerprint(df), mt, count, grid)
+        texts = list(df["text"].iloc[:count])
+
+        def compute():
+            bar = common.progress_bar("Averaging attention over the dataset")
+            docs = (lv.analyze(model, t, mt, on_wait=common.queue_notice()).attention for t in texts)
+            return pooling.pool_dataset(docs, grid, total=len(texts), progress=bar)
+
+        pooled = cache.memo(key, compute)
+    maps = pooling.normalised_maps(pooled, importance)
+
+what = "this document" if scope == "this document" else f"the average of {pooled.n_documents} documents"
+st.image(fig.grid_image(maps, colour, title=f"Attention of every head, {what}"
+                        + (" (scaled by head importance)" if importance is not None else "")),
+         width="stretch")
+if importance is not None:
+    st.caption("Heads are multiplied by importance / the largest importance, so unimportant heads fade.")
+
+st.subheader("One head")
+c1, c2 = st.columns(2)
+layer = c1.selectbox("Layer", range(model.num_layers), format_func=lambda i: f"layer {i + 1}", key=K.page(P, "layer"))
+head = c2.selectbox("Head", range(model.num_heads), format_func=lambda i: f"head {i + 1}", key=K.page(P, "head"))
+chart = fig.head_zoom_chart(maps[layer, head], pooled.edges, colour, title=f"Layer {layer + 1}, head {head + 1}",
+                            relative=pooled.relative, select=not pooled.relative)
+if pooled.relative:
+    st.altair_chart(chart)
+    st.caption("Axes are fractions of each document's length.")
+else:
+    event = st.altair_chart(chart, on_select="rerun", key=K.page(P, "zoom"))
+    picked = ((event or {}).get("selection", {}).get("cell") or [{}])[0]
+    qb, kb = int(picked.get("query_block", -1)), int(picked.get("key_block", -1))
+    if 0 <= qb < pooled.grid and 0 <= kb < pooled.grid:  # a selection from a coarser grid is dropped
+        (q0, q1), (k0, k1) = pooling.block_tokens(pooled, qb), pooling.block_tokens(pooled, kb)
+        st.markdown(f"**Queries {q0}–{q1 - 1}** attend to **keys {k0}–{k1 - 1}** with mean attention "
+                    f"{pooled.cells[layer, head, qb, kb]:.3g}.")
+        text = lambda a, b: "".join(map(readable_token, analysis.tokens[a:b]))  # noqa: E731
+        st.text(f"queries: {text(q0, q1)}\nkeys:    {text(k0, k1)}")
+    else:
+        st.caption("Click a cell to see which tokens it covers. The diagonal band is the sliding window; the "
+                   "first row and column are the global <s> token.")

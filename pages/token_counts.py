@@ -1,0 +1,75 @@
+"""Top-k attended and attending tokens counted by type and by position, their intersection and the instances
+of one token along the document (paper §3.1.2, Algorithms 1-3, Figs. 5-7)."""
+import streamlit as st
+
+from longviz_core import cache
+from longviz_core.figures import attention as fig
+from longviz_core.views import counts as tc
+from longviz_core.views.masking import build_mask
+from pages import _common as common
+
+K, P = common.K, "counts"
+SCOPES = ("all layers and heads", "one layer", "one head")
+
+st.title("Token counts")
+with common.guard():
+    model, analysis, label, description = common.current_analysis()
+st.caption(f"{description} · {analysis.n:,} tokens. For every token and head: its top-k **attended** keys (what it "
+           "attends to most) and its top-k **attending** queries (who attends to it most); a token is counted once "
+           "per list. Ties go to the lower position.")
+
+c1, c2, c3, c4 = st.columns(4)
+k = c1.slider("k (list length)", 1, tc.TOPK_MAX, 10, key=K.page(P, "k"))
+top_n = c2.slider("N (bars shown)", 3, 50, 10, key=K.page(P, "n"))
+scope = c3.radio("Scope", SCOPES, key=K.page(P, "scope"))
+masked = c4.toggle("Mask special tokens, punctuation and stopwords (§3.4)", key=K.page(P, "mask"),
+                   help="Masked tokens neither count nor are counted; the top-k lists themselves are the model's.")
+layers = heads = None
+if scope != SCOPES[0]:
+    c1, c2 = st.columns(2)
+    layers = [c1.selectbox("Layer", range(model.num_layers), format_func=lambda i: f"layer {i + 1}",
+                           key=K.page(P, "layer"))]
+    if scope == "one head":
+        heads = [c2.selectbox("Head", range(model.num_heads), format_func=lambda i: f"head {i + 1}",
+                              key=K.page(P, "head"))]
+
+with common.guard():
+    with st.spinner("Finding every token's top-k lists (once per document)…"):
+        topk = cache.derived(analysis, "topk", lambda a, k: tc.topk_indices(a.attention, k), k=tc.TOPK_MAX)
+        tallies = cache.derived(analysis, "tallies", lambda a, masked: tc.tally(
+            topk, a.tokens, build_mask(a.tokens) if masked else None), masked=masked)
+    mask = tallies.mask
+    tables = {(d, by): tc.token_counts(analysis, k, d, by, layers, heads, mask, tallies=tallies)
+              for d in tc.DIRECTIONS for by in tc.BYS}
+
+where = "all layers and heads" if layers is None else f"layer {layers[0] + 1}" + (
+    "" if heads is None else f", head {heads[0] + 1}")
+st.subheader(f"Top {top_n} by appearances in top-{k} lists — {where}")
+for d, colour in zip(tc.DIRECTIONS, ("#2171b5", "#cb181d")):
+    cols = st.columns(2)
+    for col, by in zip(cols, tc.BYS):
+        col.altair_chart(fig.counts_bar_chart(tables[d, by], f"{d} · by {by}", top_n, colour))
+
+st.subheader("Both attended and attending (Fig. 7)")
+cols = st.columns(2)
+for col, by in zip(cols, tc.BYS):
+    both = tc.count_intersection(tables["attended", by], tables["attending", by], top_n)
+    col.markdown(f"**By {by}**: {len(both)} of the top {top_n} in common")
+    col.dataframe(both, hide_index=True)
+
+st.subheader("Instances of one token (Fig. 6)")
+by_type = tables["attended", "type"]
+choices = list(dict.fromkeys([*by_type["token"].head(top_n), *tables["attending", "type"]["token"].head(top_n)]))
+if not choices:
+    st.info("No token is counted in this scope (everything is masked?).")
+    st.stop()
+c1, c2 = st.columns(2)
+token = c1.selectbox("Token", choices, key=K.page(P, "token"))
+direction = c2.radio("Lists", tc.DIRECTIONS, horizontal=True, key=K.page(P, "instance_direction"))
+with common.guard():
+    inst = tc.instance_counts(analysis, token, k, direction, layers, heads, mask, tallies=tallies)
+st.altair_chart(fig.instances_chart(inst, f"'{token}': {len(inst)} instances, {direction} counts along the document"))
+with st.expander("All counts (tables)"):
+    tabs = st.tabs([f"{d} by {by}" for d, by in tables])
+    for tab, table in zip(tabs, tables.values()):
+        tab.dataframe(table, hide_index=True)
