@@ -2,6 +2,8 @@
 
 The front door: everything a page or a notebook needs is importable from here.
 """
+__version__ = "0.1.0"
+
 from .analysis import DocumentAnalysis, analyze, pick_document, predict_probs
 from .bands import AttentionBands, head_weights
 from .encoding import DEFAULT_MAX_TOKENS, Encoded, encode, text_hash
@@ -21,8 +23,63 @@ from .errors import (
 from .loading import DEMO, LoadedModel, dataset_fingerprint, load_dataset, load_model, normalise_dataset
 from .runtime import COMPUTE, BudgetLRU, ComputeQueue
 from .types import Progress
+from .views.counts import (
+    TOPK_MAX,
+    Tallies,
+    TopK,
+    count_intersection,
+    instance_counts,
+    tally,
+    token_counts,
+    topk_indices,
+)
+from .views.importance import (
+    HeadImportanceError,
+    cached_head_importance,
+    head_importance,
+    load_head_importance,
+    normalise_importance,
+)
+from .views.masking import build_mask, nonalnum_mask, special_mask, stopword_mask
+from .views.pooling import PooledAttention, normalised_maps, pool_attention, pool_dataset
+from .precompute import Settings as PrecomputeSettings
+from .precompute import find_store, local_store, precompute, run_on_ray
+from .store import Record, ResultStore
+from .similarity import METRICS, SimilarityError, compare, compare_many
 
 __all__ = [
+    "PrecomputeSettings",
+    "Record",
+    "ResultStore",
+    "find_store",
+    "local_store",
+    "precompute",
+    "run_on_ray",
+    "HeadImportanceError",
+    "METRICS",
+    "PooledAttention",
+    "SimilarityError",
+    "TOPK_MAX",
+    "Tallies",
+    "TopK",
+    "build_mask",
+    "cached_head_importance",
+    "compare",
+    "compare_many",
+    "count_intersection",
+    "head_importance",
+    "instance_counts",
+    "load_head_importance",
+    "nonalnum_mask",
+    "normalise_importance",
+    "normalised_maps",
+    "pool_attention",
+    "pool_dataset",
+    "special_mask",
+    "stopword_mask",
+    "tally",
+    "token_counts",
+    "topk_indices",
     "AttentionBands",
     "BudgetLRU",
     "CacheCorruptError",

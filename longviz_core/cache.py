@@ -81,4 +81,13 @@ def get_dataset(source: str, id2label: dict | None = None, text_column=None, lab
     return _dataset(source, text_column, label_column, json.dumps({str(k): v for k, v in (id2label or {}).items()}))
 
 
-__all__ = ["derived", "get_analysis", "get_dataset", "get_model", "memo", "memory_cache", "Progress"]
+@st.cache_resource(show_spinner=False, ttl=60, max_entries=8)
+def get_store(root: str, model_fingerprint: str, dataset_fingerprint: str, max_tokens: int):
+    """The ResultStore under `root` made for this model, dataset and max tokens, or None. Re-opened every
+    minute, so documents a running precompute adds appear."""
+    from .precompute import find_store
+
+    return find_store(root, model_fingerprint, dataset_fingerprint, max_tokens)
+
+
+__all__ = ["derived", "get_analysis", "get_dataset", "get_model", "get_store", "memo", "memory_cache", "Progress"]

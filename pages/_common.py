@@ -4,6 +4,7 @@ current model / dataset / document / analysis, an error guard and a progress ada
 Pages import this module; it only arranges widgets and calls the core."""
 from __future__ import annotations
 
+import os
 import traceback
 from contextlib import contextmanager
 
@@ -129,6 +130,15 @@ def current_dataset(model: lv.LoadedModel):
 
 def max_tokens(model: lv.LoadedModel) -> int:
     return int(min(st.session_state.get(K.MAX_TOKENS, lv.DEFAULT_MAX_TOKENS), model.max_tokens))
+
+
+def current_store(model: lv.LoadedModel, df):
+    """The precomputed result store (`python -m longviz_core precompute`) made for this model, dataset and max
+    tokens, found at LONGVIZ_STORE_DIR (a store or a folder of stores); None when there is none."""
+    root = os.environ.get("LONGVIZ_STORE_DIR", "").strip()
+    if not root or df is None:
+        return None
+    return cache.get_store(root, model.fingerprint, lv.dataset_fingerprint(df), max_tokens(model))
 
 
 def dataset_probs(model: lv.LoadedModel, df):

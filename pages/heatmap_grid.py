@@ -56,18 +56,24 @@ with common.guard():
         df = common.current_dataset(model)
         if df is None:
             raise lv.DatasetError("The dataset-wide grid needs a dataset: choose one in the sidebar.")
-        count = st.slider("Documents (from the start of the dataset)", 1, len(df), min(8, len(df)),
-                          key=K.page(P, "docs"))
-        mt = common.max_tokens(model)
-        key = ("pooled_dataset", model.fingerprint, lv.dataset_fingerprint(df), mt, count, grid)
-        texts = list(df["text"].iloc[:count])
+        store = common.current_store(model, df)
+        if store is not None and store.serves("attention", grid=grid):
+            pooled = cache.memo(("store_pooled", str(store.root), store.content_key()), store.pooled_attention)
+            st.caption(f"Precomputed: the average of {pooled.n_documents} of {len(df)} documents, read from the "
+                       f"result store {store.root}.")
+        else:
+            count = st.slider("Documents (from the start of the dataset)", 1, len(df), min(8, len(df)),
+                              key=K.page(P, "docs"))
+            mt = common.max_tokens(model)
+            key = ("pooled_dataset", model.fingerprint, lv.dataset_fingerprint(df), mt, count, grid)
+            texts = list(df["text"].iloc[:count])
 
-        def compute():
-            bar = common.progress_bar("Averaging attention over the dataset")
-            docs = (lv.analyze(model, t, mt, on_wait=common.queue_notice()).attention for t in texts)
-            return pooling.pool_dataset(docs, grid, total=len(texts), progress=bar)
+            def compute():
+                bar = common.progress_bar("Averaging attention over the dataset")
+                docs = (lv.analyze(model, t, mt, on_wait=common.queue_notice()).attention for t in texts)
+                return pooling.pool_dataset(docs, grid, total=len(texts), progress=bar)
 
-        pooled = cache.memo(key, compute)
+            pooled = cache.memo(key, compute)
     maps = pooling.normalised_maps(pooled, importance)
 
 what = "this document" if scope == "this document" else f"the average of {pooled.n_documents} documents"
