@@ -1,17 +1,20 @@
 """AppTest drives the app shell on the demo: every document choice, pasted text and bad input."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from pages._common import DOC_MODES, K
 
 TIMEOUT = 180
+APP = str(Path(__file__).resolve().parents[1] / "app.py")
 
 
 @pytest.fixture()
 def app(demo):
-    at = AppTest.from_file("app.py", default_timeout=TIMEOUT)
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
     at.run()
     return at
 
@@ -43,8 +46,9 @@ def test_every_document_choice(app, mode):
 def test_pasted_text_and_truncation(app):
     app.selectbox(key=K.DOC_MODE).set_value("pasted text").run()
     assert "Paste a text" in app.error[0].value
-    app.text_area(key=K.PASTED).set_value("neural networks learn attention. " * 400).run()
-    app.number_input(key=K.MAX_TOKENS).set_value(256).run()
+    app.session_state[K.PASTED] = "neural networks learn attention. " * 400
+    app.session_state[K.MAX_TOKENS] = 256
+    app.run()
     assert not app.exception and not app.error
     assert _metric(app, "True label") == "—"
     assert _metric(app, "Tokens analysed") == "256"
@@ -52,8 +56,8 @@ def test_pasted_text_and_truncation(app):
 
 
 def test_whitespace_text_is_a_clear_message(app):
+    app.session_state[K.PASTED] = "   \n\t "
     app.selectbox(key=K.DOC_MODE).set_value("pasted text").run()
-    app.text_area(key=K.PASTED).set_value("   \n\t ").run()
     assert not app.exception
     assert "Paste a text" in app.error[0].value
 

@@ -1,0 +1,864 @@
+"""Integrated Gradients on the embeddings layer, the paper's set-up (§3.2; notebook "Get Attributions").
+
+    F(e)      = softmax(model(e))[target]                 e = output of the whole embeddings layer
+    input     = <s> + text + </s>,  baseline = <s> + <pad>... + </s>, the SAME position ids for both
+    masks     = attention all ones, global attention on <s>
+    IG_i      = sum over the hidden dimension of (e_i - e'_i) * integral_0^1 dF(e' + a (e - e'))/de_i da
+
+captum's LayerIntegratedGradients does the integral (Gauss-Legendre by default). Because <s>, </s> and the
+window padding have the same token and position in the input and the baseline, their embedding rows are
+identical, (e_i - e'_i) = 0 and their attribution is exactly 0.
+
+Cost: one forward+backward per step, plus the two forwards captum needs to read the embeddings of the input
+and of the baseline. Those two forwards also produce F(x) and F(x') (our forward function keeps them), so the
+convergence delta sum(IG) - (F(x) - F(x')) costs nothing more; captum's own `return_convergence_delta` would
+run both forwards again.
+
+Progress: captum has no callback, but it calls the forward function once per internal batch of steps, so
+the forward function counts them. Results are cached on disk (npz + JSON metadata, no pickle) keyed by the
+model fingerprint, the exact token ids the model sees and the settings.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+import math
+import os
+import tempfile
+import time
+import warnings
+from contextlib import nullcontext
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+import pandas as pd
+import torch
+
+from .analysis import DocumentAnalysis
+from .encoding import DEFAULT_MAX_TOKENS, Encoded, encode
+from .errors import CacheCorruptError
+from .loading import LoadedModel
+from .runtime import COMPUTE
+from .types import Progress, report
+from .views.masking import special_mask
+
+log = logging.getLogger(__name__)
+
+METHODS = ("gausslegendre", "riemann_trapezoid", "riemann_left", "riemann_right", "riemann_middle")
+STEP_PRESETS = {"50 steps (quick)": 50, "500 steps (as in the paper)": 500}
+PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+DELTA_WARN = 0.05  # warn when |delta| > 5 % of |F(x) - F(x')|
+_CACHE_VERSION = 1
+# Units of work for progress: a forward without gradients is 1, a forward+backward about 3.
+_FWD_UNITS, _FB_UNITS = 1.0, 3.0
+# The internal batch is capped so that progress moves at least this many times during a run.
+_MIN_PROGRESS_UPDATES = 10
+# Share of the free memory one batch of steps may take (the rest: weights, fragmentation, other tenants).
+_MEMORY_FRACTION = 0.5
+
+
+class ConvergenceWarning(UserWarning):
+    """Integrated Gradients' completeness gap is larger than DELTA_WARN of the output difference."""
+
+
+@dataclass(frozen=True)
+class Attribution:
+    scores: np.ndarray  # (n,) float64: one score per token, summed over the hidden dimension
+    delta: float  # convergence delta: sum(scores) - (prob_input - prob_baseline)
+    target: int  # class whose probability is explained
+    n_steps: int  # steps of the final run (adaptive runs double them)
+    method: str
+    prob_input: float  # F(x): p_target of the input
+    prob_baseline: float  # F(x'): p_target of the <s> <pad>... </s> baseline
+    precision: str  # "fp32" | "bf16" | "fp16" (autocast)
+    internal_batch_size: int
+    seconds: float  # wall time of the computation (not of a cache read)
+    key: str  # cache key
+    from_cache: bool = field(default=False, compare=False)
+
+    @property
+    def n(self) -> int:
+        return int(self.scores.shape[0])
+
+    @property
+    def total(self) -> float:
+        """The attribution score of the whole document (the paper's header): the sum over tokens."""
+        return float(self.scores.sum())
+
+    @property
+    def expected(self) -> float:
+        """What the scores must add up to (completeness): F(x) - F(x')."""
+        return self.prob_input - self.prob_baseline
+
+    @property
+    def relative_delta(self) -> float:
+        return abs(self.delta) / abs(self.expected) if self.expected != 0 else math.inf
+
+    @property
+    def converged(self) -> bool:
+        # the tiny absolute floor keeps float noise on a near-zero output difference from raising alarms
+        return abs(self.delta) <= DELTA_WARN * abs(self.expected) + 1e-6
+
+    @property
+    def warning(self) -> str | None:
+        if self.converged:
+            return None
+        return (
+            f"Integrated Gradients has not converged: the attributions add up to {self.total:+.4f} but "
+            f"F(x) - F(baseline) = {self.expected:+.4f} (delta {self.delta:+.4f}, "
+            f"{100 * self.relative_delta:.0f} % > {100 * DELTA_WARN:.0f} %). Use more steps or the adaptive option."
+        )
+
+
+# ------------------------------------------------------------------------------------------ public API
+def integrated_gradients(
+    model: LoadedModel,
+    analysis: DocumentAnalysis | Encoded,
+    target: int | None = None,
+    n_steps: int = 50,
+    method: str = "gausslegendre",
+    *,
+    precision: str = "fp32",
+    internal_batch_size: int | None = None,
+    adaptive: bool = False,
+    tolerance: float = DELTA_WARN,
+    max_steps: int = 1600,
+    use_cache: bool = True,
+    cache_dir: str | os.PathLike | None = None,
+    progress: Progress | None = None,
+    on_wait=None,
+) -> Attribution:
+    """Token attributions for `target` (default: the predicted class; required when given an Encoded).
+
+    adaptive: start at n_steps and double until |delta| <= tolerance * |F(x) - F(x')| (or max_steps).
+    internal_batch_size: steps per forward batch; default from free memory (internal_batch_size_for).
+    A cached result is returned at once (from_cache=True); a corrupt cache file is logged and recomputed."""
+    enc, target = _resolve(model, analysis, target)
+    _validate(model, n_steps, method, precision, internal_batch_size, tolerance, max_steps)
+    key = _cache_key(model, enc, target, n_steps, method, precision, adaptive, tolerance, max_steps)
+    path = _cache_path(cache_dir, key)
+    if use_cache:
+        hit = _try_read(path, key, enc.n)
+        if hit is not None:
+            report(progress, 1.0, "Loaded from cache")
+            return hit
+    steps = n_steps
+    with COMPUTE.hold(on_wait):
+        # another session may have computed this very entry while we waited in the queue
+        hit = _try_read(path, key, enc.n) if use_cache else None
+        if hit is not None:
+            report(progress, 1.0, "Loaded from cache")
+            return hit
+        while True:
+            round_progress = progress if not adaptive else _prefixed(progress, f"{steps} steps: ")
+            result = _compute(model, enc, target, steps, method, precision, internal_batch_size, round_progress)
+            if not adaptive or abs(result.delta) <= tolerance * abs(result.expected) + 1e-6 or steps * 2 > max_steps:
+                break
+            steps *= 2
+        result = replace(result, key=key)
+        if use_cache:  # written before the queue moves on, so a session waiting for the same entry finds it
+            _write_cache(path, result)
+    if result.warning:
+        warnings.warn(result.warning, ConvergenceWarning, stacklevel=2)
+    _record_timing(model, enc.n, precision, result, cache_dir)
+    return result
+
+
+def cached_attribution(
+    model: LoadedModel,
+    analysis: DocumentAnalysis | Encoded,
+    target: int | None = None,
+    n_steps: int = 50,
+    method: str = "gausslegendre",
+    *,
+    precision: str = "fp32",
+    adaptive: bool = False,
+    tolerance: float = DELTA_WARN,
+    max_steps: int = 1600,
+    cache_dir: str | os.PathLike | None = None,
+) -> Attribution | None:
+    """The cached result for these settings, or None (nothing computed; a corrupt file counts as none)."""
+    enc, target = _resolve(model, analysis, target)
+    key = _cache_key(model, enc, target, n_steps, method, precision, adaptive, tolerance, max_steps)
+    return _try_read(_cache_path(cache_dir, key), key, enc.n)
+
+
+def internal_batch_size_for(model: LoadedModel, n_tokens: int, n_steps: int, precision: str = "fp32") -> int:
+    """Steps per batch: as many as fit in _MEMORY_FRACTION of the free memory, at most n_steps / 10.
+
+    Free memory: torch.cuda.mem_get_info on a GPU, MemAvailable of /proc/meminfo on CPU (sysconf pages as a
+    fallback). Memory per step (activations kept for the backward pass), with L layers, hidden size d,
+    intermediate size f, A heads, one-sided window w, n the window-padded length and b bytes per element
+    (4; 2 under bf16/fp16 autocast):
+        bytes = L * n * b * (12 d + 2 f + 3 A (2w + 2))
+    i.e. about a dozen (n, d) tensors per layer (q, k, v, context, projections, layer norms, residuals),
+    two (n, f) for the feed-forward, and three copies of the banded scores (scores, softmax, dropout).
+    A full-attention encoder has 2w + 2 replaced by n. Checked against the peak resident memory on CPU at
+    longformer-base dimensions, 1,024 tokens: 141 MB per layer per additional step measured, 139 MB predicted."""
+    per_step = _bytes_per_step(model, n_tokens, precision)
+    fit = int(_MEMORY_FRACTION * _free_memory_bytes(model.device) // per_step)
+    return max(1, min(n_steps, fit, math.ceil(n_steps / _MIN_PROGRESS_UPDATES)))
+
+
+def estimate_ig_seconds(
+    model: LoadedModel,
+    n_tokens: int,
+    n_steps: int,
+    precision: str = "fp32",
+    *,
+    cache_dir: str | os.PathLike | None = None,
+    progress: Progress | None = None,
+    on_wait=None,
+) -> float:
+    """Expected wall time of integrated_gradients on a document of n_tokens.
+
+    Based on one forward and one forward+backward timed at a length bucket (512, 1024, 2048, ... capped at
+    the model's maximum; scaled linearly to n_tokens, as Longformer's cost is linear in length), cached on
+    disk per model + bucket + precision, and refined by every finished run. The first call for a bucket
+    runs the model (seconds at base dimensions); later calls are instant."""
+    if n_tokens < 3 or n_steps < 2:
+        raise ValueError(f"need n_tokens >= 3 and n_steps >= 2, got {n_tokens}, {n_steps}")
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {sorted(PRECISIONS)}, got {precision!r}")
+    bucket = _bucket(model, n_tokens)
+    timing = _read_timing(model, bucket, precision, cache_dir)
+    if timing is None:
+        with COMPUTE.hold(on_wait):
+            report(progress, 0.0, f"Timing one forward+backward at {bucket} tokens")
+            t_fwd, t_fb = _time_passes(model, _synthetic(model, bucket), precision)[:2]
+        timing = {"forward": t_fwd, "step": t_fb}
+        _write_timing(model, bucket, precision, timing, cache_dir)
+        report(progress, 1.0, "Timed")
+    scale = _padded(model, n_tokens) / _padded(model, bucket)
+    return scale * (n_steps * timing["step"] + 2 * timing["forward"])
+
+
+def estimate_dataset_seconds(
+    model: LoadedModel,
+    texts,
+    n_steps: int,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    precision: str = "fp32",
+    *,
+    cache_dir: str | os.PathLike | None = None,
+    on_wait=None,
+) -> float:
+    """Expected wall time of dataset_attributions over `texts` (each document's own length, truncated)."""
+    total = 0.0
+    for text in texts:
+        ids = model.tokenizer(text, add_special_tokens=False, truncation=False, verbose=False)["input_ids"]
+        n = min(len(ids) + 2, max_tokens, model.max_tokens)
+        total += estimate_ig_seconds(model, max(n, 3), n_steps, precision, cache_dir=cache_dir, on_wait=on_wait)
+    return total
+
+
+# ----------------------------------------------------------------------------------------- tables
+def top_attributions(tokens, scores, k: int = 10, sign: str = "positive", mask=None) -> pd.DataFrame:
+    """The k most positive (or negative) single tokens: columns token, position, attribution (Fig 10a/b)."""
+    from .figures.text import token_label
+
+    if sign not in ("positive", "negative"):
+        raise ValueError(f"sign must be 'positive' or 'negative', got {sign!r}")
+    scores = _scores(tokens, scores)
+    keep = _keep(len(scores), mask)
+    pos = np.flatnonzero(keep & (scores > 0 if sign == "positive" else scores < 0))
+    order = pos[np.argsort(-scores[pos] if sign == "positive" else scores[pos], kind="stable")][:k]
+    return pd.DataFrame(
+        {"token": [token_label(tokens[i]) for i in order], "position": order.astype(np.int64),
+         "attribution": scores[order]}
+    )
+
+
+def attribution_by_token(tokens, scores, mask=None) -> pd.DataFrame:
+    """Attributions summed per token type over the document (Fig 10c/d): columns token, attribution, count,
+    sorted by attribution (descending). A token type is the token's text without its word-start marker
+    (so 'Ġalgorithms' and 'algorithms' are one type; case is kept)."""
+    from .figures.text import token_label
+
+    scores = _scores(tokens, scores)
+    keep = _keep(len(scores), mask)
+    df = pd.DataFrame({"token": [token_label(t) for t in tokens], "attribution": scores})[keep]
+    out = df.groupby("token", sort=False)["attribution"].agg(["sum", "size"]).reset_index()
+    out.columns = ["token", "attribution", "count"]
+    return out.sort_values("attribution", ascending=False, kind="stable").reset_index(drop=True)
+
+
+@dataclass(frozen=True)
+class DatasetAttribution:
+    table: pd.DataFrame  # columns token, mean_attribution, total_attribution, n_docs (sorted, descending)
+    target: int
+    n_steps: int
+    n_docs: int
+    key: str
+    from_cache: bool = field(default=False, compare=False)
+
+
+def dataset_attributions(
+    model: LoadedModel,
+    texts,
+    target: int,
+    n_steps: int = 50,
+    method: str = "gausslegendre",
+    *,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    precision: str = "fp32",
+    mask_special: bool = True,
+    cache_dir: str | os.PathLike | None = None,
+    progress: Progress | None = None,
+    on_wait=None,
+) -> DatasetAttribution:
+    """Dataset-wide attribution by token type (Fig 10e/f): for every document, attributions summed per token
+    type; then, per type, the mean of those sums over the documents that contain it (n_docs of them).
+
+    Each document's IG result goes through the per-document cache, so an interrupted run resumes where it
+    stopped; the final table is cached too (keyed by model, texts and settings)."""
+    texts = list(texts)
+    key, path = _dataset_key(model, texts, target, n_steps, method, max_tokens, precision, mask_special, cache_dir)
+    cached = _read_dataset(path, key)
+    if cached is not None:
+        report(progress, 1.0, "Loaded from cache")
+        return cached
+    sums: dict[str, float] = {}
+    docs: dict[str, int] = {}
+    started = time.monotonic()
+    for i, text in enumerate(texts):
+        enc = encode(model.tokenizer, text, max_tokens, model_max=model.max_tokens,
+                     position_offset=model.position_offset)
+        done = i / len(texts)
+        eta = _fmt_eta((time.monotonic() - started) / i * (len(texts) - i)) if i else ""
+        sub = _scaled(progress, done, 1 / len(texts), f"Document {i + 1}/{len(texts)}{eta}: ")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)  # 50 steps is the paper's dataset compromise
+            attr = integrated_gradients(model, enc, target, n_steps, method, precision=precision,
+                                        cache_dir=cache_dir, progress=sub, on_wait=on_wait)
+        mask = special_mask(enc.tokens, model.tokenizer.all_special_tokens) if mask_special else None
+        per_doc = attribution_by_token(enc.tokens, attr.scores, mask)
+        for tok, val in zip(per_doc["token"], per_doc["attribution"]):
+            sums[tok] = sums.get(tok, 0.0) + float(val)
+            docs[tok] = docs.get(tok, 0) + 1
+    table = _dataset_table(sums, docs)
+    result = DatasetAttribution(table, int(target), n_steps, len(texts), key)
+    _write_quietly(path, json.dumps({"key": key, "target": int(target), "n_steps": int(n_steps),
+                                     "n_docs": len(texts), "token": list(sums), "sum": list(sums.values()),
+                                     "docs": [docs[t] for t in sums]}).encode())
+    report(progress, 1.0, "Done")
+    return result
+
+
+def cached_dataset_attributions(
+    model: LoadedModel,
+    texts,
+    target: int,
+    n_steps: int = 50,
+    method: str = "gausslegendre",
+    *,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    precision: str = "fp32",
+    mask_special: bool = True,
+    cache_dir: str | os.PathLike | None = None,
+) -> DatasetAttribution | None:
+    """The cached dataset-wide table for these settings, or None (nothing is computed)."""
+    key, path = _dataset_key(model, list(texts), target, n_steps, method, max_tokens, precision, mask_special,
+                             cache_dir)
+    return _read_dataset(path, key)
+
+
+def _dataset_key(model, texts, target, n_steps, method, max_tokens, precision, mask_special, cache_dir):
+    if not texts:
+        raise ValueError("No documents to attribute.")
+    if not isinstance(target, (int, np.integer)) or not 0 <= int(target) < model.num_labels:
+        raise ValueError(f"target must be a class index in [0, {model.num_labels - 1}], got {target!r}")
+    _validate(model, n_steps, method, precision, None, DELTA_WARN, n_steps)
+    h = hashlib.blake2b(digest_size=12)
+    for t in texts:
+        h.update(str(t).encode("utf-8", "surrogatepass") + b"\x1e")
+    key = _digest({"kind": "dataset", "v": _CACHE_VERSION, "model": model.fingerprint, "texts": h.hexdigest(),
+                   "target": int(target), "n_steps": int(n_steps), "method": method, "precision": precision,
+                   "max_tokens": int(max_tokens), "mask_special": bool(mask_special)})
+    return key, _cache_root(cache_dir) / f"dataset-{key}.json"
+
+
+def token_detail(analysis: DocumentAnalysis, attribution: Attribution, position: int, received=None) -> dict:
+    """One token's numbers for the UI: text, position, attribution and its rank (1 = most positive),
+    received attention (summed over all layers and heads unless `received` (n,) is given) and its rank."""
+    from .figures.text import token_label
+
+    n = analysis.n
+    if attribution.n != n:
+        raise ValueError(f"the attribution has {attribution.n} tokens, the document {n}")
+    if not 0 <= int(position) < n:
+        raise ValueError(f"position must be in [0, {n - 1}], got {position}")
+    position = int(position)
+    att = analysis.attention.received() if received is None else np.asarray(received, dtype=np.float64)
+    return {
+        "token": token_label(analysis.tokens[position]),
+        "raw_token": analysis.tokens[position],
+        "position": position,
+        "attribution": float(attribution.scores[position]),
+        "attribution_rank": _rank_of(attribution.scores, position),
+        "abs_attribution_rank": _rank_of(np.abs(attribution.scores), position),
+        "received_attention": float(att[position]),
+        "attention_rank": _rank_of(att, position),
+        "n": n,
+    }
+
+
+# ----------------------------------------------------------------------------------------- the maths
+def _compute(model, enc: Encoded, target, n_steps, method, precision, batch_size, progress) -> Attribution:
+    """One captum LayerIntegratedGradients run. Caller holds COMPUTE."""
+    from captum.attr import LayerIntegratedGradients
+
+    net, dev = model.model, model.device
+    n = enc.n
+    args, input_ids, baseline_ids = _padded_tensors(model, enc)
+    batch = batch_size or internal_batch_size_for(model, n, n_steps, precision)
+    autocast = _autocast(dev, precision)
+    tracker = _Tracker(progress, n_steps, batch, input_ids, baseline_ids, target)
+    if net.training:
+        raise RuntimeError("the shared model must stay in eval mode")
+
+    def forward(ids, attention_mask, position_ids, global_attention_mask=None):
+        grad = torch.is_grad_enabled()
+        if grad:
+            tracker.batch_starting(ids.shape[0])
+        kwargs = {"input_ids": ids, "attention_mask": attention_mask, "position_ids": position_ids}
+        if global_attention_mask is not None:
+            kwargs["global_attention_mask"] = global_attention_mask
+        with autocast:
+            logits = net(**kwargs).logits
+        probs = torch.softmax(logits.float(), dim=-1)  # (batch, classes)
+        if not grad:
+            tracker.endpoint(ids, probs)
+        return probs
+
+    lig = LayerIntegratedGradients(forward, _embeddings_layer(net))
+    started = time.monotonic()
+    report(progress, 0.0, f"Integrated Gradients: {n_steps} steps, batches of {batch}")
+    attributions = lig.attribute(
+        inputs=input_ids,
+        baselines=baseline_ids,
+        additional_forward_args=args,
+        target=int(target),
+        n_steps=int(n_steps),
+        method=method,
+        internal_batch_size=int(batch),
+    )  # (1, n_padded, hidden)
+    p_x, p_b = tracker.endpoints()
+    if p_x is None or p_b is None:  # captum did not evaluate the endpoints through us: do it here
+        with torch.no_grad():
+            probs = forward(torch.cat([input_ids, baseline_ids]), *(torch.cat([a, a]) for a in args))
+        p_x, p_b = float(probs[0, target]), float(probs[1, target])
+    per_token = attributions.detach().double().sum(dim=-1)[0].cpu().numpy()  # (n_padded,)
+    scores = per_token[:n].copy()  # (n,) window padding sliced off (its attribution is 0)
+    seconds = time.monotonic() - started
+    report(progress, 1.0, f"Done in {format_seconds(seconds)}")
+    return Attribution(
+        scores=scores,
+        delta=float(per_token.sum() - (p_x - p_b)),
+        target=int(target),
+        n_steps=int(n_steps),
+        method=method,
+        prob_input=p_x,
+        prob_baseline=p_b,
+        precision=precision,
+        internal_batch_size=int(batch),
+        seconds=seconds,
+        key="",
+    )
+
+
+class _Tracker:
+    """Counts captum's calls of the forward function: gradient calls are batches of steps (progress, ETA);
+    the two calls without gradients are the endpoints x and x' (their probabilities give the delta)."""
+
+    def __init__(self, progress, n_steps, batch, input_ids, baseline_ids, target):
+        self.progress, self.n_steps, self.batch, self.target = progress, n_steps, batch, target
+        self.input_ids, self.baseline_ids = input_ids, baseline_ids
+        self.p_x = self.p_b = None
+        self.steps_started = 0
+        self.first_batch_at = None
+        self.n_batches = math.ceil(n_steps / batch)
+        self.total_units = 2 * _FWD_UNITS + n_steps * _FB_UNITS
+
+    def endpoint(self, ids, probs):
+        if ids.shape[0] != 1:
+            return
+        if self.p_x is None and torch.equal(ids, self.input_ids):
+            self.p_x = float(probs[0, self.target])
+        elif self.p_b is None and torch.equal(ids, self.baseline_ids):
+            self.p_b = float(probs[0, self.target])
+        else:
+            return
+        done = (self.p_x is not None) + (self.p_b is not None)
+        report(self.progress, done * _FWD_UNITS / self.total_units, "Embedding the input and the baseline")
+
+    def batch_starting(self, size):
+        now = time.monotonic()
+        done_steps = self.steps_started
+        if self.first_batch_at is None:
+            self.first_batch_at = now
+            eta = ""
+        else:
+            eta = _fmt_eta((now - self.first_batch_at) / done_steps * (self.n_steps - done_steps))
+        self.steps_started += size
+        k = math.ceil(self.steps_started / self.batch)
+        units = 2 * _FWD_UNITS + done_steps * _FB_UNITS
+        report(self.progress, units / self.total_units,
+               f"Batch {k}/{self.n_batches} (steps {done_steps}/{self.n_steps} done){eta}")
+
+    def endpoints(self):
+        return self.p_x, self.p_b
+
+
+def _padded_tensors(model, enc: Encoded):
+    """(additional forward args, input ids, baseline ids), each (1, n_padded): Longformer inputs padded to a
+    multiple of its window as the model itself would (pad token, pad position id, attention mask 0), so
+    captum's embeddings and the model's agree in length; the padding rows are equal in x and x'."""
+    tok = model.tokenizer
+    pad_to = 2 * model.attention_window if model.is_longformer and model.attention_window else 1
+    extra = (-enc.n) % pad_to
+    pad_id = int(tok.pad_token_id)
+
+    def t(a, fill):
+        a = np.concatenate([np.asarray(a, dtype=np.int64), np.full(extra, fill, dtype=np.int64)])
+        return torch.as_tensor(a, device=model.device).unsqueeze(0)  # (1, n_padded)
+
+    position_pad = pad_id if model.position_offset else 0
+    args = [t(np.ones(enc.n), 0), t(enc.position_ids, position_pad)]
+    if model.is_longformer:
+        args.append(t(enc.global_mask, 0))
+    return tuple(args), t(enc.input_ids, pad_id), t(enc.baseline_ids, pad_id)
+
+
+def _embeddings_layer(net):
+    layer = getattr(getattr(net, "base_model", net), "embeddings", None)
+    if layer is None:
+        raise ValueError(f"{type(net).__name__} has no `embeddings` module to attribute to")
+    return layer
+
+
+def _autocast(device, precision):
+    dtype = PRECISIONS[precision]
+    return nullcontext() if dtype is None else torch.autocast(device_type=device.type, dtype=dtype)
+
+
+class Passes(NamedTuple):
+    forward: float  # wall seconds of one forward without gradients
+    step: float  # wall seconds of one forward+backward (an IG step at batch 1)
+    forward_cpu: float  # the same in CPU seconds of this process (all threads): steadier on a shared machine
+    step_cpu: float
+
+
+def _time_passes(model, enc: Encoded, precision: str, target: int = 0) -> Passes:
+    """One forward (no gradients) and one forward+backward as an IG step does it: gradients of p_target with
+    respect to the embeddings output only (no parameter gradients)."""
+    net = model.model
+    args, input_ids, _ = _padded_tensors(model, enc)
+    kwargs = {"input_ids": input_ids, "attention_mask": args[0], "position_ids": args[1]}
+    if model.is_longformer:
+        kwargs["global_attention_mask"] = args[2]
+    autocast = _autocast(model.device, precision)
+    w0, c0 = time.perf_counter(), time.process_time()
+    with torch.no_grad(), autocast:
+        net(**kwargs)
+    w1, c1 = time.perf_counter(), time.process_time()
+    held = []
+
+    def swap(_module, _inputs, out):  # what LayerIntegratedGradients does: the layer output becomes a leaf
+        leaf = out.detach().requires_grad_()
+        held.append(leaf)
+        return leaf
+
+    hook = _embeddings_layer(net).register_forward_hook(swap)
+    try:
+        with autocast:
+            logits = net(**kwargs).logits
+        prob = torch.softmax(logits.float(), dim=-1)[0, target]
+        torch.autograd.grad(prob, held[0])
+        if model.device.type == "cuda":
+            torch.cuda.synchronize(model.device)
+    finally:
+        hook.remove()
+    w2, c2 = time.perf_counter(), time.process_time()
+    return Passes(w1 - w0, w2 - w1, c1 - c0, c2 - c1)
+
+
+# ----------------------------------------------------------------------------------------- memory
+def _bytes_per_step(model, n_tokens, precision) -> float:
+    cfg = model.model.config
+    n = _padded(model, n_tokens)
+    d = int(cfg.hidden_size)
+    f = int(getattr(cfg, "intermediate_size", 4 * d))
+    heads = int(cfg.num_attention_heads)
+    band = (2 * model.attention_window + 2) if model.is_longformer else n
+    b = 4 if PRECISIONS[precision] is None else 2
+    return float(cfg.num_hidden_layers) * n * b * (12 * d + 2 * f + 3 * heads * band)
+
+
+def _free_memory_bytes(device) -> int:
+    if device.type == "cuda":
+        free, _total = torch.cuda.mem_get_info(device)
+        return int(free)
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+
+
+# ----------------------------------------------------------------------------------------- cache
+def _cache_root(cache_dir) -> Path:
+    from .demo import cache_root
+
+    return cache_root(cache_dir) / "attributions"
+
+
+def _cache_path(cache_dir, key: str) -> Path:
+    return _cache_root(cache_dir) / f"{key}.npz"
+
+
+def _digest(obj) -> str:
+    return hashlib.blake2b(json.dumps(obj, sort_keys=True).encode(), digest_size=16).hexdigest()
+
+
+def _cache_key(model, enc, target, n_steps, method, precision, adaptive, tolerance, max_steps) -> str:
+    """The model's fingerprint, the exact ids and positions it sees (text + tokenizer + truncation), and
+    every setting that changes the numbers."""
+    ids = hashlib.blake2b(enc.input_ids.tobytes() + enc.position_ids.tobytes(), digest_size=16).hexdigest()
+    return _digest({"v": _CACHE_VERSION, "model": model.fingerprint, "ids": ids, "target": int(target),
+                    "n_steps": int(n_steps), "method": method, "precision": precision, "adaptive": bool(adaptive),
+                    "tolerance": float(tolerance) if adaptive else None,
+                    "max_steps": int(max_steps) if adaptive else None})
+
+
+def _write_cache(path: Path, a: Attribution) -> None:
+    meta = {"key": a.key, "delta": a.delta, "target": a.target, "n_steps": a.n_steps, "method": a.method,
+            "prob_input": a.prob_input, "prob_baseline": a.prob_baseline, "precision": a.precision,
+            "internal_batch_size": a.internal_batch_size, "seconds": a.seconds}
+    buf = io.BytesIO()
+    np.savez(buf, scores=a.scores, meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8))
+    _write_quietly(path, buf.getvalue())
+
+
+def _write_quietly(path: Path, data: bytes) -> None:
+    try:
+        _atomic_write(path, data)
+    except OSError as exc:  # a read-only or full disk costs the cache, not the result
+        log.warning("Could not write the attribution cache %s: %s", path, exc)
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    """Write to a private temporary file in the same directory, then rename over the target: readers see
+    the old file or the new one, never half of one; two writers of the same entry both leave a whole file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    try:
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; the cache may be shared by the lab's accounts
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _read_cache(path: Path, key: str, n: int) -> Attribution:
+    """The cached result; CacheCorruptError if the file cannot be read or does not match."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            scores = np.asarray(z["scores"], dtype=np.float64)
+            meta = json.loads(bytes(z["meta"]).decode())
+        if meta.get("key") != key or scores.shape != (n,) or not np.all(np.isfinite(scores)):
+            raise ValueError("contents do not match the key")
+        return Attribution(scores=scores, delta=float(meta["delta"]), target=int(meta["target"]),
+                           n_steps=int(meta["n_steps"]), method=str(meta["method"]),
+                           prob_input=float(meta["prob_input"]), prob_baseline=float(meta["prob_baseline"]),
+                           precision=str(meta["precision"]), internal_batch_size=int(meta["internal_batch_size"]),
+                           seconds=float(meta["seconds"]), key=key, from_cache=True)
+    except FileNotFoundError:
+        raise
+    except Exception as exc:  # zip, json, key and value errors all mean the same: unusable file
+        raise CacheCorruptError(f"Attribution cache file {path} is unreadable ({type(exc).__name__}: {exc})") from exc
+
+
+def _try_read(path: Path, key: str, n: int) -> Attribution | None:
+    try:
+        return _read_cache(path, key, n)
+    except FileNotFoundError:
+        return None
+    except CacheCorruptError as exc:
+        log.warning("%s; recomputing.", exc)
+        return None
+
+
+def _read_dataset(path: Path, key: str) -> DatasetAttribution | None:
+    try:
+        raw = json.loads(path.read_text())
+        if raw.get("key") != key:
+            raise ValueError("key mismatch")
+        sums = dict(zip(raw["token"], map(float, raw["sum"])))
+        docs = dict(zip(raw["token"], map(int, raw["docs"])))
+        return DatasetAttribution(_dataset_table(sums, docs), int(raw["target"]), int(raw["n_steps"]),
+                                  int(raw["n_docs"]), key, from_cache=True)
+    except FileNotFoundError:
+        return None
+    except Exception as exc:
+        log.warning("Dataset attribution cache %s is unreadable (%s); recomputing.", path, exc)
+        return None
+
+
+def _dataset_table(sums: dict, docs: dict) -> pd.DataFrame:
+    df = pd.DataFrame({"token": list(sums), "total_attribution": list(sums.values()),
+                       "n_docs": [docs[t] for t in sums]})
+    df["mean_attribution"] = df["total_attribution"] / df["n_docs"]
+    df = df[["token", "mean_attribution", "total_attribution", "n_docs"]]
+    return df.sort_values("mean_attribution", ascending=False, kind="stable").reset_index(drop=True)
+
+
+# ---- timings for estimate_ig_seconds
+def _timing_path(model, bucket, precision, cache_dir) -> Path:
+    name = _digest({"model": model.fingerprint, "bucket": bucket, "precision": precision,
+                    "device": model.device.type})
+    return _cache_root(cache_dir) / f"timing-{name}.json"
+
+
+def _read_timing(model, bucket, precision, cache_dir) -> dict | None:
+    try:
+        t = json.loads(_timing_path(model, bucket, precision, cache_dir).read_text())
+        return t if t.get("step", 0) > 0 and t.get("forward", -1) >= 0 else None
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _write_timing(model, bucket, precision, timing, cache_dir) -> None:
+    _write_quietly(_timing_path(model, bucket, precision, cache_dir), json.dumps(timing).encode())
+
+
+def _record_timing(model, n_tokens, precision, result: Attribution, cache_dir=None) -> None:
+    """A finished run is the best timing there is: store its per-step time for the estimate's bucket."""
+    bucket = _bucket(model, n_tokens)
+    scale = _padded(model, n_tokens) / _padded(model, bucket)
+    old = _read_timing(model, bucket, precision, cache_dir)
+    fwd = old["forward"] if old else 0.0
+    step = (result.seconds / scale - 2 * fwd) / result.n_steps
+    if step > 0:
+        _write_timing(model, bucket, precision, {"forward": fwd, "step": step}, cache_dir)
+
+
+# ----------------------------------------------------------------------------------------- helpers
+def _resolve(model, analysis, target) -> tuple[Encoded, int]:
+    if not isinstance(model, LoadedModel):
+        raise ValueError("model must be a LoadedModel (see load_model)")
+    if isinstance(analysis, DocumentAnalysis):
+        if analysis.model_fingerprint != model.fingerprint:
+            raise ValueError("this analysis was made with another model")
+        enc = analysis.encoded
+        target = analysis.predicted if target is None else target
+    elif isinstance(analysis, Encoded):
+        enc = analysis
+        if target is None:
+            raise ValueError("give the target class when attributing an Encoded input")
+    else:
+        raise ValueError(f"expected a DocumentAnalysis or Encoded, got {type(analysis).__name__}")
+    if not isinstance(target, (int, np.integer)) or not 0 <= int(target) < model.num_labels:
+        raise ValueError(f"target must be a class index in [0, {model.num_labels - 1}], got {target!r}")
+    return enc, int(target)
+
+
+def _validate(model, n_steps, method, precision, batch_size, tolerance, max_steps) -> None:
+    if not isinstance(n_steps, (int, np.integer)) or n_steps < 2:
+        raise ValueError(f"n_steps must be an integer of at least 2 (captum's minimum), got {n_steps!r}")
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {sorted(PRECISIONS)}, got {precision!r}")
+    if batch_size is not None and (not isinstance(batch_size, (int, np.integer)) or batch_size < 1):
+        raise ValueError(f"internal_batch_size must be a positive integer, got {batch_size!r}")
+    if not tolerance > 0:
+        raise ValueError(f"tolerance must be positive, got {tolerance!r}")
+    if max_steps < n_steps:
+        raise ValueError(f"max_steps ({max_steps}) must be at least n_steps ({n_steps})")
+
+
+def _padded(model, n: int) -> int:
+    w2 = 2 * model.attention_window if model.is_longformer and model.attention_window else 1
+    return -(-int(n) // w2) * w2
+
+
+def _bucket(model, n_tokens: int) -> int:
+    if n_tokens > model.max_tokens:
+        raise ValueError(f"{n_tokens} tokens exceed what this model accepts ({model.max_tokens})")
+    b = 512
+    while b < n_tokens:
+        b *= 2
+    return min(b, model.max_tokens)
+
+
+def _synthetic(model, n: int) -> Encoded:
+    """A document of n tokens for timing (speed does not depend on which tokens)."""
+    tok = model.tokenizer
+    filler = next(i for i in range(len(tok)) if i not in set(tok.all_special_ids))
+    ids = np.asarray([tok.cls_token_id] + [filler] * (n - 2) + [tok.sep_token_id], dtype=np.int64)
+    off = model.position_offset
+    gm = np.zeros(n, dtype=np.int64)
+    gm[0] = 1
+    return Encoded(input_ids=ids, baseline_ids=ids.copy(), position_ids=np.arange(off, off + n, dtype=np.int64),
+                   global_mask=gm, tokens=[""] * n, n_text_tokens_original=n - 2, max_tokens=n)
+
+
+def _scores(tokens, scores) -> np.ndarray:
+    s = np.asarray(scores, dtype=np.float64).reshape(-1)
+    if s.shape[0] != len(tokens):
+        raise ValueError(f"{len(tokens)} tokens but {s.shape[0]} scores")
+    return s
+
+
+def _keep(n, mask) -> np.ndarray:
+    if mask is None:
+        return np.ones(n, dtype=bool)
+    m = np.asarray(mask, dtype=bool).reshape(-1)
+    if m.shape[0] != n:
+        raise ValueError(f"{n} tokens but a mask of {m.shape[0]}")
+    return ~m
+
+
+def _rank_of(values, position) -> int:
+    """1-based rank of values[position] in descending order (ties share the best rank)."""
+    v = np.asarray(values, dtype=np.float64)
+    return int(np.count_nonzero(v > v[position])) + 1
+
+
+def _prefixed(progress, prefix):
+    if progress is None:
+        return None
+    return lambda f, msg: progress(f, prefix + msg)
+
+
+def _scaled(progress, lo, width, prefix):
+    if progress is None:
+        return None
+    return lambda f, msg: progress(lo + width * f, prefix + msg)
+
+
+def format_seconds(s: float) -> str:
+    """A duration for people: '42 s', '3.5 min', '1.2 h'."""
+    s = max(0.0, float(s))
+    if s < 90:
+        return f"{s:.0f} s"
+    if s < 5400:
+        return f"{s / 60:.1f} min"
+    return f"{s / 3600:.1f} h"
+
+
+def _fmt_eta(s: float) -> str:
+    return f", about {format_seconds(s)} left"
+

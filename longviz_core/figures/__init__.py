@@ -1,0 +1,1 @@
+"""Figures built from the core's results: HTML overlays and Altair charts. No Streamlit here."""

@@ -1,0 +1,164 @@
+"""Charts and display tables for agreement and faithfulness (Altair + pandas; no Streamlit).
+
+- `deletion_curves_chart`: AOPC / LOdds / probability against the share of tokens removed, one line per ranking
+  (one document), or mean lines with a +-1 std band (dataset).
+- `flip_chart`: the fraction of tokens removed before the decision flips, per ranking (seed 004 Fig. 5 style:
+  one dot per document in dataset mode), with "no flip" counts in the tooltip and title.
+- `head_agreement_heatmap`: layers x heads grid of a per-head agreement metric.
+- `table1` / `table2`: the agreement table with the paper's columns and readable labels.
+- `faithfulness_summary`: the dataset-wide faithfulness summary as 'mean ± std' text columns.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import altair as alt
+import numpy as np
+import pandas as pd
+
+from ..similarity import METRICS
+
+CURVE_METRICS = {
+    "aopc": ("AOPC(k) = p(y|x) − p(y|x without top k%)", "higher = more faithful"),
+    "lodds": ("LOdds(k) = log p(y|x without top k%) − log p(y|x)", "lower = more faithful"),
+    "probability": ("p(y | x without the top k%)", "lower = more faithful"),
+}
+_RANKING_ORDER = ["Attention", "|IG|", "|IG| × attention", "Random"]
+
+
+def deletion_curves_chart(curves: pd.DataFrame, metric: str = "aopc", title: str | None = None) -> alt.Chart:
+    """Lines of `metric` against k (share of text tokens removed, %).
+
+    curves: tidy rows with columns ranking, k (fraction) and `metric` (FaithfulnessResult.long_curves()); when
+    several rows share (ranking, k) — one per document — the chart shows their mean and a +-1 std band."""
+    if metric not in CURVE_METRICS:
+        raise ValueError(f"metric must be one of {sorted(CURVE_METRICS)}, got {metric!r}")
+    _require(curves, ["ranking", "k", metric])
+    data = curves.assign(k_pct=100 * curves["k"].astype(float))
+    label, direction = CURVE_METRICS[metric]
+    x = alt.X("k_pct:Q", title="tokens removed (% of text tokens)", scale=alt.Scale(type="log"),
+              axis=alt.Axis(values=sorted(data["k_pct"].unique().tolist())))
+    colour = alt.Color("ranking:N", sort=_order(data["ranking"]), title="ranking")
+    several = data.duplicated(["ranking", "k"]).any()
+    y_title = f"{label} ({direction})"
+    if several:
+        line = alt.Chart(data).mark_line(point=True).encode(
+            x=x, y=alt.Y(f"mean({metric}):Q", title=y_title), color=colour,
+            tooltip=["ranking:N", alt.Tooltip("k_pct:Q", title="k %"),
+                     alt.Tooltip(f"mean({metric}):Q", format=".4f", title="mean"),
+                     alt.Tooltip(f"stdev({metric}):Q", format=".4f", title="std"),
+                     alt.Tooltip(f"count({metric}):Q", title="documents")])
+        band = alt.Chart(data).mark_errorband(extent="stdev", opacity=0.15).encode(
+            x=x, y=alt.Y(f"{metric}:Q", title=y_title), color=colour)
+        chart = band + line
+    else:
+        chart = alt.Chart(data).mark_line(point=True).encode(
+            x=x, y=alt.Y(f"{metric}:Q", title=y_title), color=colour,
+            tooltip=["ranking:N", alt.Tooltip("k_pct:Q", title="k %"),
+                     alt.Tooltip(f"{metric}:Q", format=".4f")]
+            + (["removed:Q"] if "removed" in data else []))
+    return chart.properties(title=title or label, height=300)
+
+
+def flip_chart(flips: pd.DataFrame,
+               title: str = "Fraction of text tokens removed when the decision flips") -> alt.Chart:
+    """One dot per (document, ranking) at its flip fraction and a black tick at each ranking's median; rows with
+    flip_fraction NaN are 'no flip': not drawn, counted in the ranking's label ("Random (2 no flip)").
+
+    flips: columns ranking, flip_fraction (NaN = no flip) and optionally doc."""
+    _require(flips, ["ranking", "flip_fraction"])
+    data = flips.copy()
+    no_flip = data["flip_fraction"].isna().groupby(data["ranking"], sort=False).sum()
+    names = {r: f"{r} ({int(k)} no flip)" if k else r for r, k in no_flip.items()}
+    data["row"] = data["ranking"].map(names)
+    order = [names[r] for r in _order(data["ranking"])]
+    drawn = data[data["flip_fraction"].notna()]
+    y = alt.Y("row:N", sort=order, title=None)
+    x = alt.X("flip_fraction:Q", scale=alt.Scale(domain=[0, 1]),
+              title="fraction of text tokens removed (lower = the ranking finds the decision faster)")
+    dots = alt.Chart(drawn).mark_circle(size=60, opacity=0.6).encode(
+        x=x, y=y, color=alt.Color("ranking:N", sort=_order(data["ranking"]), legend=None),
+        tooltip=["ranking:N", alt.Tooltip("flip_fraction:Q", format=".3f", title="fraction removed")]
+        + (["doc:Q"] if "doc" in data else []))
+    ticks = alt.Chart(drawn).mark_tick(color="black", thickness=2, size=24).encode(
+        x=alt.X("median(flip_fraction):Q"), y=y,
+        tooltip=["ranking:N", alt.Tooltip("median(flip_fraction):Q", format=".3f", title="median")])
+    return (dots + ticks).properties(title=title, height=40 * max(1, len(order)))
+
+
+def head_agreement_heatmap(grid, metric: str = "rbo", title: str | None = None) -> alt.Chart:
+    """Layers x heads heatmap (rows = layers, 1-based as in the paper) of a per-head agreement metric; NaN
+    (a head whose attention is constant) is drawn grey."""
+    grid = np.asarray(grid, dtype=np.float64)
+    if grid.ndim != 2:
+        raise ValueError(f"grid must be (layers, heads), got shape {grid.shape}")
+    if metric not in METRICS:
+        raise ValueError(f"unknown metric {metric!r}")
+    layers, heads = np.meshgrid(np.arange(grid.shape[0]), np.arange(grid.shape[1]), indexing="ij")
+    data = pd.DataFrame({"layer": layers.ravel() + 1, "head": heads.ravel() + 1, "value": grid.ravel()})
+    data["label"] = [f"{v:.2f}" if np.isfinite(v) else "—" for v in data["value"]]
+    lo, hi = METRICS[metric]["range"]
+    base = alt.Chart(data).encode(
+        x=alt.X("head:O", title="head"), y=alt.Y("layer:O", title="layer", sort="descending"))
+    rect = base.mark_rect().encode(
+        color=alt.condition("isValid(datum.value) && isFinite(datum.value)",
+                            alt.Color("value:Q", title=METRICS[metric]["label"],
+                                      scale=alt.Scale(scheme="viridis", domain=[lo, hi])),
+                            alt.value("#dddddd")),
+        tooltip=["layer:O", "head:O", alt.Tooltip("value:Q", format=".4f", title=METRICS[metric]["label"])])
+    text = base.mark_text(fontSize=10).encode(
+        text="label:N",
+        color=alt.condition("datum.value > " + str((lo + hi) / 2), alt.value("black"), alt.value("white")))
+    return (rect + text).properties(
+        title=title or f"{METRICS[metric]['label']} per head (higher = agrees more with |IG|)",
+        width=max(160, 40 * grid.shape[1]), height=max(120, 28 * grid.shape[0]))
+
+
+def table1(table: pd.DataFrame, metrics: Sequence[str] = ("cosine", "kendall_tau", "rbo"),
+           digits: int = 3) -> pd.DataFrame:
+    """The agreement table as the paper prints it: Attention layer, Is scaled?, Is masked?, then the metrics
+    with their readable labels, rounded. Accepts agreement_table rows or a mean_std_table."""
+    _require(table, ["source", "scaled", "masked", *metrics])
+    out = pd.DataFrame({
+        "Attention": table["source"].to_numpy(),
+        "Scaled by head importance": np.where(table["scaled"].astype(bool), "yes", "no"),
+        "Masked": table["masked"].to_numpy(),
+    })
+    if "documents" in table:
+        out["Documents"] = table["documents"].to_numpy()
+    for name in metrics:
+        col = table[name]
+        numeric = pd.api.types.is_numeric_dtype(col)
+        out[METRICS[name]["label"]] = (col.round(digits) if numeric else col).to_numpy()
+    if "note" in table and table["note"].astype(bool).any():
+        out["Note"] = table["note"].to_numpy()
+    return out
+
+
+def table2(table: pd.DataFrame, digits: int = 3) -> pd.DataFrame:
+    """Table 2: the top-5 % Jaccard column only."""
+    return table1(table, ("jaccard_top",), digits)
+
+
+def faithfulness_summary(summary: pd.DataFrame, columns: Sequence[str] = ("aopc", "aopc@10%", "lodds",
+                                                                             "flip_fraction")) -> pd.DataFrame:
+    """A compact dataset summary: ranking, documents, 'mean ± std' per chosen number, flipped and no-flip counts
+    (from faithfulness.summarise)."""
+    _require(summary, ["ranking", "documents", "flipped", "no flip", *(f"{c} mean" for c in columns)])
+    out = summary[["ranking", "documents"]].copy()
+    for c in columns:
+        out[c] = [f"{m:.3f} ± {s:.3f}" if np.isfinite(m) else "—"
+                  for m, s in zip(summary[f"{c} mean"], summary[f"{c} std"])]
+    out["flipped"], out["no flip"] = summary["flipped"].to_numpy(), summary["no flip"].to_numpy()
+    return out
+
+
+def _require(df: pd.DataFrame, columns: Sequence[str]) -> None:
+    missing = [c for c in columns if c not in df]
+    if missing:
+        raise ValueError(f"missing column(s) {missing}; have {list(df.columns)}")
+
+
+def _order(rankings: pd.Series) -> list[str]:
+    present = list(dict.fromkeys(rankings))
+    return [r for r in _RANKING_ORDER if r in present] + [r for r in present if r not in _RANKING_ORDER]

@@ -1,0 +1,206 @@
+"""Token overlays: the document's text with one coloured box per model token (paper Figs 8, 9, 16).
+
+Shared by the attribution overlay (mode="diverging": green positive / red negative, saturation by magnitude)
+and the summed-attention overlay (mode="sequential": white -> red). The output is a self-contained HTML
+string: every piece of text is escaped, so a document containing markup shows as text.
+
+Readability: byte-level BPE markers become what they encode ('Ġ' -> space, 'Ċ' -> line break), subword
+pieces are joined without a space, and the space that starts a word is placed *between* boxes so a word
+reads as one unit. Special tokens (<s>, </s>, [CLS], ...) appear as small grey tags.
+"""
+from __future__ import annotations
+
+import html
+import math
+import re
+from functools import lru_cache
+
+import numpy as np
+
+_SPECIAL = re.compile(r"^(<[^<>\s]{1,20}>|\[[A-Z_]{2,10}\])$")
+_MODES = ("diverging", "sequential")
+# Hue and lightness follow captum's visualisation (hsl(120|0, 75%, 100 - 50 * |x|)): white at 0,
+# a mid green/red at the extremes, where black text stays readable.
+_HUE = {"pos": 120, "neg": 0}
+
+_STYLE = (
+    "<style>"
+    ".lv-ov{line-height:2.0;font-family:ui-sans-serif,system-ui,sans-serif;font-size:0.95rem;"
+    "word-wrap:break-word;color:#111}"
+    ".lv-ov .lv-t{border-radius:2px;padding:1px 0}"
+    ".lv-ov .lv-sp{font-size:0.7em;color:#666;border:1px solid #bbb;border-radius:3px;padding:0 2px;"
+    "margin:0 2px;font-family:ui-monospace,monospace}"
+    ".lv-ov .lv-ws{color:#999;font-size:0.8em}"
+    ".lv-ov .lv-m{color:#aaa;background:#f1f1f1}"
+    ".lv-ov .lv-sel{outline:2px solid #1f6feb;outline-offset:1px}"
+    ".lv-lg{font-family:ui-sans-serif,system-ui,sans-serif;font-size:0.8rem;color:#333;margin:4px 0}"
+    ".lv-lg .lv-bar{display:inline-block;width:220px;height:12px;border:1px solid #ccc;vertical-align:middle;"
+    "margin:0 6px}"
+    "</style>"
+)
+
+
+@lru_cache(maxsize=1)
+def _byte_decoder() -> dict[str, int]:
+    """GPT-2 / RoBERTa byte-level alphabet: printable stand-in character -> byte it encodes."""
+    visible = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
+    visible += list(range(ord("®"), ord("ÿ") + 1))
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in visible:
+            chars[chr(b)] = b
+        else:
+            chars[chr(256 + extra)] = b
+            extra += 1
+    return chars
+
+
+def readable_token(tok: str) -> str:
+    """The text a model token stands for: 'Ġtraining' -> ' training', 'Ċ' -> '\\n', '##ing' -> 'ing',
+    '▁word' -> ' word'. Byte-level pieces that are not valid UTF-8 on their own are kept as they are."""
+    if not isinstance(tok, str):
+        tok = str(tok)
+    if _SPECIAL.match(tok):
+        return tok
+    if tok.startswith("##") and len(tok) > 2:
+        return tok[2:]
+    tok = tok.replace("▁", " ")
+    dec = _byte_decoder()
+    if tok and all(c in dec for c in tok):
+        try:
+            return bytes(dec[c] for c in tok).decode("utf-8")
+        except UnicodeDecodeError:
+            pass  # half of a multi-byte character: show the stand-in glyphs rather than nothing
+    return tok.replace("Ġ", " ").replace("Ċ", "\n").replace("ĉ", "\t")
+
+
+def token_label(tok: str) -> str:
+    """A one-line label for tables and hover text: the readable token without its word-start space;
+    whitespace-only tokens as visible glyphs ('\n' -> '↵', ' ' -> '␣')."""
+    text = readable_token(tok)
+    core = text.strip()
+    if core:
+        return core.replace("\n", "↵")
+    return "↵" * text.count("\n") or "␣"
+
+
+def is_special_token(tok: str) -> bool:
+    return bool(_SPECIAL.match(str(tok)))
+
+
+def _word_starts_with_space(tokens: list[str]) -> bool:
+    """True for byte-level BPE / SentencePiece (the space is in the token), False for WordPiece
+    (a space before every token except '##' continuations)."""
+    return any(t.startswith(("Ġ", "▁", "Ċ")) for t in tokens if isinstance(t, str))
+
+
+def _colour(x: float, mode: str) -> str:
+    """Background for a value already scaled to [-1, 1] (diverging) or [0, 1] (sequential)."""
+    if not math.isfinite(x) or x == 0.0:
+        return ""
+    mag = min(abs(x), 1.0)
+    hue = _HUE["neg"] if (mode == "sequential" or x < 0) else _HUE["pos"]
+    return f"background-color:hsl({hue},75%,{100 - 50 * mag:.1f}%)"
+
+
+def _fmt(v: float) -> str:
+    return "n/a" if not math.isfinite(v) else f"{v:+.4g}"
+
+
+def token_overlay_html(
+    tokens,
+    values,
+    *,
+    mode: str = "diverging",
+    mask=None,
+    vmax: float | None = None,
+    title: str | None = None,
+    positions: bool = True,
+    selected: int | None = None,
+) -> str:
+    """HTML for the tokens coloured by `values` (one per token).
+
+    mode: "diverging" (green > 0, red < 0, saturation |v| / vmax) or "sequential" (white -> red, v / vmax).
+    mask: optional booleans, True = masked: shown greyed, uncoloured and left out of the automatic vmax.
+    vmax: value of full saturation; default the largest |value| among unmasked tokens.
+    title: optional heading above the text. positions: include the position in each token's hover text.
+    selected: a position to outline (the token picked in the UI)."""
+    if mode not in _MODES:
+        raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
+    tokens = [str(t) for t in tokens]
+    vals = np.asarray(values, dtype=np.float64).reshape(-1)  # (n,)
+    n = len(tokens)
+    if vals.shape[0] != n:
+        raise ValueError(f"{n} tokens but {vals.shape[0]} values")
+    masked = np.zeros(n, dtype=bool) if mask is None else np.asarray(mask, dtype=bool).reshape(-1)
+    if masked.shape[0] != n:
+        raise ValueError(f"{n} tokens but a mask of {masked.shape[0]}")
+    if vmax is None:
+        live = np.abs(vals[~masked & np.isfinite(vals)])
+        vmax = float(live.max()) if live.size else 0.0
+    vmax = float(vmax)
+    if not math.isfinite(vmax) or vmax < 0:
+        raise ValueError(f"vmax must be a finite non-negative number, got {vmax}")
+    scale = vmax if vmax > 0 else 1.0
+    space_in_token = _word_starts_with_space(tokens)
+
+    out = [_STYLE, '<div class="lv-ov">']
+    if title:
+        out.append(f'<div style="font-weight:600;margin-bottom:4px">{html.escape(title)}</div>')
+    for i, (tok, v, m) in enumerate(zip(tokens, vals, masked)):
+        hover = (f"#{i} " if positions else "") + f"{token_label(tok)}: {_fmt(v)}" + (" (masked)" if m else "")
+        attrs = f'data-pos="{i}" title="{html.escape(hover, quote=True)}"'
+        sel = " lv-sel" if selected is not None and i == selected else ""
+        if m:
+            cls, style = "lv-t lv-m", ""
+        else:
+            x = v / scale if mode == "diverging" else max(v, 0.0) / scale
+            cls, style = "lv-t", _colour(x, mode)
+        style_attr = f' style="{style}"' if style else ""
+        if is_special_token(tok):
+            out.append(f' <span class="{cls} lv-sp{sel}" {attrs}{style_attr}>{html.escape(tok)}</span> ')
+            continue
+        text = readable_token(tok)
+        if not space_in_token and not tok.startswith("##") and i > 0:
+            text = " " + text
+        core = text.strip()
+        if core:
+            lead, trail = text[: len(text) - len(text.lstrip())], text[len(text.rstrip()):]
+            body = "<br>".join(html.escape(part) for part in core.split("\n"))
+        else:  # a token that is only whitespace still carries a value: show a glyph, then its line breaks
+            lead, trail = "", "\n" * text.count("\n")
+            body = '<span class="lv-ws">' + ("↵" * text.count("\n") or "␣") + "</span>"
+        out.append(_whitespace_html(lead))
+        out.append(f'<span class="{cls}{sel}" {attrs}{style_attr}>{body}</span>')
+        out.append(_whitespace_html(trail))
+    out.append("</div>")
+    return "".join(out)
+
+
+def _whitespace_html(ws: str) -> str:
+    if not ws:
+        return ""
+    breaks = ws.count("\n")
+    return "<br>" * breaks if breaks else " "
+
+
+def legend_html(mode: str = "diverging", vmin: float | None = None, vmax: float = 1.0, label: str = "") -> str:
+    """A colour bar with its end values: diverging runs red (vmin, default -vmax) - white (0) - green (vmax);
+    sequential runs white (vmin, default 0) - red (vmax)."""
+    if mode not in _MODES:
+        raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
+    vmax = float(vmax)
+    if mode == "diverging":
+        vmin = -abs(vmax) if vmin is None else float(vmin)
+        stops = "hsl(0,75%,50%),#fff,hsl(120,75%,50%)"
+        ticks = (f"{_fmt(vmin)} (negative)", f"{_fmt(vmax)} (positive)")
+    else:
+        vmin = 0.0 if vmin is None else float(vmin)
+        stops = "#fff,hsl(0,75%,50%)"
+        ticks = (_fmt(vmin).lstrip("+"), _fmt(vmax).lstrip("+"))
+    lab = f"<b>{html.escape(label)}</b> " if label else ""
+    return (
+        f'{_STYLE}<div class="lv-lg">{lab}{html.escape(ticks[0])}'
+        f'<span class="lv-bar" style="background:linear-gradient(to right,{stops})"></span>'
+        f"{html.escape(ticks[1])}</div>"
+    )

@@ -1,0 +1,145 @@
+"""Attribution (paper Figs 9-10): Integrated Gradients overlay with the paper's header, token details, tables."""
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from longviz_core import attribution as ig
+from longviz_core.figures.text import legend_html, token_overlay_html
+from longviz_core.views.masking import build_mask
+from pages import _common as common
+from pages._common import K
+
+P = "attribution"
+st.title("Attribution")
+with common.guard():
+    model, analysis, label, description = common.current_analysis()
+ss = st.session_state
+name = analysis.label_name
+
+
+def steps_picker(col, key: str) -> int:
+    preset = col.selectbox("Steps", [*ig.STEP_PRESETS, "custom"], key=K.page(P, key))
+    if preset in ig.STEP_PRESETS:
+        return ig.STEP_PRESETS[preset]
+    return int(col.number_input("Custom steps", 2, 5000, 100, key=K.page(P, key + "_n")))
+
+
+def table(df: pd.DataFrame, title: str, file: str, selectable: bool = False) -> None:
+    st.markdown(f"**{title}**")
+    key = K.page(P, "t_" + file)
+    if selectable:  # a click on a row picks that token (st.html overlays cannot report clicks)
+        st.dataframe(df, hide_index=True, key=key, on_select=lambda: pick_row(key, df), selection_mode="single-row")
+    else:
+        st.dataframe(df, hide_index=True)
+    st.download_button("CSV", df.to_csv(index=False), f"{file}.csv", "text/csv", key=K.page(P, "dl_" + file))
+
+
+def pair(df: pd.DataFrame, col: str, title: str, file: str, selectable: bool = False) -> None:
+    """Two tables side by side: the 10 largest positive and the 10 largest negative values of `col`."""
+    left, right = st.columns(2)
+    with left:
+        table(df[df[col] > 0].head(10), f"{title}: top 10 positive", f"{file}_positive", selectable)
+    with right:
+        neg = df[df[col] < 0].iloc[::-1].head(10).reset_index(drop=True)
+        table(neg, f"{title}: top 10 negative", f"{file}_negative", selectable)
+    st.download_button(f"All rows: {title} (CSV)", df.to_csv(index=False), f"{file}.csv", "text/csv",
+                       key=K.page(P, "dl_all_" + file))
+
+
+def pick_row(key: str, df: pd.DataFrame) -> None:
+    rows = ss[key].selection.rows
+    if rows:
+        ss[K.page(P, "pos")] = int(df["position"].iloc[rows[0]])
+
+
+c1, c2, c3 = st.columns(3)
+target = c1.selectbox("Attribution label (class explained)", range(model.num_labels), index=analysis.predicted,
+                      format_func=name, key=K.page(P, "target"), help="Default: the predicted class.")
+n_steps = steps_picker(c2, "steps")
+with c3.expander("Integration settings"):
+    method = st.selectbox("Method", ig.METHODS, key=K.page(P, "method"))
+    precision = st.selectbox("Precision (autocast)", list(ig.PRECISIONS), key=K.page(P, "precision"))
+    adaptive = st.toggle("Adaptive: double the steps until converged", key=K.page(P, "adaptive"))
+    tolerance = st.number_input("Tolerance (|delta| / |F(x) - F(baseline)|)", 0.001, 0.5, ig.DELTA_WARN,
+                                key=K.page(P, "tol"), disabled=not adaptive)
+settings = dict(target=int(target), n_steps=n_steps, method=method, precision=precision, adaptive=adaptive,
+                tolerance=tolerance, max_steps=max(1600, n_steps))
+
+with common.guard():
+    attr = ig.cached_attribution(model, analysis, **settings)
+    if attr is None:
+        with st.spinner("Timing one step of the model (once per model and length)…"):
+            eta = ig.estimate_ig_seconds(model, analysis.n, n_steps, precision, on_wait=common.queue_notice())
+        st.info(f"Not computed yet for these settings: {n_steps} steps on {analysis.n:,} tokens take about "
+                f"{ig.format_seconds(eta)} on this machine ({model.device.type}).")
+        if not st.button("Compute attributions", type="primary", key=K.page(P, "run")):
+            st.stop()
+        attr = ig.integrated_gradients(model, analysis, **settings, progress=common.progress_bar("Integrated Gradients"),
+                                       on_wait=common.queue_notice())
+
+# ---- header row (Fig 9)
+h = st.columns(4)
+h[0].metric("True label", name(label) if label is not None else "—")
+h[1].metric("Predicted label", name(analysis.predicted), f"p = {analysis.probs[analysis.predicted]:.3f}",
+            delta_color="off")
+h[2].metric("Attribution label", name(attr.target))
+h[3].metric("Attribution score", f"{attr.total:+.3f}")
+st.caption(
+    f"{description} · {attr.n_steps} steps ({attr.method}, {attr.precision}) · convergence delta {attr.delta:+.2e} "
+    f"(F(x) − F(baseline) = {attr.prob_input:.4f} − {attr.prob_baseline:.4f} = {attr.expected:+.4f}) · "
+    + ("loaded from cache" if attr.from_cache else f"computed in {ig.format_seconds(attr.seconds)}")
+)
+if attr.warning:
+    st.warning(attr.warning)
+
+masked = st.toggle("Mask special tokens, punctuation and stopwords", key=K.page(P, "mask"))
+mask = build_mask(analysis.tokens) if masked else None
+vmax = float(np.abs(attr.scores[~mask] if masked else attr.scores).max(initial=0.0))
+if not 0 <= ss.get(K.page(P, "pos"), -1) < analysis.n:  # first visit or a shorter document: the top token
+    ss[K.page(P, "pos")] = int(attr.scores.argmax())
+pos = st.number_input("Token position (or click a row of the top-10 tables)", 0, analysis.n - 1,
+                      key=K.page(P, "pos"))
+st.html(legend_html("diverging", vmax=vmax, label=f"Attribution to '{name(attr.target)}'"))
+with st.container(height=460):
+    st.html(token_overlay_html(analysis.tokens, attr.scores, mask=mask, vmax=vmax, selected=int(pos)))
+
+# ---- the selected token
+d = ig.token_detail(analysis, attr, int(pos))
+t = st.columns(4)
+t[0].metric("Token", repr(d["token"]), f"position {d['position']:,} of {d['n']:,}", delta_color="off")
+t[1].metric("Attribution", f"{d['attribution']:+.4f}", f"rank {d['attribution_rank']:,}", delta_color="off")
+t[2].metric("|Attribution| rank", f"{d['abs_attribution_rank']:,}")
+t[3].metric("Received attention (all layers, heads)", f"{d['received_attention']:.3f}",
+            f"rank {d['attention_rank']:,}", delta_color="off")
+
+# ---- tables (Fig 10)
+ranked = ig.top_attributions(analysis.tokens, attr.scores, analysis.n, "positive", mask)
+negative = ig.top_attributions(analysis.tokens, attr.scores, analysis.n, "negative", mask)
+pair(pd.concat([ranked, negative.iloc[::-1]], ignore_index=True), "attribution", "Tokens", "tokens", selectable=True)
+pair(ig.attribution_by_token(analysis.tokens, attr.scores, mask), "attribution",
+     "Token types (sum over the document)", "token_types")
+
+# ---- dataset-wide average by token type
+st.subheader("Dataset-wide average by token type")
+with common.guard():
+    df = common.current_dataset(model)
+if df is None:
+    st.info("Choose a dataset in the sidebar for the dataset-wide table.")
+    st.stop()
+d1, d2 = st.columns(2)
+n_docs = int(d1.number_input("Documents", 1, len(df), min(20, len(df)), key=K.page(P, "ds_docs")))
+ds_steps = steps_picker(d2, "ds_steps")
+texts = df["text"].head(n_docs).tolist()
+ds_args = dict(target=int(target), n_steps=ds_steps, method=method, max_tokens=common.max_tokens(model),
+               precision=precision)
+with common.guard():
+    ds = ig.cached_dataset_attributions(model, texts, **ds_args)
+    if ds is None:
+        eta = ig.estimate_dataset_seconds(model, texts, ds_steps, ds_args["max_tokens"], precision)
+        st.info(f"Not computed yet: about {ig.format_seconds(eta)} for {n_docs} documents at {ds_steps} steps "
+                "(documents already attributed at these settings are reused).")
+        if not st.button("Compute the dataset-wide table", key=K.page(P, "ds_run")):
+            st.stop()
+        ds = ig.dataset_attributions(model, texts, **ds_args, progress=common.progress_bar("Dataset attribution"),
+                                     on_wait=common.queue_notice())
+pair(ds.table, "mean_attribution", f"Token types (mean over {ds.n_docs} documents)", "dataset_token_types")

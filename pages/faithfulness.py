@@ -1,0 +1,118 @@
+"""Faithfulness by deletion: AOPC / LOdds curves and decision flips for attention, |IG|, |IG| x attention and
+random rankings (seeds 003 and 004), for the current document or dataset-wide."""
+import streamlit as st
+
+import longviz_core as lv
+from longviz_core import attribution as attr
+from longviz_core import cache
+from longviz_core import faithfulness as fa
+from longviz_core.figures import agreement as fig
+from longviz_core.views.importance import cached_head_importance
+from pages import _common as common
+
+K, P = common.K, "faithfulness"
+IMPORTED = K.page("attention", "imported_importance")  # set on the heatmap page when a file is imported
+FLIP_STEPS = {"1 %": 0.01, "2 %": 0.02, "5 %": 0.05, "10 %": 0.10}
+
+st.title("Faithfulness: deleting the top-ranked tokens")
+with common.guard():
+    model, analysis, label, description = common.current_analysis()
+st.caption(f"{description} · {analysis.n:,} tokens · predicted {analysis.label_name(analysis.predicted)} "
+           f"(p = {analysis.probs[analysis.predicted]:.3f})")
+st.markdown(
+    "Tokens are removed in ranking order (replaced by the chosen token; `<s>`, `</s>`, positions and masks kept). "
+    "**AOPC(k)** = p(y|x) − p(y|x without the top k %): higher = the ranking found what the prediction rests on. "
+    "**LOdds(k)** = log p(y|x without the top k %) − log p(y|x): lower is better. **Flip fraction**: share of text "
+    "tokens removed when the predicted class first changes (lower is better; 'no flip' if it never changes).")
+
+L = model.num_layers
+c1, c2, c3 = st.columns(3)
+scope = c1.radio("Scope", ("this document", "dataset"), key=K.page(P, "scope"), horizontal=True)
+steps = attr.STEP_PRESETS[c2.selectbox("IG steps", list(attr.STEP_PRESETS), key=K.page(P, "steps"))]
+replacement = c3.radio("Replace removed tokens by", fa.REPLACEMENTS, key=K.page(P, "replacement"), horizontal=True,
+                       format_func=lambda r: {"mask": "<mask>", "pad": "<pad>"}[r])
+c1, c2, c3 = st.columns(3)
+lo, hi = c1.slider("Attention ranking: layers", 1, L, (1, L), key=K.page(P, "layers")) if L > 1 else (1, 1)
+scale = c2.checkbox("Scale attention by head importance", key=K.page(P, "scale"))
+flip_step = FLIP_STEPS[c3.selectbox("Flip search step", list(FLIP_STEPS), index=2, key=K.page(P, "flip_step"),
+                                    help="Grid of the search; the last step is then refined to one token.")]
+seed = st.number_input("Random ranking seed", 0, 10_000, 0, key=K.page(P, "seed"))
+layers = list(range(lo - 1, hi))
+
+with common.guard():
+    df = common.current_dataset(model)
+    importance = st.session_state.get(IMPORTED) if scale else None  # the heatmap page's imported file wins
+    if importance is not None and importance.shape != (L, model.num_heads):
+        importance = None
+    if scale and importance is None:
+        if df is None or "label" not in df:
+            raise lv.DatasetError("Head importance needs a labelled dataset; untick the scaling or pick one.")
+        importance = cached_head_importance(model, df, common.max_tokens(model),
+                                            progress=common.progress_bar("Head importance"))
+settings = dict(layers=layers, scale=None if importance is None else importance.round(12).tolist(),
+                replacement=replacement, flip_step=flip_step, seed=int(seed))
+
+if scope == "this document":
+    with common.guard():
+        ig = attr.cached_attribution(model, analysis, None, steps)
+        if ig is None:
+            seconds = attr.estimate_ig_seconds(model, analysis.n, steps)
+            st.info(f"Integrated Gradients with {steps} steps on {analysis.n:,} tokens takes about {seconds:.0f} s "
+                    "here; the deletion test then scores 100-150 perturbed copies, about as long as IG with 50 steps.")
+            if not st.button("Run Integrated Gradients and the deletion test", key=K.page(P, "run_ig")):
+                st.stop()
+            ig = attr.integrated_gradients(model, analysis, None, steps, progress=common.progress_bar("IG"),
+                                           on_wait=common.queue_notice())
+        result = cache.derived(
+            analysis, "faithfulness",
+            lambda a, **kw: fa.faithfulness(model, a, ig.scores, layers=layers, scale=importance,
+                                            replacement=replacement, flip_step=flip_step, seed=int(seed),
+                                            progress=common.progress_bar("Deletion test"),
+                                            on_wait=common.queue_notice()),
+            ig=ig.key, **settings)
+    st.caption(f"{result.forward_passes} perturbed copies scored in {result.seconds:.1f} s · removed tokens "
+               f"replaced by {result.replacement} · {result.n_removable:,} removable text tokens.")
+    table = result.table()
+    st.dataframe(table.round(4), hide_index=True)
+    for name, curve in result.curves.items():
+        if curve.flip_removed is None:
+            st.caption(f"{fa.RANKING_LABELS[name]}: no flip — removing every text token keeps the prediction.")
+    curves = result.long_curves()
+    tabs = st.tabs(["AOPC", "LOdds", "probability", "decision flips"])
+    for tab, metric in zip(tabs, ("aopc", "lodds", "probability")):
+        tab.altair_chart(fig.deletion_curves_chart(curves, metric))
+    tabs[3].altair_chart(fig.flip_chart(table))
+else:
+    with common.guard():
+        if df is None:
+            raise lv.DatasetError("The dataset-wide summary needs a dataset: choose one in the sidebar.")
+        count = st.slider("Documents (from the start of the dataset)", 1, len(df), min(10, len(df)),
+                          key=K.page(P, "docs"))
+        estimate = attr.estimate_ig_seconds(model, common.max_tokens(model), steps)
+        st.info(f"Uncached documents need IG and the deletion test: IG alone takes up to about "
+                f"{count * estimate / 60:.1f} min for {count} documents at {common.max_tokens(model):,} tokens "
+                "(cached documents are instant).")
+        # results stay on screen while other widgets change; new settings ask for a new click
+        wanted = repr((model.fingerprint, lv.dataset_fingerprint(df), count, steps, settings,
+                       common.max_tokens(model)))
+        if st.button("Compute the dataset-wide summary", key=K.page(P, "run_dataset")):
+            st.session_state[K.page(P, "computed")] = wanted
+        if st.session_state.get(K.page(P, "computed")) != wanted:
+            st.stop()
+        labels = df["label"].iloc[:count] if "label" in df else None
+        result = fa.dataset_faithfulness(model, df["text"].iloc[:count], labels,
+                                         max_tokens=common.max_tokens(model), ig_steps=steps, layers=layers,
+                                         scale=importance, replacement=replacement, flip_step=flip_step,
+                                         seed=int(seed), progress=common.progress_bar("Dataset"),
+                                         on_wait=common.queue_notice())
+    st.caption(f"{result.n_documents} documents ({result.from_cache} from the disk cache); mean ± std over "
+               "documents; the flip fraction's mean is over the documents that flipped.")
+    st.dataframe(fig.faithfulness_summary(result.summary), hide_index=True)
+    with st.expander("Every number (mean and std per k)"):
+        st.dataframe(result.summary.round(4), hide_index=True)
+    curves = result.long_curves()
+    tabs = st.tabs(["AOPC", "LOdds", "decision flips", "per document"])
+    for tab, metric in zip(tabs, ("aopc", "lodds")):
+        tab.altair_chart(fig.deletion_curves_chart(curves, metric))
+    tabs[2].altair_chart(fig.flip_chart(result.per_document))
+    tabs[3].dataframe(result.per_document.round(4), hide_index=True)

@@ -1,0 +1,143 @@
+"""AppTest of the attribution page on the demo: header, overlay, mask toggle, token picker, tables, CSV
+downloads, the dataset-wide table, and cached results coming back without recomputation."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from longviz_core import attribution as A
+from pages._common import K
+
+TIMEOUT = 300
+pytestmark = pytest.mark.filterwarnings("ignore::longviz_core.attribution.ConvergenceWarning")
+APP = str(Path(__file__).resolve().parents[1] / "app.py")
+P = "attribution"
+
+
+@pytest.fixture()
+def calls(tmp_path, monkeypatch):
+    """Every IG computation the page triggers, in a private cache folder."""
+    monkeypatch.setattr(A, "_cache_root", lambda cache_dir: tmp_path / "attributions")
+    seen = []
+    real = A._compute
+
+    def counting(*args, **kwargs):
+        seen.append(args[3])  # n_steps
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(A, "_compute", counting)
+    return seen
+
+
+def _open(max_tokens=200, steps=4, **state):
+    """The page on its own (switch_page runs it without app.py's sidebar: settings go in session state)."""
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.session_state[K.MAX_TOKENS] = max_tokens
+    for key, value in state.items():
+        at.session_state[key] = value
+    at.switch_page("pages/attribution.py").run()
+    at.selectbox(key=K.page(P, "steps")).set_value("custom").run()
+    at.number_input(key=K.page(P, "steps_n")).set_value(steps).run()
+    assert not at.exception, at.exception
+    return at
+
+
+def _metric(at, label):
+    return next(m for m in at.metric if m.label == label)
+
+
+def test_overlay_tables_toggles_and_cache(demo, calls):
+    at = _open()
+    assert at.title[0].value == "Attribution"
+    assert any("Not computed yet" in i.value for i in at.info) and calls == []
+    at.button(key=K.page(P, "run")).click().run()
+    assert not at.exception and calls == [4]
+
+    attr = A.cached_attribution(*_current(at), n_steps=4)  # default target: the predicted class
+    assert attr is not None and attr.n == 200
+    assert _metric(at, "Attribution score").value == f"{attr.total:+.3f}"
+    assert _metric(at, "Attribution label").value == _metric(at, "Predicted label").value  # default target
+    overlay = next(h.proto.body for h in at.html if 'data-pos="0"' in h.proto.body)
+    assert overlay.count("data-pos=") == 200 and 'class="lv-t lv-m' not in overlay
+    assert any("Attribution to" in h.proto.body for h in at.html)  # the legend
+    assert len(at.dataframe) >= 4 and len(at.download_button) >= 5
+    top = at.dataframe[0].value
+    assert list(top.columns) == ["token", "position", "attribution"] and (top["attribution"] > 0).all()
+    assert top["attribution"].iloc[0] == pytest.approx(attr.scores.max())
+
+    at.toggle(key=K.page(P, "mask")).set_value(True).run()
+    overlay = next(h.proto.body for h in at.html if 'data-pos="0"' in h.proto.body)
+    assert 'class="lv-t lv-m' in overlay and calls == [4]
+
+    at.number_input(key=K.page(P, "pos")).set_value(5).run()
+    token = _metric(at, "Token")
+    assert "position 5 of 200" in token.delta
+    assert _metric(at, "Attribution").value == f"{attr.scores[5]:+.4f}"
+    overlay = next(h.proto.body for h in at.html if 'data-pos="0"' in h.proto.body)
+    assert re.search(r'class="[^"]*lv-sel[^"]*" data-pos="5"', overlay) and overlay.count("lv-sel\"") == 1
+    assert calls == [4]
+
+    # a new session (as after a restart: the result comes from the disk cache, not from memory)
+    again = _open()
+    assert not again.exception and calls == [4]
+    assert _metric(again, "Attribution score").value == f"{attr.total:+.3f}"
+    assert any("loaded from cache" in c.value for c in again.caption)
+
+
+def test_dataset_wide_table(demo, calls):
+    at = _open(max_tokens=128, steps=2)
+    at.button(key=K.page(P, "run")).click().run()
+    at.number_input(key=K.page(P, "ds_docs")).set_value(2)
+    at.selectbox(key=K.page(P, "ds_steps")).set_value("custom").run()
+    at.number_input(key=K.page(P, "ds_steps_n")).set_value(2).run()
+    assert any("2 documents at 2 steps" in i.value for i in at.info)
+    at.button(key=K.page(P, "ds_run")).click().run()
+    assert not at.exception
+    n_after = len(calls)
+    assert n_after <= 3  # the page's document plus at most two dataset documents (one may be the same)
+    tables = [d.value for d in at.dataframe if "mean_attribution" in d.value.columns]
+    assert len(tables) == 2 and (tables[0]["n_docs"] >= 1).all()
+    again = _open(max_tokens=128, steps=2)
+    again.number_input(key=K.page(P, "ds_docs")).set_value(2)
+    again.selectbox(key=K.page(P, "ds_steps")).set_value("custom").run()
+    again.number_input(key=K.page(P, "ds_steps_n")).set_value(2).run()
+    assert len([d for d in again.dataframe if "mean_attribution" in d.value.columns]) == 2
+    assert len(calls) == n_after
+
+
+def _current(at):
+    """The model and analysis the page shows by default: document 0 of the demo dataset (loaded afresh: the
+    cache keys are content fingerprints, so an equal copy finds the page's entries)."""
+    from longviz_core import analyze, load_dataset, load_model
+
+    model = load_model("demo")
+    text = load_dataset("demo", id2label=model.id2label)["text"].iloc[0]
+    return model, analyze(model, text, 200)
+
+
+def test_tiny_model_pasted_text_and_file_dataset(calls, tmp_path):
+    """Without the demo: a tiny checkpoint, a pasted document and a CSV dataset (fast; same widgets)."""
+    import pandas as pd
+    from tiny import make_tiny_longformer, text_of
+
+    model_dir = make_tiny_longformer(tmp_path / "tiny", initializer_range=0.3)
+    csv = tmp_path / "docs.csv"
+    pd.DataFrame({"text": [text_of(30), text_of(50)], "label": [0, 1]}).to_csv(csv, index=False)
+    at = _open(max_tokens=128, steps=3, **{K.MODEL: str(model_dir), K.DOC_MODE: "pasted text",
+                                          K.PASTED: text_of(40), K.DATASET_KIND: "file path",
+                                          K.DATASET_PATH: str(csv)})
+    at.button(key=K.page(P, "run")).click().run()
+    assert not at.exception and calls == [3]
+    assert _metric(at, "True label").value == "—"
+    overlay = next(h.proto.body for h in at.html if 'data-pos="0"' in h.proto.body)
+    assert "&lt;s&gt;" in overlay and "hsl(" in overlay
+    at.number_input(key=K.page(P, "ds_docs")).set_value(2)
+    at.selectbox(key=K.page(P, "ds_steps")).set_value("custom").run()
+    at.number_input(key=K.page(P, "ds_steps_n")).set_value(2).run()
+    at.button(key=K.page(P, "ds_run")).click().run()
+    assert not at.exception and calls == [3, 2, 2]
+    tables = [d.value for d in at.dataframe if "mean_attribution" in d.value.columns]
+    assert len(tables) == 2 and set(tables[0]["n_docs"]) <= {1, 2}
