@@ -4,9 +4,14 @@ from pathlib import Path
 import streamlit as st
 
 from pages import _common as common
+from pages import _hosting as hosting
+from pages import _links as links
 
 st.set_page_config(page_title="longviz", page_icon="🔎", layout="wide")
+hosting.apply_host_config()
+hosting.login_gate()
 common.sidebar()
+links.sync()
 HERE = Path(__file__).parent
 PAGES = [  # (file, title, icon)
     ("pages/document.py", "Document", "📄"),

@@ -79,27 +79,38 @@ def queue_notice():
 
 # ----------------------------------------------------------------------------------------------- sidebar
 def sidebar() -> None:
+    """The controls every page shares. In hosted mode models and datasets come from the lab's list; every
+    option is bound to the URL (`bind="query-params"`) so a copied link reopens the same view."""
+    from pages import _hosting as hosting
+
     ss = st.session_state
     ss.setdefault(K.DOC_SEED, 0)
+    cfg = hosting.config()
     with st.sidebar:
-        st.text_input("Model", value="demo", key=K.MODEL,
-                      help="'demo', a local checkpoint directory, or a Hugging Face Hub id.")
-        kind = st.selectbox("Dataset", DATASET_KINDS, key=K.DATASET_KIND)
-        if kind == "file path":
-            st.text_input("Dataset file (CSV, Parquet, JSONL)", key=K.DATASET_PATH)
-        elif kind == "upload":
-            st.file_uploader("Upload a dataset", type=["csv", "tsv", "parquet", "jsonl", "json"],
-                             key=K.DATASET_UPLOAD)
-        mode = st.selectbox("Document", DOC_MODES, key=K.DOC_MODE)
+        if cfg is not None:
+            hosting.sidebar_sources(cfg)
+        else:
+            st.text_input("Model", value="demo", key=K.MODEL, bind="query-params",
+                          help="'demo', a local checkpoint directory, or a Hugging Face Hub id.")
+            kind = st.selectbox("Dataset", DATASET_KINDS, key=K.DATASET_KIND, bind="query-params")
+            if kind == "file path":
+                st.text_input("Dataset file (CSV, Parquet, JSONL)", key=K.DATASET_PATH, bind="query-params")
+            elif kind == "upload":
+                st.file_uploader("Upload a dataset", type=["csv", "tsv", "parquet", "jsonl", "json"],
+                                 key=K.DATASET_UPLOAD)
+        mode = st.selectbox("Document", hosting.doc_modes(cfg), key=K.DOC_MODE, bind="query-params")
         if mode == "by index":
-            st.number_input("Index in the dataset", min_value=0, value=0, step=1, key=K.DOC_INDEX)
+            st.number_input("Index in the dataset", min_value=0, value=0, step=1, key=K.DOC_INDEX,
+                            bind="query-params")
         elif mode.startswith("random"):
             if st.button("Pick another", help="Draw another document of this kind"):
                 ss[K.DOC_SEED] += 1
         elif mode == "pasted text":
             st.text_area("Text to analyse", key=K.PASTED, height=160)
-        st.number_input("Max tokens", min_value=16, max_value=16384, value=lv.DEFAULT_MAX_TOKENS, step=256,
-                        key=K.MAX_TOKENS, help="Inputs are <s> + text truncated to max tokens - 2 + </s>.")
+        limit = hosting.max_tokens_limit(cfg)
+        st.number_input("Max tokens", min_value=16, max_value=limit, value=min(lv.DEFAULT_MAX_TOKENS, limit),
+                        step=256, key=K.MAX_TOKENS, bind="query-params",
+                        help="Inputs are <s> + text truncated to max tokens - 2 + </s>.")
 
 
 # --------------------------------------------------------------------------------------------- accessors
