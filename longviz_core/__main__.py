@@ -1,6 +1,6 @@
 """Command line: `python -m longviz_core precompute ...` and `python -m longviz_core store-info DIR`.
 
-See docs/precompute.md for the workflow (single machine, shards, Ray) and the store's layout."""
+See README, "Precomputing a dataset", for the workflow (single machine, shards, Ray) and the store's layout."""
 from __future__ import annotations
 
 import argparse

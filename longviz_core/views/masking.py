@@ -12,7 +12,7 @@ Tokens are raw tokenizer strings in one of three schemes, detected per token lis
 
 The stopword list is NLTK's English list, shipped with the package in NLTK's corpus layout
 (longviz_core/data/nltk_data/corpora/stopwords/english) because `nltk.download` cannot reach the internet on
-many lab servers; see docs/metrics.md for the rules and how they differ from the paper's notebook.
+many lab servers; see README, "Agreement metrics and masking", for the rules and how they differ from the paper's notebook.
 """
 from __future__ import annotations
 
