@@ -25,6 +25,5 @@ PAGES = [  # (file, title, icon)
 pages = [
     st.Page(str(HERE / f), title=title, icon=icon, default=(i == 0), url_path=Path(f).stem)
     for i, (f, title, icon) in enumerate(PAGES)
-    if (HERE / f).exists()
 ]
 st.navigation(pages).run()

@@ -4,6 +4,16 @@ The front door: everything a page or a notebook needs is importable from here.
 """
 __version__ = "0.1.0"
 
+from .agreement import DatasetAgreement, TopSets, agreement_table, dataset_agreement, head_agreement, top_sets
+from .attribution import (
+    Attribution,
+    DatasetAttribution,
+    attribution_by_token,
+    dataset_attributions,
+    estimate_ig_seconds,
+    integrated_gradients,
+    top_attributions,
+)
 from .analysis import DocumentAnalysis, analyze, pick_document, predict_probs
 from .bands import AttentionBands, head_weights
 from .encoding import DEFAULT_MAX_TOKENS, Encoded, encode, text_hash
@@ -19,6 +29,14 @@ from .errors import (
     NoAttentionError,
     NotAClassifierError,
     StoreError,
+)
+from .faithfulness import (
+    DatasetFaithfulness,
+    FaithfulnessError,
+    FaithfulnessResult,
+    RankingCurve,
+    dataset_faithfulness,
+    faithfulness,
 )
 from .loading import DEMO, LoadedModel, dataset_fingerprint, load_dataset, load_model, normalise_dataset
 from .runtime import COMPUTE, BudgetLRU, ComputeQueue
@@ -48,6 +66,25 @@ from .store import Record, ResultStore
 from .similarity import METRICS, SimilarityError, compare, compare_many
 
 __all__ = [
+    "Attribution",
+    "DatasetAgreement",
+    "DatasetAttribution",
+    "DatasetFaithfulness",
+    "FaithfulnessError",
+    "FaithfulnessResult",
+    "RankingCurve",
+    "TopSets",
+    "agreement_table",
+    "attribution_by_token",
+    "dataset_agreement",
+    "dataset_attributions",
+    "dataset_faithfulness",
+    "estimate_ig_seconds",
+    "faithfulness",
+    "head_agreement",
+    "integrated_gradients",
+    "top_attributions",
+    "top_sets",
     "PrecomputeSettings",
     "Record",
     "ResultStore",

@@ -207,3 +207,56 @@ def test_every_page_in_a_real_browser(app_server, browser, tmp_path_factory):
     assert "Traceback" not in server_log, server_log[-3000:]
     if os.environ.get("LONGVIZ_UPDATE_SCREENSHOT") == "1":
         shutil.copy(shots / "readme.png", ROOT / "docs" / "screenshot.png")
+
+
+DOWNLOADS_APP = """
+import sys
+sys.path.insert(0, {root!r})
+import altair as alt, numpy as np, pandas as pd, streamlit as st
+from pages import _export
+df = pd.DataFrame({{"token": ["a", "b"], "score": [1.0, 2.0]}})
+chart = alt.Chart(df).mark_bar().encode(x="token", y="score")
+st.altair_chart(chart)
+_export.download_chart(chart, "scores chart")
+_export.download_table(df, "scores table")
+_export.download_image(np.zeros((4, 4, 3), dtype=np.uint8), "grid")
+"""
+
+
+def test_download_buttons_deliver_files(demo, tmp_path):
+    """pages/_export's buttons in a real browser: the files are rendered on click and arrive whole."""
+    require_browser()
+    from selenium import webdriver
+    from selenium.webdriver.common.by import By
+
+    script = tmp_path / "downloads_app.py"
+    script.write_text(DOWNLOADS_APP.format(root=str(ROOT)))
+    proc, port = serve(script, dict(os.environ), tmp_path / "server.log")
+    downloads = tmp_path / "downloads"
+    downloads.mkdir()
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for flag in (*FLAGS, f"--user-data-dir={tmp_path / 'profile'}"):
+        opts.add_argument(flag)
+    opts.add_experimental_option("prefs", {"download.default_directory": str(downloads),
+                                           "download.prompt_for_download": False})
+    driver = webdriver.Chrome(service=webdriver.ChromeService(executable_path=CHROMEDRIVER), options=opts)
+    try:
+        open_app(driver, f"http://127.0.0.1:{port}")
+        buttons = [b for b in driver.find_elements(By.CSS_SELECTOR, '[data-testid="stMain"] button') if "⬇" in b.text]
+        assert [b.text for b in buttons] == ["⬇ PNG", "⬇ SVG", "⬇ CSV", "⬇ PNG"]
+        for b in buttons:
+            b.click()
+        expected = {"scores_chart.png", "scores_chart.svg", "scores_table.csv", "grid.png"}
+        deadline = time.monotonic() + 60
+        while {p.name for p in downloads.iterdir()} != expected and time.monotonic() < deadline:
+            time.sleep(0.5)  # Chrome writes .crdownload files first
+    finally:
+        driver.quit()
+        proc.terminate()
+        proc.wait(30)
+    assert {p.name for p in downloads.iterdir()} == expected
+    assert (downloads / "scores_chart.png").read_bytes().startswith(b"\x89PNG")
+    assert (downloads / "grid.png").read_bytes().startswith(b"\x89PNG")
+    assert (downloads / "scores_chart.svg").read_bytes().startswith(b"<svg")
+    assert (downloads / "scores_table.csv").read_bytes().decode("utf-8-sig").splitlines()[1:] == ["a,1.0", "b,2.0"]
