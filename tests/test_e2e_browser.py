@@ -239,23 +239,24 @@ def test_download_buttons_deliver_files(demo, tmp_path):
     for flag in (*FLAGS, f"--user-data-dir={tmp_path / 'profile'}"):
         opts.add_argument(flag)
     opts.add_experimental_option("prefs", {"download.default_directory": str(downloads),
-                                           "download.prompt_for_download": False})
+                                           "download.prompt_for_download": False,
+                                           "profile.default_content_setting_values.automatic_downloads": 1})
     driver = webdriver.Chrome(service=webdriver.ChromeService(executable_path=CHROMEDRIVER), options=opts)
     try:
         open_app(driver, f"http://127.0.0.1:{port}")
         buttons = [b for b in driver.find_elements(By.CSS_SELECTOR, '[data-testid="stMain"] button') if "⬇" in b.text]
         assert [b.text for b in buttons] == ["⬇ PNG", "⬇ SVG", "⬇ CSV", "⬇ PNG"]
-        for b in buttons:
+        expected = ["scores_chart.png", "scores_chart.svg", "scores_table.csv", "grid.png"]
+        for b, name in zip(buttons, expected):
             b.click()
-        expected = {"scores_chart.png", "scores_chart.svg", "scores_table.csv", "grid.png"}
-        deadline = time.monotonic() + 60
-        while {p.name for p in downloads.iterdir()} != expected and time.monotonic() < deadline:
-            time.sleep(0.5)  # Chrome writes .crdownload files first
+            deadline = time.monotonic() + 60
+            while not (downloads / name).is_file() and time.monotonic() < deadline:
+                time.sleep(0.3)  # rendered on the server at the click, then written (.crdownload first)
     finally:
         driver.quit()
         proc.terminate()
         proc.wait(30)
-    assert {p.name for p in downloads.iterdir()} == expected
+    assert sorted(p.name for p in downloads.iterdir()) == sorted(expected)
     assert (downloads / "scores_chart.png").read_bytes().startswith(b"\x89PNG")
     assert (downloads / "grid.png").read_bytes().startswith(b"\x89PNG")
     assert (downloads / "scores_chart.svg").read_bytes().startswith(b"<svg")
