@@ -11,6 +11,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from pages._common import K
+from test_e2e_browser import app_server, browser  # noqa: F401 - the browser fixtures live with the e2e test
 
 TIMEOUT = 300
 ROOT = Path(__file__).resolve().parents[1]
@@ -113,7 +114,8 @@ def test_a_copied_url_reopens_the_same_view_in_a_new_session(app_server, browser
     option = options(browser)[0]
     click_label(browser, option)
     url = browser.current_url
-    assert "doc_index=3" in url and "max_tokens=512" in url and url.split("?")[0].rstrip("/").endswith(links[target].rstrip("/").split("/")[-1])
+    assert "doc_index=3" in url and "max_tokens=512" in url
+    assert url.split("?")[0].rstrip("/").endswith(links[target].rstrip("/").split("/")[-1])  # the page
 
     def view():
         labels = browser.find_elements(By.CSS_SELECTOR, '[data-testid="stMain"] label:has(input[type="checkbox"])')
@@ -138,7 +140,3 @@ def test_a_copied_url_reopens_the_same_view_in_a_new_session(app_server, browser
     if after["checked"].get(option) is not True:
         pytest.skip(f"the page option {option!r} is not bound to the URL yet (page owner: bind=\"query-params\")")
     assert after == before
-
-
-# the browser fixtures live with the end-to-end test
-from test_e2e_browser import app_server, browser  # noqa: E402,F401
