@@ -36,7 +36,6 @@ from .faithfulness import (
     FaithfulnessResult,
     RankingCurve,
     dataset_faithfulness,
-    faithfulness,
 )
 from .loading import DEMO, LoadedModel, dataset_fingerprint, load_dataset, load_model, normalise_dataset
 from .runtime import COMPUTE, BudgetLRU, ComputeQueue
@@ -80,7 +79,6 @@ __all__ = [
     "dataset_attributions",
     "dataset_faithfulness",
     "estimate_ig_seconds",
-    "faithfulness",
     "head_agreement",
     "integrated_gradients",
     "top_attributions",

@@ -157,7 +157,9 @@ def _fingerprint(source: str, config, model: torch.nn.Module) -> str:
     h = hashlib.blake2b(digest_size=12)
     h.update(source.encode())
     h.update(str(getattr(config, "_commit_hash", "") or "").encode())
-    h.update(json.dumps(config.to_dict(), sort_keys=True, default=str).encode())
+    # where the files sit and which library wrote them do not change the numbers
+    settings = {k: v for k, v in config.to_dict().items() if k not in ("_name_or_path", "transformers_version")}
+    h.update(json.dumps(settings, sort_keys=True, default=str).encode())
     for name, tensor in sorted(model.state_dict().items()):
         h.update(name.encode())
         h.update(memoryview(tensor.detach().to("cpu").contiguous().view(-1).view(torch.uint8).numpy()))
