@@ -744,14 +744,21 @@ def _write_timing(model, bucket, precision, timing, cache_dir) -> None:
 
 
 def _record_timing(model, n_tokens, precision, result: Attribution, cache_dir=None) -> None:
-    """A finished run is the best timing there is: store its per-step time for the estimate's bucket."""
+    """A finished run is the best timing there is: rescale the bucket's timing so it predicts this run.
+
+    Forward and step times are scaled by one factor (measured / predicted) rather than solving for the step
+    alone, which would go negative when a quick run on an idle machine follows a timing taken under load."""
+    if result.seconds <= 0:
+        return
     bucket = _bucket(model, n_tokens)
     scale = _padded(model, n_tokens) / _padded(model, bucket)
     old = _read_timing(model, bucket, precision, cache_dir)
-    fwd = old["forward"] if old else 0.0
-    step = (result.seconds / scale - 2 * fwd) / result.n_steps
-    if step > 0:
-        _write_timing(model, bucket, precision, {"forward": fwd, "step": step}, cache_dir)
+    if old is None:
+        timing = {"forward": 0.0, "step": result.seconds / scale / result.n_steps}
+    else:
+        factor = result.seconds / (scale * (result.n_steps * old["step"] + 2 * old["forward"]))
+        timing = {"forward": old["forward"] * factor, "step": old["step"] * factor}
+    _write_timing(model, bucket, precision, timing, cache_dir)
 
 
 # ----------------------------------------------------------------------------------------- helpers

@@ -12,7 +12,6 @@ Full-attention encoders (BERT/RoBERTa) use the same class with w = n - 1 and no 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property
 
 import numpy as np
 

@@ -65,6 +65,20 @@ def image_png(image) -> bytes:
     return buf.getvalue()
 
 
+def standalone_html(body_html: str, title: str = "longviz") -> bytes:
+    """A coloured-text overlay (figures.text's HTML, inline styles only) as a complete UTF-8 HTML page that
+    opens in any browser, offline."""
+    if not isinstance(body_html, str) or not body_html.strip():
+        raise ValueError("Expected the overlay's HTML as a non-empty string.")
+    import html
+
+    page = ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>{html.escape(title)}</title></head>\n"
+            "<body style=\"font-family: sans-serif; max-width: 60em; margin: 2em auto;\">\n"
+            f"{body_html}\n</body></html>\n")
+    return page.encode("utf-8")
+
+
 def package_versions(packages=PACKAGES) -> dict[str, str | None]:
     """Installed versions (None for a package that is not installed)."""
     out = {}

@@ -29,7 +29,8 @@ class ComputeQueue:
 
     @contextmanager
     def hold(self, on_wait: Callable[[int], None] | None = None, poll_s: float = 0.5) -> Iterator[None]:
-        """Run the body alone. `on_wait(k)` is called while k jobs are ahead of this one."""
+        """Run the body alone. `on_wait(k)` is called while k jobs are ahead of this one, and once with 0 when
+        a job that had to wait starts."""
         me = threading.get_ident()
         with self._cond:
             if self._owner == me:  # nested call from the same job
@@ -40,11 +41,15 @@ class ComputeQueue:
                 ticket = self._next
                 self._next += 1
                 self._line.append(ticket)
+                waited = False
                 while self._line[0] != ticket:
+                    waited = True
                     if on_wait is not None:
                         on_wait(self._line.index(ticket))
                     self._cond.wait(timeout=poll_s)
                 self._owner, self._depth = me, 1
+                if waited and on_wait is not None:
+                    on_wait(0)  # our turn: lets a "waiting" notice clear itself
         try:
             yield
         finally:

@@ -34,6 +34,12 @@ class K:
     def page(page: str, name: str) -> str:
         return f"{page}.{name}"
 
+    @staticmethod
+    def option(page: str, name: str) -> dict:
+        """`key=` and `bind=` for a page option: its value lives under K.page(page, name) and in the URL, so a
+        copied link reopens the view with this option set (see pages/_links.py)."""
+        return {"key": K.page(page, name), "bind": "query-params"}
+
 
 DOC_MODES = ("by index", "random false negative", "random false positive", "most confident positive", "pasted text")
 DATASET_KINDS = ("demo", "file path", "upload")
@@ -54,6 +60,27 @@ def guard():
         st.stop()
 
 
+LOCAL_MAX_IG_STEPS = 5000
+
+
+def max_ig_steps() -> int:
+    """The most Integrated Gradients steps a page may ask for: a hosted server's `max_ig_steps`, else 5,000."""
+    from pages import _hosting as hosting
+
+    return hosting.max_ig_steps(hosting.config(), LOCAL_MAX_IG_STEPS)
+
+
+def ig_step_presets() -> dict[str, int]:
+    """The IG step presets within max_ig_steps(); presets above a hosted cap give way to one at the cap."""
+    from longviz_core.attribution import STEP_PRESETS
+
+    cap = max_ig_steps()
+    presets = {label: n for label, n in STEP_PRESETS.items() if n <= cap}
+    if len(presets) < len(STEP_PRESETS):
+        presets[f"{cap} steps (this server's limit)"] = cap
+    return presets
+
+
 def progress_bar(label: str):
     """A core `Progress` callback drawing an st.progress bar, created on first use."""
     bar = None
@@ -72,7 +99,10 @@ def queue_notice():
     slot = st.empty()
 
     def on_wait(ahead: int) -> None:
-        slot.info(f"Waiting for the model: {ahead} job(s) ahead of yours.")
+        if ahead:
+            slot.info(f"Waiting for the model: {ahead} job(s) ahead of yours.")
+        else:
+            slot.empty()
 
     return on_wait
 
@@ -131,8 +161,13 @@ def current_dataset(model: lv.LoadedModel):
     if kind == "demo":
         return cache.get_dataset(lv.DEMO, model.id2label)
     if kind == "file path":
+        from pages import _hosting as hosting
+
         path = (ss.get(K.DATASET_PATH) or "").strip()
-        return cache.get_dataset(path, model.id2label) if path else None
+        # a hosted dataset may name its text/label columns in the configuration; locally they are detected
+        if not path:
+            return None
+        return cache.get_dataset(path, model.id2label, *hosting.dataset_columns(hosting.config(), path))
     upload = ss.get(K.DATASET_UPLOAD)
     if upload is None:
         return None
@@ -141,6 +176,37 @@ def current_dataset(model: lv.LoadedModel):
 
 def max_tokens(model: lv.LoadedModel) -> int:
     return int(min(st.session_state.get(K.MAX_TOKENS, lv.DEFAULT_MAX_TOKENS), model.max_tokens))
+
+
+def attribution_after_click(model: lv.LoadedModel, analysis, steps: int, page: str, label: str, note: str = ""):
+    """IG of the predicted class: from the disk cache, or after an honest time estimate and a click on `label`."""
+    from longviz_core import attribution as attr
+
+    hit = attr.cached_attribution(model, analysis, None, steps)
+    if hit is not None:
+        return hit
+    seconds = attr.estimate_ig_seconds(model, analysis.n, steps, on_wait=queue_notice())
+    st.info(f"Integrated Gradients with {steps} steps on {analysis.n:,} tokens takes about "
+            f"{attr.format_seconds(seconds)} on this machine ({model.device.type}).{note}")
+    if not st.button(label, key=K.page(page, "run_ig")):
+        st.stop()
+    return attr.integrated_gradients(model, analysis, None, steps, progress=progress_bar("Integrated Gradients"),
+                                     on_wait=queue_notice())
+
+
+def stop_until_clicked(page: str, label: str, wanted) -> None:
+    """For results that stay on screen while other widgets change: stops the page until `label` is clicked for
+    these settings (`wanted`, any value with a stable repr); other settings ask for a new click."""
+    key = K.page(page, "computed")
+    if st.button(label, key=K.page(page, "run_dataset")):
+        st.session_state[key] = repr(wanted)
+    if st.session_state.get(key) != repr(wanted):
+        st.stop()
+
+
+def export_settings(model: lv.LoadedModel, description: str, **options) -> dict:
+    """What a downloaded file's run metadata records: the document, max tokens and the page's options."""
+    return {"document": description, "max_tokens": max_tokens(model), **options}
 
 
 def current_store(model: lv.LoadedModel, df):

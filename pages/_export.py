@@ -1,8 +1,10 @@
 """Download buttons for a page's figures and tables, each with the run metadata beside it.
 
-Pages call `download_chart(chart, name, model, settings)` under an Altair chart, `download_table(df, ...)`
-under a table and `download_image(image, ...)` under a raster. Files are rendered only when the user clicks
-(deferred downloads), so a page does not pay for vl-convert on every rerun.
+Pages show a figure or table and its buttons in one call: `chart(...)` for an Altair chart (PNG, SVG),
+`table(...)` for a DataFrame (CSV), `image(...)` for a raster (PNG) and `overlay(...)` for a coloured text
+(standalone HTML plus the per-token values as CSV). The lower-level `download_*` functions add the buttons
+alone. Files are rendered only when the user clicks (deferred downloads), so a page does not pay for
+vl-convert on every rerun. File names must be unique on a page: they key the buttons.
 """
 from __future__ import annotations
 
@@ -14,39 +16,79 @@ from pages import _hosting
 from pages._common import K
 
 
-def download_chart(chart, name: str, model: lv.LoadedModel | None = None, settings: dict | None = None) -> None:
+def chart(figure, name: str, model: lv.LoadedModel | None = None, settings: dict | None = None, *, where=st,
+          **kwargs):
+    """Show an Altair chart in `where` (st, a column, a tab) with its downloads; returns st.altair_chart's value."""
+    shown = where.altair_chart(figure, **kwargs)
+    download_chart(figure, name, model, settings, where=where)
+    return shown
+
+
+def table(df, name: str, model: lv.LoadedModel | None = None, settings: dict | None = None, *, where=st,
+          **kwargs):
+    """Show a DataFrame (index hidden) with its CSV download; returns st.dataframe's value."""
+    shown = where.dataframe(df, **{"hide_index": True, **kwargs})
+    download_table(df, name, model, settings, where=where)
+    return shown
+
+
+def image(picture, name: str, model: lv.LoadedModel | None = None, settings: dict | None = None, *, where=st,
+          **kwargs) -> None:
+    """Show a raster with its PNG download."""
+    where.image(picture, **kwargs)
+    download_image(picture, name, model, settings, where=where)
+
+
+def overlay(body_html: str, values_df, name: str, model: lv.LoadedModel | None = None,
+            settings: dict | None = None, *, where=st, height: int | None = None, legend_html: str = "") -> None:
+    """Show a coloured-text overlay (in a scrolling box `height` pixels high when given, under its legend) with
+    a standalone HTML file of it and its per-token values as CSV."""
+    if legend_html:
+        where.html(legend_html)
+    (where.container(height=height) if height else where).html(body_html)
+    body_html = legend_html + body_html
+    stem = export.safe_filename(name)
+    buttons = [("HTML", lambda: export.standalone_html(body_html, title=name), f"{stem}.html", "text/html"),
+               ("CSV", lambda: export.table_csv(values_df), f"{stem}.csv", "text/csv")]
+    _row(stem, buttons, model, settings, where)
+
+
+def download_chart(chart, name: str, model: lv.LoadedModel | None = None, settings: dict | None = None, *,
+                   where=st) -> None:
     """PNG, SVG (and metadata JSON when `model` is given) for an Altair chart."""
     stem = export.safe_filename(name)
     buttons = [("PNG", lambda: export.chart_png(chart), f"{stem}.png", "image/png"),
                ("SVG", lambda: export.chart_svg(chart), f"{stem}.svg", "image/svg+xml")]
-    _row(stem, buttons, model, settings)
+    _row(stem, buttons, model, settings, where)
 
 
-def download_table(df, name: str, model: lv.LoadedModel | None = None, settings: dict | None = None) -> None:
+def download_table(df, name: str, model: lv.LoadedModel | None = None, settings: dict | None = None, *,
+                   where=st) -> None:
     """CSV (and metadata JSON) for a table."""
     stem = export.safe_filename(name)
-    _row(stem, [("CSV", lambda: export.table_csv(df), f"{stem}.csv", "text/csv")], model, settings)
+    _row(stem, [("CSV", lambda: export.table_csv(df), f"{stem}.csv", "text/csv")], model, settings, where)
 
 
-def download_image(image, name: str, model: lv.LoadedModel | None = None, settings: dict | None = None) -> None:
+def download_image(image, name: str, model: lv.LoadedModel | None = None, settings: dict | None = None, *,
+                   where=st) -> None:
     """PNG (and metadata JSON) for a raster: a PIL image, an image array or PNG bytes."""
     stem = export.safe_filename(name)
     data = (lambda: image) if isinstance(image, bytes) else (lambda: export.image_png(image))
-    _row(stem, [("PNG", data, f"{stem}.png", "image/png")], model, settings)
+    _row(stem, [("PNG", data, f"{stem}.png", "image/png")], model, settings, where)
 
 
-def download_metadata(model: lv.LoadedModel, settings: dict, name: str) -> None:
+def download_metadata(model: lv.LoadedModel, settings: dict, name: str, *, where=st) -> None:
     """The run metadata alone (model, revision, settings, package versions)."""
     stem = export.safe_filename(name)
-    _row(stem, [], model, settings)
+    _row(stem, [], model, settings, where)
 
 
-def _row(stem: str, buttons: list, model, settings) -> None:
+def _row(stem: str, buttons: list, model, settings, where=st) -> None:
     if model is not None:
         meta = lambda: export.metadata_json(  # noqa: E731
             export.run_metadata(model, settings or {}, model_name=_hosting.display_name(model)))
         buttons = [*buttons, ("Metadata", meta, f"{stem}.json", "application/json")]
-    row = st.container(horizontal=True, gap="small")
+    row = where.container(horizontal=True, gap="small")
     for label, data, file_name, mime in buttons:
         row.download_button(f"⬇ {label}", data=data, file_name=file_name, mime=mime, on_click="ignore",
                             key=K.page("export", file_name), help=f"Download {file_name}")

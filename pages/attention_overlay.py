@@ -9,6 +9,7 @@ from longviz_core.figures.text import legend_html, token_label, token_overlay_ht
 from longviz_core.views import importance as imp
 from longviz_core.views.masking import build_mask
 from pages import _common as common
+from pages import _export as export
 
 K, P = common.K, "overlay"
 IMPORTED = K.page("attention", "imported_importance")  # set on the heatmap page when a file is imported
@@ -22,18 +23,18 @@ st.caption(f"{description} · {analysis.n:,} tokens · colour = attention a toke
 
 L, H = model.num_layers, model.num_heads
 c1, c2, c3 = st.columns(3)
-preset = c1.radio("Heads", PRESETS, key=K.page(P, "preset"))
-scale = c2.checkbox("Scale by head importance", key=K.page(P, "scale"))
-masked = c3.toggle("Mask special tokens, punctuation and stopwords (§3.4)", key=K.page(P, "mask"))
+preset = c1.radio("Heads", PRESETS, **K.option(P, "preset"))
+scale = c2.checkbox("Scale by head importance", **K.option(P, "scale"))
+masked = c3.toggle("Mask special tokens, punctuation and stopwords (§3.4)", **K.option(P, "mask"))
 layers, heads = None, None
 if preset == PRESETS[0]:
     layers = [L - 1]
 elif preset == PRESETS[2]:
     c1, c2 = st.columns(2)
     layers = c1.multiselect("Layers", range(L), default=[L - 1], format_func=lambda i: f"layer {i + 1}",
-                            key=K.page(P, "layers"))
+                            **K.option(P, "layers"))
     heads = c2.multiselect("Heads", range(H), default=list(range(H)), format_func=lambda i: f"head {i + 1}",
-                           key=K.page(P, "heads"))
+                           **K.option(P, "heads"))
     if not layers or not heads:
         st.info("Choose at least one layer and one head.")
         st.stop()
@@ -55,8 +56,13 @@ with common.guard():
 
 live = values if mask is None else np.where(mask, np.nan, values)
 vmax = float(np.nanmax(live)) if np.isfinite(live).any() else 0.0
-st.html(legend_html("sequential", vmax=vmax, label="received attention per head"))
-st.html(token_overlay_html(analysis.tokens, values, mode="sequential", mask=mask, vmax=vmax))
+settings = common.export_settings(model, description, heads=preset, layers=layers, head_indices=heads,
+                                  scaled_by_head_importance=importance is not None, masked=masked)
+values_df = pd.DataFrame({"position": np.arange(analysis.n), "token": [token_label(t) for t in analysis.tokens],
+                          "received": values, "masked": mask if mask is not None else np.zeros(analysis.n, bool)})
+export.overlay(legend_html("sequential", vmax=vmax, label="received attention per head")
+               + token_overlay_html(analysis.tokens, values, mode="sequential", mask=mask, vmax=vmax),
+               values_df, "summed attention", model, settings)
 notes = [f"{int(mask.sum()):,} masked tokens shown in grey."] if mask is not None else []
 if importance is not None:
     notes.append("Heads weighted by " + ("the imported head importance (heatmap page)."
@@ -67,5 +73,4 @@ if notes:
 
 with st.expander("Tokens receiving the most attention"):
     order = np.argsort(-np.nan_to_num(live, nan=-np.inf), kind="stable")[:25]
-    st.dataframe(pd.DataFrame({"position": order, "token": [token_label(analysis.tokens[i]) for i in order],
-                               "received": values[order]}), hide_index=True)
+    export.table(values_df.iloc[order][["position", "token", "received"]], "most attended tokens", model, settings)

@@ -4,9 +4,10 @@ import pandas as pd
 import streamlit as st
 
 from longviz_core import attribution as ig
-from longviz_core.figures.text import legend_html, token_overlay_html
+from longviz_core.figures.text import legend_html, token_label, token_overlay_html
 from longviz_core.views.masking import build_mask
 from pages import _common as common
+from pages import _export as export
 from pages._common import K
 
 P = "attribution"
@@ -18,32 +19,33 @@ name = analysis.label_name
 
 
 def steps_picker(col, key: str) -> int:
-    preset = col.selectbox("Steps", [*ig.STEP_PRESETS, "custom"], key=K.page(P, key))
-    if preset in ig.STEP_PRESETS:
-        return ig.STEP_PRESETS[preset]
-    return int(col.number_input("Custom steps", 2, 5000, 100, key=K.page(P, key + "_n")))
+    presets, cap = common.ig_step_presets(), common.max_ig_steps()
+    preset = col.selectbox("Steps", [*presets, "custom"], **K.option(P, key))
+    if preset in presets:
+        return presets[preset]
+    return int(col.number_input("Custom steps", 2, cap, min(100, cap), **K.option(P, key + "_n")))
 
 
 def table(df: pd.DataFrame, title: str, file: str, selectable: bool = False) -> None:
     st.markdown(f"**{title}**")
     key = K.page(P, "t_" + file)
     if selectable:  # a click on a row picks that token (st.html overlays cannot report clicks)
-        st.dataframe(df, hide_index=True, key=key, on_select=lambda: pick_row(key, df), selection_mode="single-row")
+        export.table(df, file, model, meta, key=key, on_select=lambda: pick_row(key, df), selection_mode="single-row")
     else:
-        st.dataframe(df, hide_index=True)
-    st.download_button("CSV", df.to_csv(index=False), f"{file}.csv", "text/csv", key=K.page(P, "dl_" + file))
+        export.table(df, file, model, meta)
 
 
 def pair(df: pd.DataFrame, col: str, title: str, file: str, selectable: bool = False) -> None:
-    """Two tables side by side: the 10 largest positive and the 10 largest negative values of `col`."""
+    """Two tables side by side: the 10 largest positive and the 10 largest negative values of `col`, then every
+    row as one CSV."""
     left, right = st.columns(2)
     with left:
         table(df[df[col] > 0].head(10), f"{title}: top 10 positive", f"{file}_positive", selectable)
     with right:
         neg = df[df[col] < 0].iloc[::-1].head(10).reset_index(drop=True)
         table(neg, f"{title}: top 10 negative", f"{file}_negative", selectable)
-    st.download_button(f"All rows: {title} (CSV)", df.to_csv(index=False), f"{file}.csv", "text/csv",
-                       key=K.page(P, "dl_all_" + file))
+    st.caption(f"All rows: {title}")
+    export.download_table(df, f"{file}_all", model, meta)
 
 
 def pick_row(key: str, df: pd.DataFrame) -> None:
@@ -54,17 +56,18 @@ def pick_row(key: str, df: pd.DataFrame) -> None:
 
 c1, c2, c3 = st.columns(3)
 target = c1.selectbox("Attribution label (class explained)", range(model.num_labels), index=analysis.predicted,
-                      format_func=name, key=K.page(P, "target"), help="Default: the predicted class.")
+                      format_func=name, **K.option(P, "target"), help="Default: the predicted class.")
 n_steps = steps_picker(c2, "steps")
 with c3.expander("Integration settings"):
-    method = st.selectbox("Method", ig.METHODS, key=K.page(P, "method"))
-    precision = st.selectbox("Precision (autocast)", list(ig.PRECISIONS), key=K.page(P, "precision"))
-    adaptive = st.toggle("Adaptive: double the steps until converged", key=K.page(P, "adaptive"))
+    method = st.selectbox("Method", ig.METHODS, **K.option(P, "method"))
+    precision = st.selectbox("Precision (autocast)", list(ig.PRECISIONS), **K.option(P, "precision"))
+    adaptive = st.toggle("Adaptive: double the steps until converged", **K.option(P, "adaptive"))
     tolerance = st.number_input("Tolerance (|delta| / |F(x) - F(baseline)|)", 0.001, 0.5, ig.DELTA_WARN,
-                                key=K.page(P, "tol"), disabled=not adaptive)
+                                **K.option(P, "tol"), disabled=not adaptive)
 settings = dict(target=int(target), n_steps=n_steps, method=method, precision=precision, adaptive=adaptive,
-                tolerance=tolerance, max_steps=max(1600, n_steps))
+                tolerance=tolerance, max_steps=max(n_steps, min(1600, common.max_ig_steps())))
 
+meta = common.export_settings(model, description, **settings)
 with common.guard():
     attr = ig.cached_attribution(model, analysis, **settings)
     if attr is None:
@@ -92,16 +95,18 @@ st.caption(
 if attr.warning:
     st.warning(attr.warning)
 
-masked = st.toggle("Mask special tokens, punctuation and stopwords", key=K.page(P, "mask"))
+masked = st.toggle("Mask special tokens, punctuation and stopwords", **K.option(P, "mask"))
 mask = build_mask(analysis.tokens) if masked else None
 vmax = float(np.abs(attr.scores[~mask] if masked else attr.scores).max(initial=0.0))
 if not 0 <= ss.get(K.page(P, "pos"), -1) < analysis.n:  # first visit or a shorter document: the top token
     ss[K.page(P, "pos")] = int(attr.scores.argmax())
 pos = st.number_input("Token position (or click a row of the top-10 tables)", 0, analysis.n - 1,
-                      key=K.page(P, "pos"))
-st.html(legend_html("diverging", vmax=vmax, label=f"Attribution to '{name(attr.target)}'"))
-with st.container(height=460):
-    st.html(token_overlay_html(analysis.tokens, attr.scores, mask=mask, vmax=vmax, selected=int(pos)))
+                      **K.option(P, "pos"))
+values = pd.DataFrame({"position": np.arange(analysis.n), "token": [token_label(t) for t in analysis.tokens],
+                       "attribution": attr.scores, "masked": mask if mask is not None else np.zeros(analysis.n, bool)})
+export.overlay(token_overlay_html(analysis.tokens, attr.scores, mask=mask, vmax=vmax, selected=int(pos)), values,
+               "attribution overlay", model, {**meta, "masked": masked}, height=460,
+               legend_html=legend_html("diverging", vmax=vmax, label=f"Attribution to '{name(attr.target)}'"))
 
 # ---- the selected token
 d = ig.token_detail(analysis, attr, int(pos))
@@ -127,7 +132,7 @@ if df is None:
     st.info("Choose a dataset in the sidebar for the dataset-wide table.")
     st.stop()
 d1, d2 = st.columns(2)
-n_docs = int(d1.number_input("Documents", 1, len(df), min(20, len(df)), key=K.page(P, "ds_docs")))
+n_docs = int(d1.number_input("Documents", 1, len(df), min(20, len(df)), **K.option(P, "ds_docs")))
 ds_steps = steps_picker(d2, "ds_steps")
 texts = df["text"].head(n_docs).tolist()
 ds_args = dict(target=int(target), n_steps=ds_steps, method=method, max_tokens=common.max_tokens(model),
@@ -142,4 +147,5 @@ with common.guard():
             st.stop()
         ds = ig.dataset_attributions(model, texts, **ds_args, progress=common.progress_bar("Dataset attribution"),
                                      on_wait=common.queue_notice())
+meta = {**meta, "dataset_documents": ds.n_docs, "dataset_steps": ds_steps}
 pair(ds.table, "mean_attribution", f"Token types (mean over {ds.n_docs} documents)", "dataset_token_types")

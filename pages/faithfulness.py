@@ -9,6 +9,7 @@ from longviz_core import faithfulness as fa
 from longviz_core.figures import agreement as fig
 from longviz_core.views.importance import cached_head_importance
 from pages import _common as common
+from pages import _export as export
 
 K, P = common.K, "faithfulness"
 IMPORTED = K.page("attention", "imported_importance")  # set on the heatmap page when a file is imported
@@ -27,16 +28,17 @@ st.markdown(
 
 L = model.num_layers
 c1, c2, c3 = st.columns(3)
-scope = c1.radio("Scope", ("this document", "dataset"), key=K.page(P, "scope"), horizontal=True)
-steps = attr.STEP_PRESETS[c2.selectbox("IG steps", list(attr.STEP_PRESETS), key=K.page(P, "steps"))]
-replacement = c3.radio("Replace removed tokens by", fa.REPLACEMENTS, key=K.page(P, "replacement"), horizontal=True,
+scope = c1.radio("Scope", ("this document", "dataset"), **K.option(P, "scope"), horizontal=True)
+presets = common.ig_step_presets()
+steps = presets[c2.selectbox("IG steps", list(presets), **K.option(P, "steps"))]
+replacement = c3.radio("Replace removed tokens by", fa.REPLACEMENTS, **K.option(P, "replacement"), horizontal=True,
                        format_func=lambda r: {"mask": "<mask>", "pad": "<pad>"}[r])
 c1, c2, c3 = st.columns(3)
-lo, hi = c1.slider("Attention ranking: layers", 1, L, (1, L), key=K.page(P, "layers")) if L > 1 else (1, 1)
-scale = c2.checkbox("Scale attention by head importance", key=K.page(P, "scale"))
-flip_step = FLIP_STEPS[c3.selectbox("Flip search step", list(FLIP_STEPS), index=2, key=K.page(P, "flip_step"),
+lo, hi = c1.slider("Attention ranking: layers", 1, L, (1, L), **K.option(P, "layers")) if L > 1 else (1, 1)
+scale = c2.checkbox("Scale attention by head importance", **K.option(P, "scale"))
+flip_step = FLIP_STEPS[c3.selectbox("Flip search step", list(FLIP_STEPS), index=2, **K.option(P, "flip_step"),
                                     help="Grid of the search; the last step is then refined to one token.")]
-seed = st.number_input("Random ranking seed", 0, 10_000, 0, key=K.page(P, "seed"))
+seed = st.number_input("Random ranking seed", 0, 10_000, 0, **K.option(P, "seed"))
 layers = list(range(lo - 1, hi))
 
 with common.guard():
@@ -54,15 +56,9 @@ settings = dict(layers=layers, scale=None if importance is None else importance.
 
 if scope == "this document":
     with common.guard():
-        ig = attr.cached_attribution(model, analysis, None, steps)
-        if ig is None:
-            seconds = attr.estimate_ig_seconds(model, analysis.n, steps)
-            st.info(f"Integrated Gradients with {steps} steps on {analysis.n:,} tokens takes about {seconds:.0f} s "
-                    "here; the deletion test then scores 100-150 perturbed copies, about as long as IG with 50 steps.")
-            if not st.button("Run Integrated Gradients and the deletion test", key=K.page(P, "run_ig")):
-                st.stop()
-            ig = attr.integrated_gradients(model, analysis, None, steps, progress=common.progress_bar("IG"),
-                                           on_wait=common.queue_notice())
+        ig = common.attribution_after_click(
+            model, analysis, steps, P, "Run Integrated Gradients and the deletion test",
+            note=" The deletion test then scores 100-150 perturbed copies, about as long as IG with 50 steps.")
         result = cache.derived(
             analysis, "faithfulness",
             lambda a, **kw: fa.faithfulness(model, a, ig.scores, layers=layers, scale=importance,
@@ -72,33 +68,30 @@ if scope == "this document":
             ig=ig.key, **settings)
     st.caption(f"{result.forward_passes} perturbed copies scored in {result.seconds:.1f} s · removed tokens "
                f"replaced by {result.replacement} · {result.n_removable:,} removable text tokens.")
+    meta = common.export_settings(model, description, scope=scope, ig_steps=steps, **settings)
     table = result.table()
-    st.dataframe(table.round(4), hide_index=True)
+    export.table(table.round(4), "faithfulness", model, meta)
     for name, curve in result.curves.items():
         if curve.flip_removed is None:
             st.caption(f"{fa.RANKING_LABELS[name]}: no flip — removing every text token keeps the prediction.")
     curves = result.long_curves()
     tabs = st.tabs(["AOPC", "LOdds", "probability", "decision flips"])
     for tab, metric in zip(tabs, ("aopc", "lodds", "probability")):
-        tab.altair_chart(fig.deletion_curves_chart(curves, metric))
-    tabs[3].altair_chart(fig.flip_chart(table))
+        export.chart(fig.deletion_curves_chart(curves, metric), f"deletion curve {metric}", model, meta, where=tab)
+    export.chart(fig.flip_chart(table), "decision flips", model, meta, where=tabs[3])
+    export.download_table(curves, "deletion curves", model, meta)
 else:
     with common.guard():
         if df is None:
             raise lv.DatasetError("The dataset-wide summary needs a dataset: choose one in the sidebar.")
         count = st.slider("Documents (from the start of the dataset)", 1, len(df), min(10, len(df)),
-                          key=K.page(P, "docs"))
-        estimate = attr.estimate_ig_seconds(model, common.max_tokens(model), steps)
+                          **K.option(P, "docs"))
+        estimate = attr.estimate_ig_seconds(model, common.max_tokens(model), steps, on_wait=common.queue_notice())
         st.info(f"Uncached documents need IG and the deletion test: IG alone takes up to about "
-                f"{count * estimate / 60:.1f} min for {count} documents at {common.max_tokens(model):,} tokens "
-                "(cached documents are instant).")
-        # results stay on screen while other widgets change; new settings ask for a new click
-        wanted = repr((model.fingerprint, lv.dataset_fingerprint(df), count, steps, settings,
-                       common.max_tokens(model)))
-        if st.button("Compute the dataset-wide summary", key=K.page(P, "run_dataset")):
-            st.session_state[K.page(P, "computed")] = wanted
-        if st.session_state.get(K.page(P, "computed")) != wanted:
-            st.stop()
+                f"{attr.format_seconds(count * estimate)} for {count} documents at {common.max_tokens(model):,} "
+                "tokens (cached documents are instant).")
+        common.stop_until_clicked(P, "Compute the dataset-wide summary", (
+            model.fingerprint, lv.dataset_fingerprint(df), count, steps, settings, common.max_tokens(model)))
         labels = df["label"].iloc[:count] if "label" in df else None
         result = fa.dataset_faithfulness(model, df["text"].iloc[:count], labels,
                                          max_tokens=common.max_tokens(model), ig_steps=steps, layers=layers,
@@ -107,12 +100,15 @@ else:
                                          on_wait=common.queue_notice())
     st.caption(f"{result.n_documents} documents ({result.from_cache} from the disk cache); mean ± std over "
                "documents; the flip fraction's mean is over the documents that flipped.")
-    st.dataframe(fig.faithfulness_summary(result.summary), hide_index=True)
+    meta = common.export_settings(model, description, scope=scope, ig_steps=steps, documents=result.n_documents,
+                                  **settings)
+    export.table(fig.faithfulness_summary(result.summary), "dataset faithfulness", model, meta)
     with st.expander("Every number (mean and std per k)"):
-        st.dataframe(result.summary.round(4), hide_index=True)
+        export.table(result.summary.round(4), "dataset faithfulness every number", model, meta)
     curves = result.long_curves()
     tabs = st.tabs(["AOPC", "LOdds", "decision flips", "per document"])
     for tab, metric in zip(tabs, ("aopc", "lodds")):
-        tab.altair_chart(fig.deletion_curves_chart(curves, metric))
-    tabs[2].altair_chart(fig.flip_chart(result.per_document))
-    tabs[3].dataframe(result.per_document.round(4), hide_index=True)
+        export.chart(fig.deletion_curves_chart(curves, metric), f"dataset deletion curve {metric}", model, meta,
+                     where=tab)
+    export.chart(fig.flip_chart(result.per_document), "dataset decision flips", model, meta, where=tabs[2])
+    export.table(result.per_document.round(4), "dataset faithfulness per document", model, meta, where=tabs[3])

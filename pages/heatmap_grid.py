@@ -9,6 +9,7 @@ from longviz_core.figures.text import readable_token
 from longviz_core.views import importance as imp
 from longviz_core.views import pooling
 from pages import _common as common
+from pages import _export as export
 
 K, P = common.K, "heatmap"
 IMPORTED = K.page("attention", "imported_importance")  # (layers, heads) array loaded from a file
@@ -20,16 +21,16 @@ st.caption(f"{description} · {analysis.n:,} tokens · rows = layers, columns = 
            "blocks of consecutive tokens and divided by its head's largest cell.")
 
 c1, c2, c3, c4 = st.columns(4)
-scope = c1.radio("Scope", ("this document", "dataset"), horizontal=True, key=K.page(P, "scope"))
-grid = c2.select_slider("Cells per axis", pooling.GRID_SIZES, value=pooling.DEFAULT_GRID, key=K.page(P, "grid"))
-colour = c3.radio("Colour scale", fig.SCALES, horizontal=True, key=K.page(P, "colour"))
-scale = c4.checkbox("Scale by head importance", key=K.page(P, "scale"),
+scope = c1.radio("Scope", ("this document", "dataset"), horizontal=True, **K.option(P, "scope"))
+grid = c2.select_slider("Cells per axis", pooling.GRID_SIZES, value=pooling.DEFAULT_GRID, **K.option(P, "grid"))
+colour = c3.radio("Colour scale", fig.SCALES, horizontal=True, **K.option(P, "colour"))
+scale = c4.checkbox("Scale by head importance", **K.option(P, "scale"),
                     help="Multiply each head by its Taylor importance (Michel et al. 2019), normalised per layer.")
 
 importance = None
 if scale:
     source = st.radio("Head importance", ("computed on the dataset", "imported file"), horizontal=True,
-                      key=K.page(P, "importance_source"))
+                      **K.option(P, "importance_source"))
     with common.guard():
         if source == "imported file":
             upload = st.file_uploader("head_importance (.npy or .pt, shape layers x heads)", type=["npy", "pt", "pth"],
@@ -63,7 +64,7 @@ with common.guard():
                        f"result store {store.root}.")
         else:
             count = st.slider("Documents (from the start of the dataset)", 1, len(df), min(8, len(df)),
-                              key=K.page(P, "docs"))
+                              **K.option(P, "docs"))
             mt = common.max_tokens(model)
             key = ("pooled_dataset", model.fingerprint, lv.dataset_fingerprint(df), mt, count, grid)
             texts = list(df["text"].iloc[:count])
@@ -77,23 +78,26 @@ with common.guard():
     maps = pooling.normalised_maps(pooled, importance)
 
 what = "this document" if scope == "this document" else f"the average of {pooled.n_documents} documents"
-st.image(fig.grid_image(maps, colour, title=f"Attention of every head, {what}"
-                        + (" (scaled by head importance)" if importance is not None else "")),
-         width="stretch")
+settings = common.export_settings(model, description, scope=scope, documents=pooled.n_documents, grid=grid,
+                                  colour=colour, scaled_by_head_importance=importance is not None)
+export.image(fig.grid_image(maps, colour, title=f"Attention of every head, {what}"
+                            + (" (scaled by head importance)" if importance is not None else "")),
+             "heatmap grid", model, settings, width="stretch")
 if importance is not None:
     st.caption("Heads are multiplied by importance / the largest importance, so unimportant heads fade.")
 
 st.subheader("One head")
 c1, c2 = st.columns(2)
-layer = c1.selectbox("Layer", range(model.num_layers), format_func=lambda i: f"layer {i + 1}", key=K.page(P, "layer"))
-head = c2.selectbox("Head", range(model.num_heads), format_func=lambda i: f"head {i + 1}", key=K.page(P, "head"))
+layer = c1.selectbox("Layer", range(model.num_layers), format_func=lambda i: f"layer {i + 1}", **K.option(P, "layer"))
+head = c2.selectbox("Head", range(model.num_heads), format_func=lambda i: f"head {i + 1}", **K.option(P, "head"))
 chart = fig.head_zoom_chart(maps[layer, head], pooled.edges, colour, title=f"Layer {layer + 1}, head {head + 1}",
                             relative=pooled.relative, select=not pooled.relative)
+zoom_name, zoom_settings = f"heatmap layer {layer + 1} head {head + 1}", {**settings, "layer": layer, "head": head}
 if pooled.relative:
-    st.altair_chart(chart)
+    export.chart(chart, zoom_name, model, zoom_settings)
     st.caption("Axes are fractions of each document's length.")
 else:
-    event = st.altair_chart(chart, on_select="rerun", key=K.page(P, "zoom"))
+    event = export.chart(chart, zoom_name, model, zoom_settings, on_select="rerun", key=K.page(P, "zoom"))
     picked = ((event or {}).get("selection", {}).get("cell") or [{}])[0]
     qb, kb = int(picked.get("query_block", -1)), int(picked.get("key_block", -1))
     if 0 <= qb < pooled.grid and 0 <= kb < pooled.grid:  # a selection from a coarser grid is dropped

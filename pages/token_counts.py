@@ -7,6 +7,7 @@ from longviz_core.figures import attention as fig
 from longviz_core.views import counts as tc
 from longviz_core.views.masking import build_mask
 from pages import _common as common
+from pages import _export as export
 
 K, P = common.K, "counts"
 SCOPES = ("all layers and heads", "one layer", "one head")
@@ -19,19 +20,19 @@ st.caption(f"{description} · {analysis.n:,} tokens. For every token and head: i
            "per list. Ties go to the lower position.")
 
 c1, c2, c3, c4 = st.columns(4)
-k = c1.slider("k (list length)", 1, tc.TOPK_MAX, 10, key=K.page(P, "k"))
-top_n = c2.slider("N (bars shown)", 3, 50, 10, key=K.page(P, "n"))
-scope = c3.radio("Scope", SCOPES, key=K.page(P, "scope"))
-masked = c4.toggle("Mask special tokens, punctuation and stopwords (§3.4)", key=K.page(P, "mask"),
+k = c1.slider("k (list length)", 1, tc.TOPK_MAX, 10, **K.option(P, "k"))
+top_n = c2.slider("N (bars shown)", 3, 50, 10, **K.option(P, "n"))
+scope = c3.radio("Scope", SCOPES, **K.option(P, "scope"))
+masked = c4.toggle("Mask special tokens, punctuation and stopwords (§3.4)", **K.option(P, "mask"),
                    help="Masked tokens neither count nor are counted; the top-k lists themselves are the model's.")
 layers = heads = None
 if scope != SCOPES[0]:
     c1, c2 = st.columns(2)
     layers = [c1.selectbox("Layer", range(model.num_layers), format_func=lambda i: f"layer {i + 1}",
-                           key=K.page(P, "layer"))]
+                           **K.option(P, "layer"))]
     if scope == "one head":
         heads = [c2.selectbox("Head", range(model.num_heads), format_func=lambda i: f"head {i + 1}",
-                              key=K.page(P, "head"))]
+                              **K.option(P, "head"))]
 
 with common.guard():
     with st.spinner("Finding every token's top-k lists (once per document)…"):
@@ -44,18 +45,20 @@ with common.guard():
 
 where = "all layers and heads" if layers is None else f"layer {layers[0] + 1}" + (
     "" if heads is None else f", head {heads[0] + 1}")
+settings = common.export_settings(model, description, k=k, bars=top_n, scope=where, masked=masked)
 st.subheader(f"Top {top_n} by appearances in top-{k} lists — {where}")
 for d, colour in zip(tc.DIRECTIONS, ("#2171b5", "#cb181d")):
     cols = st.columns(2)
     for col, by in zip(cols, tc.BYS):
-        col.altair_chart(fig.counts_bar_chart(tables[d, by], f"{d} · by {by}", top_n, colour))
+        export.chart(fig.counts_bar_chart(tables[d, by], f"{d} · by {by}", top_n, colour), f"{d} by {by}", model,
+                     settings, where=col)
 
 st.subheader("Both attended and attending (Fig. 7)")
 cols = st.columns(2)
 for col, by in zip(cols, tc.BYS):
     both = tc.count_intersection(tables["attended", by], tables["attending", by], top_n)
     col.markdown(f"**By {by}**: {len(both)} of the top {top_n} in common")
-    col.dataframe(both, hide_index=True)
+    export.table(both, f"attended and attending by {by}", model, settings, where=col)
 
 st.subheader("Instances of one token (Fig. 6)")
 by_type = tables["attended", "type"]
@@ -64,12 +67,13 @@ if not choices:
     st.info("No token is counted in this scope (everything is masked?).")
     st.stop()
 c1, c2 = st.columns(2)
-token = c1.selectbox("Token", choices, key=K.page(P, "token"))
-direction = c2.radio("Lists", tc.DIRECTIONS, horizontal=True, key=K.page(P, "instance_direction"))
+token = c1.selectbox("Token", choices, **K.option(P, "token"))
+direction = c2.radio("Lists", tc.DIRECTIONS, horizontal=True, **K.option(P, "instance_direction"))
 with common.guard():
     inst = tc.instance_counts(analysis, token, k, direction, layers, heads, mask, tallies=tallies)
-st.altair_chart(fig.instances_chart(inst, f"'{token}': {len(inst)} instances, {direction} counts along the document"))
+export.chart(fig.instances_chart(inst, f"'{token}': {len(inst)} instances, {direction} counts along the document"),
+             f"instances of {token} {direction}", model, {**settings, "token": token, "lists": direction})
 with st.expander("All counts (tables)"):
     tabs = st.tabs([f"{d} by {by}" for d, by in tables])
-    for tab, table in zip(tabs, tables.values()):
-        tab.dataframe(table, hide_index=True)
+    for tab, ((d, by), table) in zip(tabs, tables.items()):
+        export.table(table, f"{d} counts by {by}", model, settings, where=tab)

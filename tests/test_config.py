@@ -134,8 +134,9 @@ def test_command_line_wins_over_environment(tmp_path):
 # ------------------------------------------------------------------------------------ the hosting layer
 # A minimal app that calls the hosting layer as app.py / _common.sidebar() do once merged.
 HOSTED_APP = """
+from types import SimpleNamespace
 import streamlit as st
-from pages import _hosting as hosting
+from pages import _common, _hosting as hosting
 from pages._common import K
 cfg = hosting.apply_host_config()
 hosting.login_gate()
@@ -143,6 +144,9 @@ with st.sidebar:
     if cfg is not None:
         hosting.sidebar_sources(cfg)
     st.selectbox("Document", hosting.doc_modes(cfg), key=K.DOC_MODE)
+if st.session_state.get(K.DATASET_KIND) == "file path":
+    df = _common.current_dataset(SimpleNamespace(id2label={0: "neg", 1: "pos"}))
+    st.write(f"texts={list(df['text'])}")
 st.write(f"model={st.session_state.get(K.MODEL)} dataset={st.session_state.get(K.DATASET_PATH)} "
          f"kind={st.session_state.get(K.DATASET_KIND)} limit={hosting.max_tokens_limit(cfg)} "
          f"steps={hosting.max_ig_steps(cfg, 5000)}")
@@ -159,7 +163,8 @@ def hosted(tmp_path, monkeypatch):
         ckpt = tmp_path / "ckpt"
         if not ckpt.exists():
             _checkpoint(ckpt)
-        (tmp_path / "d.csv").write_text("body,label\nsome text,0\n")
+        # "text" is what detection would pick; the configuration names "body"
+        (tmp_path / "d.csv").write_text("text,body,label\nnot this column,some text,0\n")
         text = (models + '[[models]]\nname = "Lab model"\nsource = "./ckpt"\n'
                 '[[datasets]]\nname = "Lab data"\nsource = "d.csv"\ntext_column = "body"\n'
                 f'[server]\nmax_tokens = 1024\nmax_ig_steps = 16\nmemory_mb = 512\n'
@@ -188,6 +193,7 @@ def test_hosted_sidebar_offers_names_only_and_applies_the_budget(hosted, tmp_pat
     assert "model=demo " in _shown(at) and "limit=1024 steps=16" in _shown(at)
     assert at.selectbox(key="dataset_path").options == ["Lab data"]
     assert f"dataset={(tmp_path / 'd.csv').resolve()} kind=file path" in _shown(at)
+    assert "texts=['some text']" in _shown(at)  # the configured text column, not the detected one
     model.set_value(str((tmp_path / "ckpt").resolve())).run()
     assert f"model={(tmp_path / 'ckpt').resolve()} " in _shown(at)
     assert os.environ["LONGVIZ_STORE_DIR"] == str(tmp_path / "store")

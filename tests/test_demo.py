@@ -199,7 +199,8 @@ def test_full_4096_token_inputs_are_classified(corpus, model, tokenizer):
             joined.append(a + "\n" + b)
             labels.append(label)
     lengths = [_app_encoding(tokenizer, t, 4096)["input_ids"].shape[1] for t in joined]
-    assert min(lengths) > 2100 and max(lengths) == 4096
+    longest_single = max(_app_encoding(tokenizer, t, 4096)["input_ids"].shape[1] for t in corpus["text"])
+    assert sum(n > longest_single for n in lengths) >= len(lengths) // 2 and max(lengths) == 4096
     assert (_predict(model, tokenizer, joined, 4096) == np.array(labels)).mean() >= 0.85
 
 

@@ -67,6 +67,16 @@ def test_table_csv_round_trips_unicode():
         export.table_csv([1, 2])
 
 
+def test_standalone_html_is_a_complete_page_around_the_overlay():
+    body = '<span style="background: rgb(0, 128, 0)">naïve</span>'
+    page = export.standalone_html(body, title="Attribution <doc 3>").decode("utf-8")
+    assert page.startswith("<!DOCTYPE html>") and '<meta charset="utf-8">' in page
+    assert "<title>Attribution &lt;doc 3&gt;</title>" in page  # escaped title, raw body
+    assert body in page and page.rstrip().endswith("</html>")
+    with pytest.raises(ValueError, match="HTML"):
+        export.standalone_html("  ")
+
+
 def test_image_png_from_arrays_and_pil():
     rng = np.random.default_rng(0)
     floats = rng.random((7, 9, 3))
@@ -116,6 +126,29 @@ _export.download_chart(chart, "scores chart")
 _export.download_table(df, "scores table")
 _export.download_image(np.zeros((4, 4, 3), dtype=np.uint8), "grid")
 """
+
+SHOWN_APP = """
+import altair as alt, numpy as np, pandas as pd, streamlit as st
+from pages import _export
+df = pd.DataFrame({"token": ["a", "b"], "score": [1.0, 2.0]})
+chart = alt.Chart(df).mark_bar().encode(x="token", y="score")
+tab, = st.tabs(["t"])
+_export.chart(chart, "scores chart", where=tab)
+_export.table(df, "scores table")
+_export.image(np.zeros((4, 4, 3), dtype=np.uint8), "grid")
+_export.overlay("<span>a b</span>", df, "overlay")
+"""
+
+
+def test_show_and_download_helpers_draw_the_export_and_its_buttons():
+    at = AppTest.from_string(SHOWN_APP, default_timeout=60)
+    at.run()
+    assert not at.exception
+    assert len(at.tabs[0].children) == 2  # the chart (AppTest knows it as an unknown element) and its buttons
+    assert [b.label for b in at.tabs[0].get("download_button")] == ["⬇ PNG", "⬇ SVG"]
+    assert at.dataframe[0].value.equals(pd.DataFrame({"token": ["a", "b"], "score": [1.0, 2.0]}))
+    labels = [b.label for b in at.get("download_button")]
+    assert labels == ["⬇ PNG", "⬇ SVG", "⬇ CSV", "⬇ PNG", "⬇ HTML", "⬇ CSV"]
 
 
 def test_download_buttons_appear_under_each_export():
