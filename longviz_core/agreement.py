@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 import numpy as np
@@ -201,6 +201,16 @@ class DatasetAgreement:
     from_cache: int  # documents read from the disk cache
 
 
+def without_scaled(result: DatasetAgreement) -> DatasetAgreement:
+    """The same dataset result without its head-importance-scaled rows and top-set configurations: what
+    dataset_agreement returns when no importance is given (a precomputed store holds both)."""
+    if not isinstance(result, DatasetAgreement):
+        raise ValueError(f"expected a DatasetAgreement, got {type(result).__name__}")
+    unscaled = lambda df: df[~df["scaled"].astype(bool)].reset_index(drop=True)  # noqa: E731
+    return replace(result, per_document=unscaled(result.per_document), table=unscaled(result.table),
+                   set_counts={key: v for key, v in result.set_counts.items() if not key[1]})
+
+
 def dataset_agreement(
     model: LoadedModel,
     texts,
@@ -245,7 +255,7 @@ def dataset_agreement(
                     model, analysis, None, ig_steps, cache_dir=cache_dir, on_wait=on_wait,
                     progress=lambda f, msg, lo=lo, i=i, eta=eta: report(
                         progress, lo + 0.9 * f / len(texts), f"Document {i + 1}/{len(texts)}{eta}: IG {msg}"))
-            doc = _document_numbers(analysis, ig.scores, importance, mask_for(analysis.tokens, mask_kinds),
+            doc = document_numbers(analysis, ig.scores, importance, mask_for(analysis.tokens, mask_kinds),
                                     layer_range, p, top)
             store.put(key, doc)
         else:
@@ -293,9 +303,11 @@ def mean_std_table(summary: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFram
     return out
 
 
-# ------------------------------------------------------------------------------------------- workers
-def _document_numbers(analysis, attribution, importance, mask, layer_range, p, top) -> dict:
-    """Everything the dataset view needs from one document, as JSON-ready lists and dicts."""
+def document_numbers(analysis, attribution, importance, mask, layer_range, p, top) -> dict:
+    """Everything the dataset view needs from one document, as JSON-ready lists and dicts: `table` (the
+    agreement_table rows), `grids` ("metric|masked" -> (layers, heads) nested lists, None for NaN) and
+    `counts` ("source|scaled|masked" -> token -> counts per top-5 % set). The per-document unit of
+    dataset_agreement, shared with the precompute CLI so both produce the same numbers."""
     table = agreement_table(analysis, attribution, importance=importance, mask=mask, layer_range=layer_range,
                             p=p, top=top)
     bands = analysis.attention
@@ -323,6 +335,7 @@ def _document_numbers(analysis, attribution, importance, mask, layer_range, p, t
     return {"table": records, "grids": grids, "counts": counts}
 
 
+# ------------------------------------------------------------------------------------------- workers
 def _attribution(values, n: int) -> np.ndarray:
     v = np.asarray(values, dtype=np.float64)
     if v.shape != (n,):
@@ -364,5 +377,5 @@ def _nanmean(stack: list[np.ndarray]) -> np.ndarray:
 __all__ = [
     "AttentionSource", "DatasetAgreement", "HEAD_METRICS", "MASK_KINDS", "MASK_MODES", "SET_NAMES",
     "TABLE1_METRICS", "TABLE2_METRICS", "TopSets", "agreement_table", "attention_sources", "dataset_agreement",
-    "head_agreement", "mask_for", "mean_std_table", "summarise", "top_sets",
+    "document_numbers", "head_agreement", "mask_for", "mean_std_table", "summarise", "top_sets", "without_scaled",
 ]

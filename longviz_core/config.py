@@ -23,7 +23,7 @@ DEMO = "demo"  # same literal as loading.DEMO; not imported so this module stays
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 # Limits that keep a typo (max_tokens = 409600) from taking a shared server down.
 _MAX_TOKENS_RANGE = (16, 65_536)
-_IG_STEPS_RANGE = (1, 2_048)
+_IG_STEPS_RANGE = (2, 5_000)  # captum needs 2; 5,000 is the local pages' own ceiling
 
 
 class ConfigError(LongvizError):

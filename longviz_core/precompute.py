@@ -187,8 +187,7 @@ def _importance_settings(s: Settings) -> dict:
 
 
 def _agreement(job: _Job, doc: _Doc) -> Record:
-    # agreement._document_numbers is the per-document unit of agreement.dataset_agreement: the same numbers
-    from .agreement import MASK_KINDS, _document_numbers, mask_for
+    from .agreement import MASK_KINDS, document_numbers, mask_for
 
     cfg = _agreement_settings(job.settings)
     a = doc.analysis
@@ -197,7 +196,7 @@ def _agreement(job: _Job, doc: _Doc) -> Record:
         importance = load_unit(job.root, None, "head-importance").arrays["importance"]
     except StoreError:  # an unlabelled dataset has no head importance: unscaled rows only
         importance = None
-    numbers = _document_numbers(a, scores, importance, mask_for(a.tokens, MASK_KINDS),
+    numbers = document_numbers(a, scores, importance, mask_for(a.tokens, MASK_KINDS),
                                 None, cfg["p"], cfg["top"])
     heads = [{"metric": metric, "masked": masked, "layer": layer, "head": head, "value": value}
              for key, grid in numbers["grids"].items() for metric, masked in [key.split("|")]

@@ -204,6 +204,20 @@ def stop_until_clicked(page: str, label: str, wanted) -> None:
         st.stop()
 
 
+def store_serving(model: lv.LoadedModel, df, kind: str, **settings):
+    """The precomputed store for this model, dataset and max tokens when it holds `kind` made with these
+    settings (ResultStore.serves), else None; pages then read the dataset-wide view from it instead of
+    computing it, and say so."""
+    store = current_store(model, df)
+    return store if store is not None and store.serves(kind, **settings) else None
+
+
+def store_caption(store, kind: str, n_rows: int) -> None:
+    st.caption(f"Precomputed: {store.count(kind)} of {n_rows} documents, read from the result store {store.root} "
+               "(`python -m longviz_core precompute`). Change a setting the store was not made with to compute "
+               "in the app instead.")
+
+
 def export_settings(model: lv.LoadedModel, description: str, **options) -> dict:
     """What a downloaded file's run metadata records: the document, max tokens and the page's options."""
     return {"document": description, "max_tokens": max_tokens(model), **options}

@@ -3,7 +3,9 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+import longviz_core as lv
 from longviz_core import attribution as ig
+from longviz_core import cache
 from longviz_core.figures.text import legend_html, token_label, token_overlay_html
 from longviz_core.views.masking import build_mask
 from pages import _common as common
@@ -138,7 +140,17 @@ texts = df["text"].head(n_docs).tolist()
 ds_args = dict(target=int(target), n_steps=ds_steps, method=method, max_tokens=common.max_tokens(model),
                precision=precision)
 with common.guard():
-    ds = ig.cached_dataset_attributions(model, texts, **ds_args)
+    ds = None
+    store = common.store_serving(model, df, "attribution", n_steps=ds_steps, method=method, precision=precision)
+    if store is not None:
+        try:  # a binary model's store serves either class; another model's only the class it was made for
+            ds = cache.memo(("store_attributions", str(store.root), store.content_key(), int(target)),
+                            lambda: store.dataset_attributions(int(target)))
+            common.store_caption(store, "attribution", len(df))
+        except lv.StoreError as exc:
+            st.caption(f"The result store cannot serve this table ({exc}); computing in the app.")
+    if ds is None:
+        ds = ig.cached_dataset_attributions(model, texts, **ds_args)
     if ds is None:
         eta = ig.estimate_dataset_seconds(model, texts, ds_steps, ds_args["max_tokens"], precision)
         st.info(f"Not computed yet: about {ig.format_seconds(eta)} for {n_docs} documents at {ds_steps} steps "

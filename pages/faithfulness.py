@@ -84,20 +84,30 @@ else:
     with common.guard():
         if df is None:
             raise lv.DatasetError("The dataset-wide summary needs a dataset: choose one in the sidebar.")
-        count = st.slider("Documents (from the start of the dataset)", 1, len(df), min(10, len(df)),
-                          **K.option(P, "docs"))
-        estimate = attr.estimate_ig_seconds(model, common.max_tokens(model), steps, on_wait=common.queue_notice())
-        st.info(f"Uncached documents need IG and the deletion test: IG alone takes up to about "
-                f"{attr.format_seconds(count * estimate)} for {count} documents at {common.max_tokens(model):,} "
-                "tokens (cached documents are instant).")
-        common.stop_until_clicked(P, "Compute the dataset-wide summary", (
-            model.fingerprint, lv.dataset_fingerprint(df), count, steps, settings, common.max_tokens(model)))
-        labels = df["label"].iloc[:count] if "label" in df else None
-        result = fa.dataset_faithfulness(model, df["text"].iloc[:count], labels,
-                                         max_tokens=common.max_tokens(model), ig_steps=steps, layers=layers,
-                                         scale=importance, replacement=replacement, flip_step=flip_step,
-                                         seed=int(seed), progress=common.progress_bar("Dataset"),
-                                         on_wait=common.queue_notice())
+        # a store holds the defaults: every layer, unscaled attention, the seed-0 random ranking
+        store = common.store_serving(model, df, "faithfulness", n_steps=steps, target="predicted",
+                                     replacement=replacement, flip_step=flip_step, seed=int(seed),
+                                     scaled=False) if (lo, hi) == (1, L) and importance is None else None
+        if store is not None:
+            result = cache.memo(("store_faithfulness", str(store.root), store.content_key()),
+                                store.dataset_faithfulness)
+            common.store_caption(store, "faithfulness", len(df))
+        else:
+            count = st.slider("Documents (from the start of the dataset)", 1, len(df), min(10, len(df)),
+                              **K.option(P, "docs"))
+            estimate = attr.estimate_ig_seconds(model, common.max_tokens(model), steps,
+                                                on_wait=common.queue_notice())
+            st.info(f"Uncached documents need IG and the deletion test: IG alone takes up to about "
+                    f"{attr.format_seconds(count * estimate)} for {count} documents at "
+                    f"{common.max_tokens(model):,} tokens (cached documents are instant).")
+            common.stop_until_clicked(P, "Compute the dataset-wide summary", (
+                model.fingerprint, lv.dataset_fingerprint(df), count, steps, settings, common.max_tokens(model)))
+            labels = df["label"].iloc[:count] if "label" in df else None
+            result = fa.dataset_faithfulness(model, df["text"].iloc[:count], labels,
+                                             max_tokens=common.max_tokens(model), ig_steps=steps, layers=layers,
+                                             scale=importance, replacement=replacement, flip_step=flip_step,
+                                             seed=int(seed), progress=common.progress_bar("Dataset"),
+                                             on_wait=common.queue_notice())
     st.caption(f"{result.n_documents} documents ({result.from_cache} from the disk cache); mean ± std over "
                "documents; the flip fraction's mean is over the documents that flipped.")
     meta = common.export_settings(model, description, scope=scope, ig_steps=steps, documents=result.n_documents,

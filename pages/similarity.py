@@ -4,6 +4,7 @@ import streamlit as st
 import longviz_core as lv
 from longviz_core import agreement as ag
 from longviz_core import attribution as attr
+from longviz_core import cache
 from longviz_core.figures import agreement as fig
 from longviz_core.similarity import DEFAULT_P, METRICS, rbo_top_weight
 from longviz_core.views.importance import cached_head_importance
@@ -110,18 +111,29 @@ else:
     with common.guard():
         if df is None:
             raise lv.DatasetError("Dataset-wide tables need a dataset: choose one in the sidebar.")
-        count = st.slider("Documents (from the start of the dataset)", 1, len(df), min(10, len(df)),
-                          **K.option(P, "docs"))
-        estimate = attr.estimate_ig_seconds(model, common.max_tokens(model), steps, on_wait=common.queue_notice())
-        st.info(f"Uncached documents need IG: up to about {attr.format_seconds(count * estimate)} for {count} "
-                f"documents at {common.max_tokens(model):,} tokens (cached documents are instant).")
-        common.stop_until_clicked(P, "Compute dataset-wide tables", (
-            model.fingerprint, lv.dataset_fingerprint(df), count, steps, kinds, layer_range, p, scale,
-            common.max_tokens(model)))
-        result = ag.dataset_agreement(model, df["text"].iloc[:count], max_tokens=common.max_tokens(model),
-                                      ig_steps=steps, importance=importance, mask_kinds=kinds,
-                                      layer_range=layer_range, p=p, progress=common.progress_bar("Dataset"),
-                                      on_wait=common.queue_notice())
+        # a store holds the default configuration: no extra layer range (one equal to "all layers" or the final
+        # layer adds no row), scaled rows when the dataset is labelled (dropped here when scaling is off)
+        store = common.store_serving(model, df, "agreement", n_steps=steps, target="predicted", p=p,
+                                     mask=list(kinds)) if len(ag.attention_sources(L, layer_range)) == 2 else None
+        if store is not None:
+            result = cache.memo(("store_agreement", str(store.root), store.content_key()), store.dataset_agreement)
+            if not scale:
+                result = ag.without_scaled(result)
+            common.store_caption(store, "agreement", len(df))
+        else:
+            count = st.slider("Documents (from the start of the dataset)", 1, len(df), min(10, len(df)),
+                              **K.option(P, "docs"))
+            estimate = attr.estimate_ig_seconds(model, common.max_tokens(model), steps,
+                                                on_wait=common.queue_notice())
+            st.info(f"Uncached documents need IG: up to about {attr.format_seconds(count * estimate)} for {count} "
+                    f"documents at {common.max_tokens(model):,} tokens (cached documents are instant).")
+            common.stop_until_clicked(P, "Compute dataset-wide tables", (
+                model.fingerprint, lv.dataset_fingerprint(df), count, steps, kinds, layer_range, p, scale,
+                common.max_tokens(model)))
+            result = ag.dataset_agreement(model, df["text"].iloc[:count], max_tokens=common.max_tokens(model),
+                                          ig_steps=steps, importance=importance, mask_kinds=kinds,
+                                          layer_range=layer_range, p=p, progress=common.progress_bar("Dataset"),
+                                          on_wait=common.queue_notice())
     st.caption(f"{result.n_documents} documents ({result.from_cache} from the disk cache); mean ± std.")
     meta = {**meta, "documents": result.n_documents}
     st.subheader("Table 1 (dataset)")

@@ -276,3 +276,64 @@ def test_app_shows_the_dataset_grid_from_a_store_made_by_the_command(demo, tmp_p
     assert not at.exception and not at.error
     assert any("average of 3 of" in c.value and "result store" in c.value for c in at.caption)
     assert at.image  # the grid was drawn
+
+
+def test_dataset_pages_read_a_store_made_by_the_command(demo, demo_dataset, tmp_path, monkeypatch):
+    """The agreement, faithfulness and attribution pages' dataset-wide views come from a store found through
+    LONGVIZ_STORE_DIR when it was made with the page's settings (here the defaults, at 256 tokens); the in-app
+    dataset functions are never called. A setting the store was not made with falls back to computing."""
+    from test_links import app_test, page
+
+    from longviz_core import agreement as ag
+    from longviz_core import attribution as ig
+    from longviz_core import faithfulness as fa
+    from longviz_core.__main__ import main
+    from pages._common import K
+
+    stores = tmp_path / "stores"
+    assert main(["precompute", "--model", "demo", "--dataset", "demo", "--what", "agreement,faithfulness",
+                 "--limit", "2", "--max-tokens", "256", "--out", str(stores / "demo-256")]) == 0
+    store = ResultStore(stores / "demo-256")
+    read = f"2 of {len(demo_dataset)} documents, read from the result store"
+    monkeypatch.setenv("LONGVIZ_STORE_DIR", str(stores))
+
+    def no_computing(*args, **kwargs):
+        raise AssertionError("the page computed a dataset-wide view instead of reading the store")
+
+    for module, name in ((ag, "dataset_agreement"), (fa, "dataset_faithfulness"), (ig, "dataset_attributions"),
+                         (ig, "cached_dataset_attributions")):
+        monkeypatch.setattr(module, name, no_computing)
+
+    at = app_test()
+    at.run()
+    at.number_input(key=K.MAX_TOKENS).set_value(256).run()
+
+    def captions():
+        return " ".join(c.value for c in at.caption)
+
+    at.switch_page(page("similarity")).run()
+    at.radio(key="similarity.scope").set_value("dataset").run()
+    assert not at.exception and not at.error, (at.exception, at.error)
+    assert read in captions(), captions()[-600:]
+    expected = ag.summarise(store.table("agreement", "rows"))
+    shown = at.dataframe[0].value  # Table 1 (dataset), as fig.table1 formats it
+    assert len(shown) == len(expected)  # every configuration, scaled rows included (scaling is on)
+    at.checkbox(key="similarity.scale").set_value(False).run()
+    assert len(at.dataframe[0].value) == int((~expected["scaled"].astype(bool)).sum())
+
+    at.switch_page(page("faithfulness")).run()
+    at.radio(key="faithfulness.scope").set_value("dataset").run()
+    assert not at.exception and not at.error, (at.exception, at.error)
+    assert read in captions(), captions()[-600:]
+    summary = store.dataset_faithfulness().summary
+    assert list(at.dataframe[0].value["ranking"]) == list(summary["ranking"])
+    at.number_input(key="faithfulness.seed").set_value(1).run()  # the store holds seed 0 only
+    assert "read from the result store" not in captions()
+    assert any(b.label == "Compute the dataset-wide summary" for b in at.button)
+
+    at.switch_page(page("attribution")).run()
+    if any(b.label == "Compute attributions" for b in at.button):  # the document's own IG first
+        next(b for b in at.button if b.label == "Compute attributions").click().run()
+    assert not at.exception and not at.error, (at.exception, at.error)
+    assert read in captions(), captions()[-600:]
+    assert not any(b.label == "Compute the dataset-wide table" for b in at.button)
