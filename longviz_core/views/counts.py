@@ -178,9 +178,15 @@ def _topk_band(band: np.ndarray, extra: np.ndarray, extra_pos: np.ndarray, w: in
         bits = np.where(have, _MAX_BITS - ((chosen >> col_bits) & _MAX_BITS), 0)
         extra_keys = _keys(np.ascontiguousarray(extra).view(np.int32).astype(np.int64),
                            np.broadcast_to(np.asarray(extra_pos, dtype=np.int64) + w, extra.shape))
-        merged = np.concatenate([_keys(bits, shifted_pos), extra_keys], axis=1)
-        merged.sort(axis=1)
-        merged = merged[:, :kk]
+        band_keys = _keys(bits, shifted_pos)  # (n, kk) ascending per row
+        if extra_keys.shape[1] == 1:  # the usual single global token: insert it rather than sort every row
+            at = (band_keys < extra_keys).sum(axis=1, keepdims=True)  # (n, 1) its place in the row
+            before = np.concatenate([band_keys[:, :1], band_keys[:, :-1]], axis=1)  # each key's left neighbour
+            merged = np.where(rank < at, band_keys, np.where(rank == at, extra_keys, before))
+        else:
+            merged = np.concatenate([band_keys, extra_keys], axis=1)
+            merged.sort(axis=1)
+            merged = merged[:, :kk]
         have = merged < (_MAX_BITS << _POS_BITS)  # key of value 0: (2^31 - 1) << 24 | pos
         shifted_pos = merged & _POS_MASK
     out = np.where(have, shifted_pos - w, -1).astype(np.int32)

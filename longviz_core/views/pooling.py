@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..bands import AttentionBands
+from ..bands import AttentionBands, by_layers
 from ..types import Progress, report
 
 GRID_SIZES: tuple[int, ...] = (32, 64, 128)
@@ -53,7 +53,9 @@ def pool_attention(bands: AttentionBands, grid: int = DEFAULT_GRID) -> PooledAtt
     n = bands.n
     block = -(-n // grid)
     g = -(-n // block)
-    sums = _block_sums(bands, block, g)  # (layers, heads, g, g) float64
+    sums = np.concatenate(by_layers(lambda s: _block_sums(  # (layers, heads, g, g) float64
+        bands.local[s], bands.global_cols[s], bands.global_rows[s], bands.global_idx, bands.window, block, g),
+        bands.num_layers), axis=0)
     sizes = np.minimum(np.arange(g) * block + block, n) - np.arange(g) * block  # (g,)
     cells = (sums / (sizes[:, None] * sizes[None, :])).astype(np.float32)
     edges = np.minimum(np.arange(g + 1) * block, n).astype(np.float64)
@@ -117,19 +119,19 @@ def block_tokens(pooled: PooledAttention, cell: int) -> tuple[int, int]:
 
 
 # ---------------------------------------------------------------------------------------------- workers
-def _block_sums(bands: AttentionBands, block: int, g: int) -> np.ndarray:
-    """(layers, heads, g, g) float64 sums of attention from query block a to key block b.
+def _block_sums(local, global_cols, global_rows, gidx, w: int, block: int, g: int) -> np.ndarray:
+    """(layers, heads, g, g) float64 sums of attention from query block a to key block b, from the bands'
+    arrays (AttentionBands.local, .global_cols, .global_rows, .global_idx, .window) of some layers.
 
     Band part: row i = a * block + r (residue r) and column c hold key i - w + c, whose block is
     a + floor((r - w + c) / block). For a fixed residue the key-block boundaries fall on the same columns in
     every row, so one `np.add.reduceat` over those column segments, for all heads and rows of that residue at
     once, gives the sums per (query block, key-block offset): one pass over the band, no n x n matrix."""
-    L, H, n, width = bands.local.shape
-    w = bands.window
+    L, H, n, width = local.shape
     d_min, d_max = (-w) // block, (block - 1 + w) // block
     by_offset = np.zeros((L, H, g, d_max - d_min + 1), dtype=np.float64)  # (layers, heads, query block, offset)
     for r in range(min(block, n)):
-        rows = bands.local[:, :, r::block, :]  # (layers, heads, blocks with this residue, 2w+1)
+        rows = local[:, :, r::block, :]  # (layers, heads, blocks with this residue, 2w+1)
         first = (w - r) % block  # first column whose key starts a block
         starts = np.arange(first, width, block)
         if first:
@@ -143,14 +145,13 @@ def _block_sums(bands: AttentionBands, block: int, g: int) -> np.ndarray:
         b = a + d_min + j
         ok = (b >= 0) & (b < g)  # keys outside the document carry zero attention
         sums[:, :, a[ok], b[ok]] += by_offset[:, :, a[ok], j]
-    gidx = bands.global_idx
     if len(gidx):
         gblock = gidx // block
-        gcols = bands.global_cols.astype(np.float64)  # (layers, heads, n, g): small
+        gcols = global_cols.astype(np.float64)  # (layers, heads, n, globals): small
         gcols[:, :, gidx, :] = 0.0  # a global query's row is global_rows alone
         starts = np.arange(g) * block
         col_sums = np.add.reduceat(gcols, starts, axis=2)  # (layers, heads, g, globals)
-        row_sums = np.add.reduceat(bands.global_rows.astype(np.float64), starts, axis=3)  # (L, H, globals, g)
+        row_sums = np.add.reduceat(global_rows.astype(np.float64), starts, axis=3)  # (L, H, globals, g)
         for p, blk in enumerate(gblock):
             sums[:, :, :, blk] += col_sums[:, :, :, p]
             sums[:, :, blk, :] += row_sums[:, :, p, :]
