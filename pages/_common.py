@@ -45,6 +45,23 @@ DOC_MODES = ("by index", "random false negative", "random false positive", "most
 DATASET_KINDS = ("demo", "file path", "upload")
 
 
+def run_through_app() -> None:
+    """Call first on every page. Streamlit treats a `pages/` folder as an old-style multipage app until the
+    process's first `st.navigation()` call, so a link straight to a page, opened before anyone opened the
+    app's root, runs that page file alone: no sidebar, and this folder's helper modules listed as pages.
+    Leaving that mode (the flag st.navigation itself clears) and rerunning makes app.py run, and it shows the
+    linked page, with the link's settings, through its own navigation.
+
+    AppTest resets the flag before every run of its own, so there it would rerun on every interaction and
+    drop the widget changes under test; AppTest drives app.py's navigation directly and is left alone."""
+    from streamlit import config
+    from streamlit.runtime.pages_manager import PagesManager
+
+    if PagesManager.uses_pages_directory and not config.get_option("global.appTest"):
+        PagesManager.uses_pages_directory = False
+        st.rerun()
+
+
 @contextmanager
 def guard():
     """Show core errors as a clear message and stop the page; never a traceback page."""

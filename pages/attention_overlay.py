@@ -11,6 +11,8 @@ from longviz_core.views.masking import build_mask
 from pages import _common as common
 from pages import _export as export
 
+common.run_through_app()
+
 K, P = common.K, "overlay"
 IMPORTED = K.page("attention", "imported_importance")  # set on the heatmap page when a file is imported
 PRESETS = ("last layer", "all layers (averaged)", "choose layers and heads")

@@ -12,6 +12,8 @@ from pages import _common as common
 from pages import _export as export
 from pages._common import K
 
+common.run_through_app()
+
 P = "attribution"
 st.title("Attribution")
 with common.guard():

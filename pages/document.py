@@ -4,6 +4,8 @@ import streamlit as st
 
 from pages import _common as common
 
+common.run_through_app()
+
 st.title("Document")
 with common.guard():
     model, analysis, label, description = common.current_analysis()

@@ -11,6 +11,8 @@ from longviz_core.views import pooling
 from pages import _common as common
 from pages import _export as export
 
+common.run_through_app()
+
 K, P = common.K, "heatmap"
 IMPORTED = K.page("attention", "imported_importance")  # (layers, heads) array loaded from a file
 

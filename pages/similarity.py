@@ -11,6 +11,8 @@ from longviz_core.views.importance import cached_head_importance
 from pages import _common as common
 from pages import _export as export
 
+common.run_through_app()
+
 K, P = common.K, "similarity"
 IMPORTED = K.page("attention", "imported_importance")  # set on the heatmap page when a file is imported
 MASK_LABELS = {"special": "special tokens", "nonalnum": "non-alphanumeric", "stopwords": "stopwords"}

@@ -9,6 +9,8 @@ from longviz_core.views.masking import build_mask
 from pages import _common as common
 from pages import _export as export
 
+common.run_through_app()
+
 K, P = common.K, "counts"
 SCOPES = ("all layers and heads", "one layer", "one head")
 

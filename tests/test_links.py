@@ -5,6 +5,7 @@ are dropped); the browser half copies a real URL after changing options and open
 session), so it also covers what Streamlit's frontend writes into the address bar."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -138,3 +139,30 @@ def test_a_copied_url_reopens_the_same_view_in_a_new_session(app_server, browser
         browser.switch_to.window(original)
     assert after["checked"].get(option) is True, (option, after)  # the page option came back from the URL
     assert after == before
+
+
+def test_a_link_to_a_page_works_as_the_first_request_a_server_gets(demo, browser, tmp_path):
+    """Until some session has run app.py, Streamlit treats pages/ as an old-style multipage app: a link
+    straight to a page on a freshly started server would run that page file alone (no sidebar, the folder's
+    helper modules listed as pages). The pages hand over to app.py instead (_common.run_through_app)."""
+    from selenium.webdriver.common.by import By
+
+    from test_e2e_browser import nav_links, open_app
+    from test_load import serve
+
+    env = {key: value for key, value in os.environ.items() if key != "LONGVIZ_CONFIG"}
+    proc, port = serve(ROOT / "app.py", env, tmp_path / "server.log")  # nobody has opened its root
+    try:
+        open_app(browser, f"http://127.0.0.1:{port}/token_counts?max_tokens=512&counts.k=7")
+        assert browser.find_element(By.CSS_SELECTOR, '[data-testid="stMain"] h1').text == "Token counts"
+        assert list(nav_links(browser)) == ["Document", "Heatmap grid", "Token counts", "Attention overlay",
+                                            "Attribution", "Agreement", "Faithfulness"]
+        sidebar = browser.find_element(By.CSS_SELECTOR, '[data-testid="stSidebar"]').text
+        assert "Max tokens" in sidebar and "Model" in sidebar
+        captions = " ".join(c.text for c in browser.find_elements(By.CSS_SELECTOR,
+                                                                  '[data-testid="stCaptionContainer"]'))
+        assert "512 tokens" in captions  # the link's settings reached the page
+        assert "Top 10 by appearances in top-7 lists" in browser.find_element(By.TAG_NAME, "body").text
+    finally:
+        proc.terminate()
+        proc.wait(30)
