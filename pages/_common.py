@@ -87,15 +87,19 @@ def max_ig_steps() -> int:
     return hosting.max_ig_steps(hosting.config(), LOCAL_MAX_IG_STEPS)
 
 
-def ig_step_presets() -> dict[str, int]:
-    """The IG step presets within max_ig_steps(); presets above a hosted cap give way to one at the cap."""
+def ig_steps_picker(col, page: str, name: str = "steps", custom: bool = False, label: str = "IG steps") -> int:
+    """An IG steps selectbox in `col` offering the presets within max_ig_steps() (presets above a hosted cap
+    give way to one at the cap) and, with `custom`, a number input for any count up to the cap."""
     from longviz_core.attribution import STEP_PRESETS
 
     cap = max_ig_steps()
     presets = {label: n for label, n in STEP_PRESETS.items() if n <= cap}
     if len(presets) < len(STEP_PRESETS):
         presets[f"{cap} steps (this server's limit)"] = cap
-    return presets
+    choice = col.selectbox(label, [*presets, *(["custom"] if custom else [])], **K.option(page, name))
+    if choice in presets:
+        return presets[choice]
+    return int(col.number_input("Custom steps", 2, cap, min(100, cap), **K.option(page, name + "_n")))
 
 
 def progress_bar(label: str):

@@ -22,14 +22,6 @@ ss = st.session_state
 name = analysis.label_name
 
 
-def steps_picker(col, key: str) -> int:
-    presets, cap = common.ig_step_presets(), common.max_ig_steps()
-    preset = col.selectbox("Steps", [*presets, "custom"], **K.option(P, key))
-    if preset in presets:
-        return presets[preset]
-    return int(col.number_input("Custom steps", 2, cap, min(100, cap), **K.option(P, key + "_n")))
-
-
 def table(df: pd.DataFrame, title: str, file: str, selectable: bool = False) -> None:
     st.markdown(f"**{title}**")
     key = K.page(P, "t_" + file)
@@ -61,7 +53,7 @@ def pick_row(key: str, df: pd.DataFrame) -> None:
 c1, c2, c3 = st.columns(3)
 target = c1.selectbox("Attribution label (class explained)", range(model.num_labels), index=analysis.predicted,
                       format_func=name, **K.option(P, "target"), help="Default: the predicted class.")
-n_steps = steps_picker(c2, "steps")
+n_steps = common.ig_steps_picker(c2, P, custom=True, label="Steps")
 with c3.expander("Integration settings"):
     method = st.selectbox("Method", ig.METHODS, **K.option(P, "method"))
     precision = st.selectbox("Precision (autocast)", list(ig.PRECISIONS), **K.option(P, "precision"))
@@ -137,7 +129,7 @@ if df is None:
     st.stop()
 d1, d2 = st.columns(2)
 n_docs = int(d1.number_input("Documents", 1, len(df), min(20, len(df)), **K.option(P, "ds_docs")))
-ds_steps = steps_picker(d2, "ds_steps")
+ds_steps = common.ig_steps_picker(d2, P, "ds_steps", custom=True, label="Steps")
 texts = df["text"].head(n_docs).tolist()
 ds_args = dict(target=int(target), n_steps=ds_steps, method=method, max_tokens=common.max_tokens(model),
                precision=precision)

@@ -31,8 +31,7 @@ st.markdown(
 L = model.num_layers
 c1, c2, c3 = st.columns(3)
 scope = c1.radio("Scope", ("this document", "dataset"), **K.option(P, "scope"), horizontal=True)
-presets = common.ig_step_presets()
-steps = presets[c2.selectbox("IG steps", list(presets), **K.option(P, "steps"))]
+steps = common.ig_steps_picker(c2, P)
 replacement = c3.radio("Replace removed tokens by", fa.REPLACEMENTS, **K.option(P, "replacement"), horizontal=True,
                        format_func=lambda r: {"mask": "<mask>", "pad": "<pad>"}[r])
 c1, c2, c3 = st.columns(3)

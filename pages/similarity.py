@@ -27,8 +27,7 @@ st.caption(f"{description} · {analysis.n:,} tokens · predicted {analysis.label
 L = model.num_layers
 c1, c2, c3 = st.columns(3)
 scope = c1.radio("Scope", ("this document", "dataset"), **K.option(P, "scope"), horizontal=True)
-presets = common.ig_step_presets()
-steps = presets[c2.selectbox("IG steps", list(presets), **K.option(P, "steps"))]
+steps = common.ig_steps_picker(c2, P)
 p = c3.select_slider("RBO p", (0.9, 0.95, 0.98, DEFAULT_P, 0.995), value=DEFAULT_P, **K.option(P, "p"))
 kinds = st.multiselect("Mask (paper §3.4)", ag.MASK_KINDS, default=list(ag.MASK_KINDS), **K.option(P, "mask"),
                        format_func=MASK_LABELS.get)
