@@ -59,8 +59,8 @@ with common.guard():
         df = common.current_dataset(model)
         if df is None:
             raise lv.DatasetError("The dataset-wide grid needs a dataset: choose one in the sidebar.")
-        store = common.current_store(model, df)
-        if store is not None and store.serves("attention", grid=grid):
+        store = common.store_serving(model, df, "attention", grid=grid)
+        if store is not None:
             pooled = cache.memo(("store_pooled", str(store.root), store.content_key()), store.pooled_attention)
             st.caption(f"Precomputed: the average of {pooled.n_documents} of {len(df)} documents, read from the "
                        f"result store {store.root}.")
