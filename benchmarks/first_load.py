@@ -22,20 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from test_e2e_browser import CHROMEDRIVER, CHROMIUM, FLAGS  # noqa: E402
+from test_e2e_browser import CHROMEDRIVER, CHROMIUM, chromium  # noqa: E402
 from test_load import serve  # noqa: E402
-
-
-def _browser(profile: Path):
-    from selenium import webdriver
-
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for flag in (*FLAGS, f"--user-data-dir={profile}"):
-        opts.add_argument(flag)
-    driver = webdriver.Chrome(service=webdriver.ChromeService(executable_path=CHROMEDRIVER), options=opts)
-    driver.set_page_load_timeout(60)
-    return driver
 
 
 def _visit(driver, url: str, timeout: float = 600) -> tuple[float | None, float]:
@@ -77,7 +65,7 @@ def main() -> None:
     t0 = time.monotonic()
     proc, port = serve(ROOT / "app.py", env, tmp / "server.log")
     print(f"server accepting connections after {time.monotonic() - t0:.1f} s", flush=True)
-    driver = _browser(tmp / "profile")
+    driver = chromium(tmp / "profile")
     url = f"http://127.0.0.1:{port}/"
     try:
         progress, shown = _visit(driver, url)
@@ -92,7 +80,7 @@ def main() -> None:
         proc.wait(30)
 
     proc, port = serve(ROOT / "app.py", env, tmp / "server2.log")
-    driver = _browser(tmp / "profile2")
+    driver = chromium(tmp / "profile2")
     try:
         print(f"after a server restart (model loaded from the cache): prediction after "
               f"{_visit(driver, f'http://127.0.0.1:{port}/')[1]:.1f} s", flush=True)

@@ -58,16 +58,24 @@ def app_server(demo, tmp_path_factory):
     proc.wait(30)
 
 
-@pytest.fixture(scope="module")
-def browser(app_server, tmp_path_factory):
+def chromium(profile, prefs: dict | None = None):
+    """Debian's headless Chromium through chromedriver, with its own profile directory (and Chrome `prefs`)."""
     from selenium import webdriver
 
     opts = webdriver.ChromeOptions()
     opts.binary_location = CHROMIUM
-    for flag in (*FLAGS, f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}"):
+    for flag in (*FLAGS, f"--user-data-dir={profile}"):
         opts.add_argument(flag)
+    if prefs:
+        opts.add_experimental_option("prefs", prefs)
     driver = webdriver.Chrome(service=webdriver.ChromeService(executable_path=CHROMEDRIVER), options=opts)
     driver.set_page_load_timeout(60)
+    return driver
+
+
+@pytest.fixture(scope="module")
+def browser(app_server, tmp_path_factory):
+    driver = chromium(tmp_path_factory.mktemp("chromium-profile"))
     yield driver
     driver.quit()
 
@@ -226,7 +234,6 @@ _export.download_image(np.zeros((4, 4, 3), dtype=np.uint8), "grid")
 def test_download_buttons_deliver_files(demo, tmp_path):
     """pages/_export's buttons in a real browser: the files are rendered on click and arrive whole."""
     require_browser()
-    from selenium import webdriver
     from selenium.webdriver.common.by import By
 
     script = tmp_path / "downloads_app.py"
@@ -234,14 +241,9 @@ def test_download_buttons_deliver_files(demo, tmp_path):
     proc, port = serve(script, dict(os.environ), tmp_path / "server.log")
     downloads = tmp_path / "downloads"
     downloads.mkdir()
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for flag in (*FLAGS, f"--user-data-dir={tmp_path / 'profile'}"):
-        opts.add_argument(flag)
-    opts.add_experimental_option("prefs", {"download.default_directory": str(downloads),
-                                           "download.prompt_for_download": False,
-                                           "profile.default_content_setting_values.automatic_downloads": 1})
-    driver = webdriver.Chrome(service=webdriver.ChromeService(executable_path=CHROMEDRIVER), options=opts)
+    driver = chromium(tmp_path / "profile", {"download.default_directory": str(downloads),
+                                             "download.prompt_for_download": False,
+                                             "profile.default_content_setting_values.automatic_downloads": 1})
     try:
         open_app(driver, f"http://127.0.0.1:{port}")
         buttons = [b for b in driver.find_elements(By.CSS_SELECTOR, '[data-testid="stMain"] button') if "⬇" in b.text]
