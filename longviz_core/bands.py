@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import _kernels
+
 
 @dataclass(frozen=True)
 class AttentionBands:
@@ -187,8 +189,8 @@ def _selection(chosen, size: int, what: str) -> np.ndarray:
 
 def by_layers(fn, num_layers: int, workers: int | None = None) -> list:
     """[fn(layer slice), ...] over contiguous slices of the layers, on up to `workers` threads (default: up to
-    2, the cores of a small machine). The head-batched passes over the bands spend their time in numpy loops
-    that release the GIL, so two threads make them ~1.5x faster; results come back in layer order."""
+    2, the cores of a small machine). The passes over the bands spend their time in compiled loops that
+    release the GIL (`_kernels`), so two threads work on two layers at once; results come back in layer order."""
     workers = max(1, min(int(workers or min(2, os.cpu_count() or 1)), num_layers))
     bounds = np.linspace(0, num_layers, workers + 1).round().astype(int)
     slices = [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
@@ -199,13 +201,13 @@ def by_layers(fn, num_layers: int, workers: int | None = None) -> list:
 
 
 def _column_sums(local: np.ndarray, w: int) -> np.ndarray:
-    """Sum each band row into its keys: row i's column c goes to key i - w + c. One contiguous (2w+1)-slice
-    per row for all heads at once (cache-friendly, unlike one strided pass per diagonal: 6x faster)."""
+    """Sum each band row into its keys (row i's column c goes to key i - w + c), head by head in compiled
+    loops: (layers, heads, n, 2w+1) -> (layers, heads, n)."""
     *lead, n, width = local.shape
-    padded = np.zeros((*lead, n + 2 * w), dtype=np.float32)  # key j accumulates at j + w
-    for i in range(n):
-        padded[..., i : i + width] += local[..., i, :]
-    return np.ascontiguousarray(padded[..., w : w + n])
+    out = np.empty((*lead, n), dtype=np.float32)
+    for idx in np.ndindex(*lead):
+        _kernels.column_sums(np.ascontiguousarray(local[idx], dtype=np.float32), w, out[idx])
+    return out
 
 
 def _np(t) -> np.ndarray:

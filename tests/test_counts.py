@@ -1,7 +1,11 @@
 """Top-k attended / attending lists and their counts against a brute-force Algorithms 1-3 on dense matrices."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -295,3 +299,23 @@ def test_one_or_two_workers_give_the_same_lists_and_report_progress(analysis):
     assert np.array_equal(one.attended, two.attended) and np.array_equal(one.attending, two.attending)
     assert seen == [1 / 4, 2 / 4, 3 / 4, 1.0]
     assert not one.attended.flags.writeable
+
+
+def test_compiled_workers_cache_under_the_longviz_cache_folder(tmp_path):
+    """numba's default cache (next to the source, else the home folder) may be read-only on a lab server;
+    the top-k workers cache under $LONGVIZ_CACHE_DIR/numba instead, and a second process reuses them."""
+    script = (
+        "import numpy as np\n"
+        "from longviz_core.bands import AttentionBands\n"
+        "from longviz_core.views.counts import topk_indices\n"
+        "r = np.random.default_rng(0).random\n"
+        "bands = AttentionBands(r((1, 1, 40, 13), dtype=np.float32), r((1, 1, 40, 1), dtype=np.float32),\n"
+        "                       r((1, 1, 1, 40), dtype=np.float32), np.array([0]), 6)\n"
+        "assert topk_indices(bands, k=3).attended.shape == (1, 1, 40, 3)\n"
+    )
+    env = {**os.environ, "LONGVIZ_CACHE_DIR": str(tmp_path)}
+    env.pop("NUMBA_CACHE_DIR", None)
+    root = Path(__file__).resolve().parents[1]
+    subprocess.run([sys.executable, "-c", script], env=env, cwd=root, check=True, timeout=300)
+    cached = sorted(p.suffix for p in (tmp_path / "numba").rglob("*") if p.is_file())
+    assert ".nbi" in cached and ".nbc" in cached

@@ -22,10 +22,11 @@ Conventions (the paper leaves them open; these are ours):
   lower-cased), so 'Ġtraining', 'training' and 'ĠTraining' are one type; tokens that normalise to nothing
   (whitespace, byte fragments) keep a visible form of the raw token.
 
-Everything is computed from the attention bands: no n x n matrix is built, and the transposed band needed for
-"attending" is materialised one head at a time. Two per-document results are meant to be cached: the lists
-(`topk_indices`, once) and their tallies per head and rank (`tally`, once per mask), after which any scope and
-any k is a sum of small integer tables (`token_counts(..., tallies=...)`).
+Everything is computed from the attention bands, in compiled loops (`longviz_core._kernels`): no n x n matrix
+is built and the band is never transposed or copied ("attending" reads each key's column in place). Two
+per-document results are meant to be cached: the lists (`topk_indices`, once) and their tallies per head and
+rank (`tally`, once per mask), after which any scope and any k is a sum of small integer tables
+(`token_counts(..., tallies=...)`).
 """
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ import pandas as pd
 
 from ..bands import AttentionBands, _selection
 from ..types import Progress, report
+from .. import _kernels
 from .masking import normalise_tokens
 
 TOPK_MAX = 20  # lists the app computes once per document; the k slider re-counts their prefixes
@@ -76,8 +78,8 @@ def topk_indices(
 ) -> TopK:
     """Top-k attended (Algorithm 1) and attending (Algorithm 3) positions for every token, layer and head.
 
-    Heads are processed by `workers` threads (default: up to 2; numpy releases the GIL in the heavy steps),
-    each with its own two (n + 2w) x (2w + 1) buffers, so the extra memory is a few heads' worth."""
+    Heads are processed by `workers` threads (default: up to 2; the compiled workers release the GIL), each
+    with its own buffers (chunk maxima and the candidate keys), so the extra memory is a few heads' worth."""
     if not isinstance(bands, AttentionBands):
         raise ValueError(f"expected AttentionBands, got {type(bands).__name__}")
     k = _check_k(k)
@@ -86,18 +88,17 @@ def topk_indices(
     attending = np.full((L, H, n, k), -1, dtype=np.int32)  # (layers, heads, n, k)
     workers = max(1, min(int(workers or min(2, os.cpu_count() or 1)), L * H))
     buffers = queue.SimpleQueue()
-    width = bands.local.shape[-1]
     for _ in range(workers):
-        buffers.put((np.zeros((n + 2 * bands.window, width), dtype=np.float32), np.empty((n, width), np.float32)))
+        buffers.put(_Buffers(n, bands.local.shape[-1], k))
 
     def one(layer_head):
         layer, head = layer_head
-        padded, skewed = buffers.get()
+        work = buffers.get()
         try:
-            attended[layer, head] = _attended_head(bands, layer, head, k)
-            attending[layer, head] = _attending_head(bands, layer, head, k, padded, skewed)
+            attended[layer, head] = _attended_head(bands, layer, head, k, work)
+            attending[layer, head] = _attending_head(bands, layer, head, k, work)
         finally:
-            buffers.put((padded, skewed))
+            buffers.put(work)
 
     heads = [(layer, head) for layer in range(L) for head in range(H)]
     with ThreadPoolExecutor(workers) as pool:
@@ -106,107 +107,97 @@ def topk_indices(
     return TopK(attended, attending, k)
 
 
-def _attended_head(bands: AttentionBands, layer: int, head: int, k: int) -> np.ndarray:
-    """(n, k) for one head: each query's band row plus its attention to the global keys."""
-    w, gidx = bands.window, bands.global_idx
-    out = _topk_band(bands.local[layer, head], bands.global_cols[layer, head], gidx, w, k)
-    for p, pos in enumerate(gidx):  # a global query's row lives in global_rows, not in the band
+class _Buffers:
+    """One worker's scratch space for a head: chunk maxima for both directions and the candidate keys (room
+    for every band entry: a row of equal values makes every entry a candidate)."""
+
+    def __init__(self, n: int, width: int, k: int):
+        kk, w = min(k, width), (width - 1) // 2
+        chunks = -(-width // _CHUNK)
+        self.chunks = chunks if chunks >= kk else width  # narrow bands: one column per chunk
+        self.block = _KEY_BLOCK if 2 * w // _KEY_BLOCK + 2 >= kk else 1  # queries per chunk of a key's column
+        self.key_chunks = 2 * w // self.block + 2  # blocks that a key's 2w + 1 queries overlap
+        self.maxima = np.empty((n, self.chunks), dtype=np.float32)  # (n, chunks)
+        self.blocks = np.empty((-(-n // self.block), width + self.block - 1), dtype=np.float32)  # (n / 4, 2w + 4)
+        self.key_maxima = np.empty((n, self.key_chunks), dtype=np.float32)  # (n, 2w / 4 + 2)
+        self.keys = np.empty(n * width, dtype=np.int64)  # (n * (2w + 1),)
+        self.counts = np.empty(n, dtype=np.int64)  # (n,)
+
+
+def _attended_head(bands: AttentionBands, layer: int, head: int, k: int, work: _Buffers) -> np.ndarray:
+    """(n, k) for one head, Algorithm 1: each query's band row plus its attention to the global keys; a global
+    query's row is taken whole from the bands. Each row's threshold is the k-th largest maximum of its
+    interleaved column chunks (columns c, c + chunks, c + 2 chunks, ...)."""
+    band = _float32(bands.local[layer, head])
+    col_bits = _col_bits(band)
+    _kernels.chunk_maxima(band, work.chunks, work.maxima)
+    threshold = _threshold(work.maxima, k)
+    m = _kernels.collect(band, band.view(np.int32), work.maxima, threshold, col_bits, work.keys, work.counts)
+    out = _first_k(work, m, col_bits, bands.window, bands.global_cols[layer, head], bands.global_idx, k)
+    for p, pos in enumerate(bands.global_idx):
         out[pos] = _topk_exact(bands.global_rows[layer, head, p], np.arange(bands.n), k)
     return out
 
 
-def _attending_head(bands, layer, head, k, padded, skewed) -> np.ndarray:
-    """(n, k) for one head: the band transposed by skewing (key j, column c' <-> query j - w + c') plus the
-    global queries' attention to each key; a global key's column is taken whole from the bands."""
-    n, w = bands.n, bands.window
-    width = 2 * w + 1
-    padded[w : w + n] = bands.local[layer, head]  # rows [0, w) and [w + n, n + 2w) stay zero
-    # skewed[j, c'] = band[j - w + c', 2w - c'] = padded[j + c', 2w - c']: a strided view, copied so the
-    # selection below reads contiguous rows.
-    view = np.lib.stride_tricks.as_strided(
-        padded.reshape(-1)[2 * w :], shape=(n, width), strides=(width * 4, (width - 1) * 4), writeable=False
-    )
-    np.copyto(skewed, view)
-    gidx = bands.global_idx
-    out = _topk_band(skewed, bands.global_rows[layer, head].T, gidx, w, k)
-    for pos in gidx:
-        out[pos] = _topk_exact(bands.column(layer, head, int(pos)), np.arange(n), k)
+def _attending_head(bands: AttentionBands, layer: int, head: int, k: int, work: _Buffers) -> np.ndarray:
+    """(n, k) for one head, Algorithm 3: each key's column of the band (query i <-> band[i, j - i + w]) plus
+    the global queries' attention to it; a global key's column is taken whole from the bands. The band is read
+    in place, never transposed: a key's threshold is the k-th largest maximum over its column's blocks of 4
+    consecutive queries, which are diagonals of 4 band rows (`_kernels.block_maxima`)."""
+    band = _float32(bands.local[layer, head])
+    col_bits = _col_bits(band)
+    _kernels.block_maxima(band, work.block, work.blocks)
+    _kernels.key_maxima(work.blocks, work.block, bands.window, work.key_maxima)
+    threshold = _threshold(work.key_maxima, k)
+    m = _kernels.collect_keys(band, band.view(np.int32), work.blocks, work.block, bands.window, threshold,
+                              col_bits, work.keys, work.counts)
+    out = _first_k(work, m, col_bits, bands.window, bands.global_rows[layer, head].T, bands.global_idx, k)
+    for pos in bands.global_idx:
+        out[pos] = _topk_exact(bands.column(layer, head, int(pos)), np.arange(bands.n), k)
     return out
 
 
-def _topk_band(band: np.ndarray, extra: np.ndarray, extra_pos: np.ndarray, w: int, k: int) -> np.ndarray:
-    """Top-k positions per row of a band (row i, column c <-> position i - w + c) joined with `extra` columns
-    at fixed positions `extra_pos`. Exact, ties to the lower position, only positive values, -1 padded.
-
-    A per-row threshold no larger than the k-th largest value keeps few candidates (ties included); they become
-    int64 keys row | (2^31 - 1 - float bits) | column, and one sort of those keys orders every row by value
-    descending, then position ascending: for non-negative floats the bit pattern orders like the value. The
-    extra columns (attention to / from global tokens) are merged in last."""
+def _col_bits(band: np.ndarray) -> int:
+    """Bits of the column field of the sort keys (`longviz_core._kernels`); the row field must fit beside it."""
     n, width = band.shape
-    kk = min(k, width)
-    chunks = -(-width // _CHUNK)
-    if chunks >= kk:
-        # the k-th largest of the maxima of interleaved column chunks: k distinct entries reach it, so it is at
-        # most the k-th largest value (every top-k entry passes), and it admits few more (about 1.2 k per row)
-        chunk_max = band[:, :chunks].copy()  # (n, chunks): chunk c = columns c, c + chunks, c + 2 chunks, ...
-        for t in range(1, _CHUNK):
-            lo, hi = t * chunks, min((t + 1) * chunks, width)
-            np.maximum(chunk_max[:, : hi - lo], band[:, lo:hi], out=chunk_max[:, : hi - lo])
-        threshold = np.partition(chunk_max, chunks - kk, axis=1)[:, chunks - kk]  # (n,)
-    else:  # narrow bands: each row's k-th largest value
-        threshold = np.partition(band, width - kk, axis=1)[:, width - kk]  # (n,)
-    np.maximum(threshold, _TINY, out=threshold)  # zeros (outside the document, empty columns) never count
-    flat = np.flatnonzero(band >= threshold[:, None])  # >= k entries per row, fewer only if fewer positives
     col_bits = int(width - 1).bit_length()
     if int(n - 1).bit_length() + 31 + col_bits > 63:
         raise ValueError(f"band of {n} x {width} is too large for 64-bit sort keys")
-    rows = flat // width
-    cols = flat - rows * width
-    inverted = _MAX_BITS - band.reshape(-1)[flat].view(np.int32).astype(np.int64)
-    keys = (rows << (31 + col_bits)) | (inverted << col_bits) | cols
+    return col_bits
+
+
+def _threshold(maxima: np.ndarray, k: int) -> np.ndarray:
+    """(n,) per row the k-th largest chunk maximum: k distinct entries reach it, so it is at most the row's
+    k-th largest value (every top-k entry passes) and admits few more (about 1.2 k per row). Zeros (outside
+    the document, empty columns) never pass."""
+    chunks = maxima.shape[1]
+    kk = min(k, chunks)
+    threshold = np.partition(maxima, chunks - kk, axis=1)[:, chunks - kk]  # (n,)
+    return np.maximum(threshold, _TINY)
+
+
+def _first_k(work: _Buffers, m: int, col_bits: int, w: int, extra: np.ndarray, extra_pos: np.ndarray, k: int
+             ) -> np.ndarray:
+    """(n, k): the m candidates' keys sorted (row, value descending, position ascending; one numpy sort for
+    all rows), each row's first k merged with its `extra` columns (attention to / from the global tokens at
+    `extra_pos`); exact, ties to the lower position, only positive values, -1 padded."""
+    keys = work.keys[:m]
     keys.sort()
-    counts = np.bincount(rows, minlength=n)  # (n,)
-    starts = np.cumsum(counts) - counts
-    rank = np.arange(kk)
-    have = rank < counts[:, None]  # (n, k)
-    if len(keys):
-        chosen = keys[np.minimum(starts[:, None] + rank, len(keys) - 1)]  # (n, k) each row's first k keys
-    else:  # an all-zero band
-        chosen = np.zeros((n, kk), dtype=np.int64)
-    shifted_pos = (chosen & ((1 << col_bits) - 1)) + np.arange(n)[:, None]  # position + w = row + column
-    if len(extra_pos):
-        bits = np.where(have, _MAX_BITS - ((chosen >> col_bits) & _MAX_BITS), 0)
-        extra_keys = _keys(np.ascontiguousarray(extra).view(np.int32).astype(np.int64),
-                           np.broadcast_to(np.asarray(extra_pos, dtype=np.int64) + w, extra.shape))
-        band_keys = _keys(bits, shifted_pos)  # (n, kk) ascending per row
-        if extra_keys.shape[1] == 1:  # the usual single global token: insert it rather than sort every row
-            at = (band_keys < extra_keys).sum(axis=1, keepdims=True)  # (n, 1) its place in the row
-            before = np.concatenate([band_keys[:, :1], band_keys[:, :-1]], axis=1)  # each key's left neighbour
-            merged = np.where(rank < at, band_keys, np.where(rank == at, extra_keys, before))
-        else:
-            merged = np.concatenate([band_keys, extra_keys], axis=1)
-            merged.sort(axis=1)
-            merged = merged[:, :kk]
-        have = merged < (_MAX_BITS << _POS_BITS)  # key of value 0: (2^31 - 1) << 24 | pos
-        shifted_pos = merged & _POS_MASK
-    out = np.where(have, shifted_pos - w, -1).astype(np.int32)
-    if kk < k:  # fewer columns than k (tiny documents)
-        out = np.concatenate([out, np.full((n, k - kk), -1, dtype=np.int32)], axis=1)
+    extra = _float32(extra)
+    out = np.empty((len(work.counts), k), dtype=np.int32)
+    _kernels.first_k(keys, work.counts, col_bits, w, extra, extra.view(np.int32),
+                     np.asarray(extra_pos, dtype=np.int64), out)
     return out
 
 
-_CHUNK = 8  # columns per chunk for the threshold of wide bands
+def _float32(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a, dtype=np.float32)
+
+
+_CHUNK = 8  # columns per interleaved chunk of a band row
+_KEY_BLOCK = 4  # consecutive queries per chunk of a key's column: their attention to a key is correlated, so
+# blocks of 8 admitted 47 candidates per key at 1,024 tokens and blocks of 4 admit 28 (rows: 24)
 _TINY = np.float32(np.finfo(np.float32).smallest_subnormal)
-_POS_BITS = 24  # positions + w below 16.7 million
-_POS_MASK = (1 << _POS_BITS) - 1
-_MAX_BITS = 0x7FFFFFFF
-
-
-def _keys(bits: np.ndarray, shifted_pos: np.ndarray) -> np.ndarray:
-    """int64 keys (2^31 - 1 - bits) << 24 | (position + w): ascending = value descending, then position
-    ascending; values <= 0 (bits <= 0) get the largest keys."""
-    np.maximum(bits, 0, out=bits)  # negative floats and -0.0 have the sign bit set: treat as 0
-    return ((_MAX_BITS - bits) << _POS_BITS) | shifted_pos
 
 
 def _topk_exact(values: np.ndarray, positions: np.ndarray, k: int) -> np.ndarray:

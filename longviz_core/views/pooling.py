@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import _kernels
 from ..bands import AttentionBands, by_layers
 from ..types import Progress, report
 
@@ -121,30 +122,15 @@ def block_tokens(pooled: PooledAttention, cell: int) -> tuple[int, int]:
 # ---------------------------------------------------------------------------------------------- workers
 def _block_sums(local, global_cols, global_rows, gidx, w: int, block: int, g: int) -> np.ndarray:
     """(layers, heads, g, g) float64 sums of attention from query block a to key block b, from the bands'
-    arrays (AttentionBands.local, .global_cols, .global_rows, .global_idx, .window) of some layers.
-
-    Band part: row i = a * block + r (residue r) and column c hold key i - w + c, whose block is
-    a + floor((r - w + c) / block). For a fixed residue the key-block boundaries fall on the same columns in
-    every row, so one `np.add.reduceat` over those column segments, for all heads and rows of that residue at
-    once, gives the sums per (query block, key-block offset): one pass over the band, no n x n matrix."""
+    arrays (AttentionBands.local, .global_cols, .global_rows, .global_idx, .window) of some layers: the band
+    part head by head in one compiled pass (`_kernels.block_sums`, no n x n matrix), then the global rows and
+    columns."""
     L, H, n, width = local.shape
-    d_min, d_max = (-w) // block, (block - 1 + w) // block
-    by_offset = np.zeros((L, H, g, d_max - d_min + 1), dtype=np.float64)  # (layers, heads, query block, offset)
-    for r in range(min(block, n)):
-        rows = local[:, :, r::block, :]  # (layers, heads, blocks with this residue, 2w+1)
-        first = (w - r) % block  # first column whose key starts a block
-        starts = np.arange(first, width, block)
-        if first:
-            starts = np.concatenate([[0], starts])
-        segments = np.add.reduceat(rows, starts, axis=-1)  # (layers, heads, blocks, segments)
-        d0 = (r - w) // block - d_min  # offset of column 0's key block
-        by_offset[:, :, : rows.shape[2], d0 : d0 + segments.shape[-1]] += segments
-    sums = np.zeros((L, H, g, g), dtype=np.float64)
-    a = np.arange(g)
-    for j in range(by_offset.shape[-1]):
-        b = a + d_min + j
-        ok = (b >= 0) & (b < g)  # keys outside the document carry zero attention
-        sums[:, :, a[ok], b[ok]] += by_offset[:, :, a[ok], j]
+    sums = np.empty((L, H, g, g), dtype=np.float64)
+    for layer in range(L):
+        for head in range(H):
+            _kernels.block_sums(np.ascontiguousarray(local[layer, head], dtype=np.float32), w, block,
+                                sums[layer, head])
     if len(gidx):
         gblock = gidx // block
         gcols = global_cols.astype(np.float64)  # (layers, heads, n, globals): small
