@@ -5,8 +5,8 @@ work on two heads at once). Band row i, column c = attention of query i to key i
   band adding whole rows into a shifted accumulator.
 - Top-k lists (`views.counts.topk_indices`): numpy needed a full boolean mask and a `flatnonzero` over every
   band entry to find the few candidates of each row (4 % of the entries at k = 20), and a skewed copy of the
-  band for the attending lists; those two steps were 60 % of the attention views' time. Here a row (or a
-  key's column) visits only the chunks whose maximum reaches its threshold, and the band is never copied.
+  band for the attending lists: 2.2 of the 5.8 ms per head at 1,024 tokens. Here a row (or a key's column)
+  visits only the chunks whose maximum reaches its threshold, and the band is never copied.
   Each row's threshold (numpy's SIMD partition) and the sort of the candidate keys (numpy's SIMD sort) stay
   in numpy: both are faster than anything written here.
 
@@ -23,7 +23,8 @@ import numpy as np
 from .demo import cache_root
 
 # numba caches compiled code next to this file, else in the user's cache folder, and fails on import when
-# neither is writable (read-only installs on lab servers); longviz's own cache folder is writable by design.
+# neither is writable ("no locator available", numba issue #4908: read-only installs on lab servers);
+# longviz's own cache folder is writable by design.
 os.environ.setdefault("NUMBA_CACHE_DIR", str(cache_root() / "numba"))
 
 import numba  # noqa: E402  (reads NUMBA_CACHE_DIR when first imported)
