@@ -114,10 +114,10 @@ def warm_up(w: int, k: int, grid: int) -> float:
     are per document."""
     rng = np.random.default_rng(0)
     n = 4 * w
-    keys = np.arange(n)[:, None] - w + np.arange(2 * w + 1)  # band entries outside the document are zero
-    bands = AttentionBands(np.where((keys >= 0) & (keys < n), rng.random((1, 1, n, 2 * w + 1), dtype=np.float32), 0),
-                           rng.random((1, 1, n, 1), dtype=np.float32), rng.random((1, 1, 1, n), dtype=np.float32),
-                           np.array([0]), w)
+    keys = np.arange(n)[:, None] - w + np.arange(2 * w + 1)
+    local = np.where((keys >= 0) & (keys < n), rng.random((1, 1, n, 2 * w + 1), dtype=np.float32), 0)  # as a model
+    bands = AttentionBands(local, rng.random((1, 1, n, 1), dtype=np.float32),
+                           rng.random((1, 1, 1, n), dtype=np.float32), np.array([0]), w)
     t0 = time.perf_counter()
     all_views(bands, k, grid)
     return time.perf_counter() - t0

@@ -301,21 +301,28 @@ def test_one_or_two_workers_give_the_same_lists_and_report_progress(analysis):
     assert not one.attended.flags.writeable
 
 
-def test_compiled_workers_cache_under_the_longviz_cache_folder(tmp_path):
+def test_compiled_loops_cache_under_the_longviz_cache_folder(tmp_path):
     """numba's default cache (next to the source, else the home folder) may be read-only on a lab server;
-    the top-k workers cache under $LONGVIZ_CACHE_DIR/numba instead, and a second process reuses them."""
+    the compiled loops cache under $LONGVIZ_CACHE_DIR/numba instead, and a second process loads them from there
+    instead of compiling them again."""
     script = (
         "import numpy as np\n"
-        "from longviz_core.bands import AttentionBands\n"
+        "from longviz_core import _kernels\n"
+        "from tests.test_counts import synthetic_bands\n"
         "from longviz_core.views.counts import topk_indices\n"
-        "r = np.random.default_rng(0).random\n"
-        "bands = AttentionBands(r((1, 1, 40, 13), dtype=np.float32), r((1, 1, 40, 1), dtype=np.float32),\n"
-        "                       r((1, 1, 1, 40), dtype=np.float32), np.array([0]), 6)\n"
-        "assert topk_indices(bands, k=3).attended.shape == (1, 1, 40, 3)\n"
+        "topk_indices(synthetic_bands(n=40, w=6, gidx=(0,)), k=3)\n"
+        "print(sum(map(len, (_kernels.collect.stats.cache_hits, _kernels.collect_keys.stats.cache_hits))))\n"
     )
     env = {**os.environ, "LONGVIZ_CACHE_DIR": str(tmp_path)}
     env.pop("NUMBA_CACHE_DIR", None)
     root = Path(__file__).resolve().parents[1]
-    subprocess.run([sys.executable, "-c", script], env=env, cwd=root, check=True, timeout=300)
-    cached = sorted(p.suffix for p in (tmp_path / "numba").rglob("*") if p.is_file())
-    assert ".nbi" in cached and ".nbc" in cached
+    env["PYTHONPATH"] = os.pathsep.join([str(root), str(root / "tests")])
+
+    def hits() -> int:
+        done = subprocess.run([sys.executable, "-c", script], env=env, cwd=root, check=True, timeout=300,
+                              capture_output=True, text=True)
+        return int(done.stdout.split()[-1])
+
+    assert hits() == 0  # compiled, and saved
+    assert {p.suffix for p in (tmp_path / "numba").rglob("*") if p.is_file()} >= {".nbi", ".nbc"}
+    assert hits() == 2  # both loaded from the cache
