@@ -22,7 +22,7 @@ from . import _kernels
 
 @dataclass(frozen=True)
 class AttentionBands:
-    local: np.ndarray  # (layers, heads, n, 2w+1) float32
+    local: np.ndarray  # (layers, heads, n, 2w+1) float32; 0 where key i - w + c is outside the document
     global_cols: np.ndarray  # (layers, heads, n, g) float32
     global_rows: np.ndarray  # (layers, heads, g, n) float32
     global_idx: np.ndarray  # (g,) int64 positions of the global tokens
