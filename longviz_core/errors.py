@@ -1,4 +1,5 @@
 """Typed errors of the core. The UI catches `LongvizError` and shows its message; nothing else should leak."""
+import numpy as np
 
 
 class LongvizError(Exception):
@@ -43,3 +44,17 @@ class StoreError(LongvizError):
 
 class ManifestMismatchError(StoreError):
     """Results computed with another model, dataset or settings would be mixed."""
+
+
+def finite_vector(values, what: str, error: type[LongvizError]) -> np.ndarray:
+    """`values` as a 1-D float64 array of finite numbers (one per token), else `error` naming `what`."""
+    try:
+        v = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise error(f"{what} must be a 1-D array of numbers: {exc}") from None
+    if v.ndim != 1:
+        raise error(f"{what} must be 1-D (one value per token), got shape {v.shape}")
+    if not np.all(np.isfinite(v)):
+        bad = np.flatnonzero(~np.isfinite(v))
+        raise error(f"{what} has {bad.size} NaN/inf values (first at position {bad[0]})")
+    return v

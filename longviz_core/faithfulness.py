@@ -45,7 +45,7 @@ import torch
 
 from .analysis import DocumentAnalysis
 from .encoding import Encoded
-from .errors import LongvizError
+from .errors import LongvizError, finite_vector
 from .loading import LoadedModel
 from .runtime import COMPUTE
 from .types import Progress, report
@@ -493,18 +493,11 @@ def _pct(k: float) -> str:
 
 
 def _vector(values, n: int | None, what: str) -> np.ndarray:
-    try:
-        v = np.asarray(values, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise FaithfulnessError(f"{what} must be an array of numbers: {exc}") from None
-    if v.ndim != 1:
-        raise FaithfulnessError(f"{what} must be 1-D (one value per token), got shape {v.shape}")
+    v = finite_vector(values, what, FaithfulnessError)
     if n is not None and v.size != n:
         raise FaithfulnessError(f"{what} has {v.size} values but the document has {n} tokens")
     if v.size < 3:
         raise FaithfulnessError(f"{what} needs at least 3 tokens (<s>, one text token, </s>), got {v.size}")
-    if not np.all(np.isfinite(v)):
-        raise FaithfulnessError(f"{what} contains NaN or infinite values")
     return v
 
 

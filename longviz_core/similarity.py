@@ -14,7 +14,7 @@ import numpy as np
 import rbo
 import scipy.stats
 
-from .errors import LongvizError
+from .errors import LongvizError, finite_vector
 from .types import Progress, report
 
 Mode = Literal["zero", "drop"]
@@ -231,17 +231,9 @@ class _Side:
 
 
 def _vector(values, what: str, min_size: int = 2) -> np.ndarray:
-    try:
-        v = np.asarray(values, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise SimilarityError(f"{what} must be a 1-D array of numbers: {exc}") from None
-    if v.ndim != 1:
-        raise SimilarityError(f"{what} must be 1-D (one value per token), got shape {v.shape}")
+    v = finite_vector(values, what, SimilarityError)
     if v.size < min_size:
         raise SimilarityError(f"{what} needs at least {min_size} token(s), got {v.size}")
-    if not np.all(np.isfinite(v)):
-        bad = np.flatnonzero(~np.isfinite(v))
-        raise SimilarityError(f"{what} has {bad.size} NaN/inf values (first at position {bad[0]})")
     return v
 
 
