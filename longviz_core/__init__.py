@@ -51,6 +51,7 @@ from .views.counts import (
     topk_indices,
 )
 from .views.importance import (
+    IMPORTANCE_METHODS,
     HeadImportanceError,
     cached_head_importance,
     head_importance,
@@ -91,6 +92,7 @@ __all__ = [
     "precompute",
     "run_on_ray",
     "HeadImportanceError",
+    "IMPORTANCE_METHODS",
     "METRICS",
     "PooledAttention",
     "SimilarityError",

@@ -1,19 +1,41 @@
-"""Head importance by Taylor expansion (paper 3.1 "Scaling Attentions by Head Importance"; Michel et al. 2019,
-"Are Sixteen Heads Really Better than One?"; Molchanov et al. 2019).
+"""Head importance: one number per attention head saying how much the classifier's loss on a labelled dataset
+rests on it, used to scale heads (paper §3.1 "Scaling Attentions by Head Importance", which follows Molchanov
+et al. 2019 and T3-Vis, Li et al. 2021). Two definitions; IMPORTANCE_METHODS names them for pages and docs.
 
-Every head h gets a gate xi_h = 1 that multiplies its slice of the attention context just before the
-attention output projection (a forward pre-hook on `...attention.output.dense`, since transformers 5 dropped
-`head_mask`). The importance is the expected absolute first-order change of the loss when the head is removed:
+"t3vis" (default) — Taylor importance exactly as T3-Vis computes it, the code that made the paper's
+head_importance.pt (github.com/raymondzmc/T3-Vis, branch longformertest: application/utils/head_importance.py,
+called from run_longformer_classification.py):
 
-    I_h = mean over labelled examples x of | dL(x) / d xi_h |      (L = cross-entropy with the true label)
+    G = sum over documents d of dL_d/dtheta      (L_d: cross-entropy of d with its gold label, model in eval mode)
+    I[l, h] = sum over theta in S(l, h) of (theta * G_theta)^2
 
-Normalisation (`normalise_importance`): "layer" divides each layer's scores by their L2 norm (Michel et al.'s
-code, also used by T3-vis, which the paper follows); "global" then min-max scales all heads to [0, 1] (the
-other step of that code); "none" keeps the raw means.
+S(l, h) is head h's share of layer l's attention: its rows of W_Q, W_K, W_V and of their biases, and its columns
+of the attention output projection W_O (`attention.output.dense`; W_O's bias is shared by all heads and left
+out). For Longformer these are the local `query`/`key`/`value`, not the `*_global` projections, as in T3-Vis.
+The scores are then min-max scaled to [0, 1] over all layers and heads at once (T3-Vis's helpers.normalize).
+G is a sum and the square is taken after the accumulation: T3-Vis calls loss.backward() once per batch without
+zeroing the gradients and recomputes the scores from the accumulated .grad after every batch, so the scores it
+keeps come from the full sum. Its batch loss is the batch mean (16 documents); here each document is one step,
+weighted equally, which scales G by a constant when T3-Vis's batches are full, and the min-max removes it.
 
-The raw scores are persisted under $LONGVIZ_CACHE_DIR/head_importance/ keyed by the model and dataset
-fingerprints and the settings, so the app computes them once. A (layers, heads) array can also be imported
-from .npy (allow_pickle=False) or .pt/.pth (torch.load(weights_only=True)), like the paper's head_importance.pt.
+"michel" — the gate gradient of Michel et al. 2019 ("Are Sixteen Heads Really Better than One?"). Every head
+gets a gate xi = 1 multiplying its slice of the attention context just before W_O (a forward pre-hook on
+`attention.output.dense`, since transformers 5 dropped `head_mask`); one gate per document, as transformers'
+bertology script (adapted from Michel's code) has with a batch of one:
+
+    I[l, h] = mean over documents d of |dL_d / dxi[l, h]|
+
+normalised as that script does by default: each layer divided by its L2 norm, then min-max over all heads (the
+script divides by the number of tokens rather than documents, a constant the per-layer norm removes; Michel's
+own code takes the absolute value per token rather than per document).
+
+Normalisations (`normalise_importance`): "minmax" (T3-Vis), "layer+minmax" (Michel), "layer" (L2 per layer
+only), "none". `normalise=None` picks the method's own (DEFAULT_NORMALISATION).
+
+The raw scores are persisted under $LONGVIZ_CACHE_DIR/head_importance/ keyed by the method, the model and
+dataset fingerprints and the settings, so the app computes them once. A (layers, heads) array can also be
+imported from .npy (allow_pickle=False) or .pt/.pth (torch.load(weights_only=True)), like the paper's
+head_importance.pt.
 """
 from __future__ import annotations
 
@@ -21,6 +43,7 @@ import io
 import os
 import re
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -32,13 +55,30 @@ from ..loading import LoadedModel, dataset_fingerprint
 from ..runtime import COMPUTE
 from ..types import Progress, report
 
-NORMALISATIONS: tuple[str, ...] = ("layer", "global", "none")
+IMPORTANCE_METHODS: dict[str, str] = {
+    "t3vis": "Taylor (T3-Vis): Σ(w·∇w)² per head, global min-max",
+    "michel": "Gate gradient (Michel et al. 2019): mean |∂L/∂ξ|, per-layer L2 then min-max",
+}
+METHOD_NAMES: dict[str, str] = {"t3vis": "Taylor (T3-Vis)", "michel": "Gate gradient (Michel et al.)"}
+DEFAULT_METHOD = "t3vis"
+NORMALISATIONS: tuple[str, ...] = ("minmax", "layer+minmax", "layer", "none")
+DEFAULT_NORMALISATION: dict[str, str] = {"t3vis": "minmax", "michel": "layer+minmax"}
 DEFAULT_EXAMPLES = 32
-_OUTPUT_DENSE = re.compile(r"(?:^|\.)layers?\.(\d+)\.attention\.output\.dense$")
+_ATTENTION = re.compile(r"(?:^|\.)layers?\.(\d+)\.attention$")
 
 
 class HeadImportanceError(LongvizError, ValueError):
-    """Head importance cannot be computed or imported (no labels, wrong shape, unreadable file)."""
+    """Head importance cannot be computed or imported (no labels, wrong shape, unknown layout, unreadable file)."""
+
+
+@dataclass(frozen=True)
+class _AttentionBlock:
+    """One layer's projections whose per-head slices T3-Vis scores."""
+
+    query: torch.nn.Linear  # weight (heads * head_dim, hidden): head h = rows h*d:(h+1)*d
+    key: torch.nn.Linear
+    value: torch.nn.Linear
+    output: torch.nn.Linear  # W_O, weight (hidden, heads * head_dim): head h = columns h*d:(h+1)*d
 
 
 def head_importance(
@@ -46,13 +86,16 @@ def head_importance(
     dataset,
     max_tokens: int = DEFAULT_MAX_TOKENS,
     max_examples: int | None = DEFAULT_EXAMPLES,
-    normalise: str = "layer",
+    method: str = DEFAULT_METHOD,
+    normalise: str | None = None,
     progress: Progress | None = None,
 ) -> np.ndarray:
-    """(layers, heads) Taylor importance over the first `max_examples` labelled documents of `dataset`
-    (a DataFrame with `text` and `label`), normalised per `normalise`."""
-    raw = raw_head_importance(model, dataset, max_tokens, max_examples, progress)
-    return normalise_importance(raw, normalise)
+    """(layers, heads) head importance by `method` ("t3vis" or "michel", see the module docstring) over the first
+    `max_examples` labelled documents of `dataset` (a DataFrame with `text` and `label`), normalised per
+    `normalise` (None = the method's own, DEFAULT_NORMALISATION)."""
+    how = _normalisation(method, normalise)
+    raw = raw_head_importance(model, dataset, max_tokens, max_examples, progress, method=method)
+    return normalise_importance(raw, how)
 
 
 def raw_head_importance(
@@ -61,50 +104,30 @@ def raw_head_importance(
     max_tokens: int = DEFAULT_MAX_TOKENS,
     max_examples: int | None = DEFAULT_EXAMPLES,
     progress: Progress | None = None,
+    *,
+    method: str = DEFAULT_METHOD,
 ) -> np.ndarray:
-    """(layers, heads) float64: mean over examples of |dL/d gate|, unnormalised."""
+    """(layers, heads) float64 unnormalised scores: "t3vis" the sum over S(l, h) of (theta * G)^2 with G the loss
+    gradient summed over the documents; "michel" the mean over the documents of |dL/d gate|."""
+    _check_method(method)
     texts, labels = _labelled(dataset, max_examples, model.num_labels)
-    modules = _output_projections(model)
-    L, H = model.num_layers, model.num_heads
-    gates = torch.ones(L, H, dtype=torch.float32, device=model.device, requires_grad=True)
-    total = torch.zeros(L, H, dtype=torch.float64)
-    handles = []
-    try:
-        for layer, module in enumerate(modules):
-            handles.append(module.register_forward_pre_hook(_gate_hook(gates, layer, H)))
-        with COMPUTE.hold():
-            for done, (text, label) in enumerate(zip(texts, labels)):
-                enc = encode(model.tokenizer, text, max_tokens, model_max=model.max_tokens,
-                             position_offset=model.position_offset)
-                inputs = enc.torch_inputs(model.device)
-                if not model.is_longformer:
-                    inputs.pop("global_attention_mask")
-                with torch.enable_grad():
-                    logits = model.model(**inputs).logits.float()
-                    loss = torch.nn.functional.cross_entropy(
-                        logits, torch.tensor([int(label)], device=logits.device)
-                    )
-                    # autograd.grad, not backward(): only the gates get gradients, the shared model's
-                    # parameters keep .grad empty.
-                    (grad,) = torch.autograd.grad(loss, gates)
-                total += grad.detach().abs().double().cpu()
-                report(progress, (done + 1) / len(texts), f"head importance: document {done + 1}/{len(texts)}")
-    finally:
-        for handle in handles:
-            handle.remove()
-    return (total / len(texts)).numpy()
+    compute = _taylor_t3vis if method == "t3vis" else _gate_gradient
+    return compute(model, texts, labels, max_tokens, progress)
 
 
-def normalise_importance(raw: np.ndarray, how: str = "layer") -> np.ndarray:
-    """Normalise raw importance: "layer" (L2 norm per layer), "global" (then min-max over all heads), "none"."""
+def normalise_importance(raw: np.ndarray, how: str = "minmax") -> np.ndarray:
+    """Normalise raw importance: "minmax" (one min-max over all layers and heads to [0, 1]; T3-Vis), "layer"
+    (each layer divided by its L2 norm), "layer+minmax" (both, in that order; Michel et al.'s script), "none".
+    Where every head has the same score the min-max gives 1 everywhere."""
     if how not in NORMALISATIONS:
-        raise ValueError(f"normalise must be one of {NORMALISATIONS}, got {how!r}")
+        raise HeadImportanceError(f"normalise must be one of {NORMALISATIONS}, got {how!r}")
     scores = _check_array(raw, None)
     if how == "none":
         return scores
-    norms = np.sqrt((scores**2).sum(axis=1, keepdims=True))
-    scores = np.divide(scores, norms, out=np.zeros_like(scores), where=norms > 0)
-    if how == "global":
+    if how.startswith("layer"):
+        norms = np.sqrt((scores**2).sum(axis=1, keepdims=True))
+        scores = np.divide(scores, norms, out=np.zeros_like(scores), where=norms > 0)
+    if how.endswith("minmax"):
         lo, hi = scores.min(), scores.max()
         scores = (scores - lo) / (hi - lo) if hi > lo else np.ones_like(scores)
     return scores
@@ -115,26 +138,30 @@ def cached_head_importance(
     dataset,
     max_tokens: int = DEFAULT_MAX_TOKENS,
     max_examples: int | None = DEFAULT_EXAMPLES,
-    normalise: str = "layer",
+    method: str = DEFAULT_METHOD,
+    normalise: str | None = None,
     cache_dir: str | os.PathLike | None = None,
     progress: Progress | None = None,
 ) -> np.ndarray:
-    """`head_importance`, with the raw scores read from / written to the disk cache."""
-    path = importance_cache_path(model, dataset, max_tokens, max_examples, cache_dir)
+    """`head_importance`, with the raw scores read from / written to the disk cache (one entry per method)."""
+    how = _normalisation(method, normalise)
+    path = importance_cache_path(model, dataset, max_tokens, max_examples, cache_dir, method=method)
     raw = _read_cached(path, (model.num_layers, model.num_heads))
     if raw is None:
-        raw = raw_head_importance(model, dataset, max_tokens, max_examples, progress)
+        raw = raw_head_importance(model, dataset, max_tokens, max_examples, progress, method=method)
         _atomic_save(path, raw)
     else:
         report(progress, 1.0, "head importance read from the cache")
-    return normalise_importance(raw, normalise)
+    return normalise_importance(raw, how)
 
 
-def importance_cache_path(model: LoadedModel, dataset, max_tokens, max_examples, cache_dir=None) -> Path:
+def importance_cache_path(model: LoadedModel, dataset, max_tokens, max_examples, cache_dir=None, *,
+                          method: str = DEFAULT_METHOD) -> Path:
     from ..demo import cache_root
 
+    _check_method(method)
     n = len(dataset) if max_examples is None else min(int(max_examples), len(dataset))
-    name = f"{model.fingerprint}-{dataset_fingerprint(dataset)}-t{int(max_tokens)}-m{n}.npy"
+    name = f"{method}-{model.fingerprint}-{dataset_fingerprint(dataset)}-t{int(max_tokens)}-m{n}.npy"
     return cache_root(cache_dir) / "head_importance" / name
 
 
@@ -178,6 +205,69 @@ def load_head_importance(source, num_layers: int | None = None, num_heads: int |
 
 
 # ---------------------------------------------------------------------------------------------- workers
+def _document_loss(model: LoadedModel, text: str, label: int, max_tokens: int) -> torch.Tensor:
+    """Cross-entropy of one document with its gold label, with the autograd graph (caller enables grad)."""
+    enc = encode(model.tokenizer, text, max_tokens, model_max=model.max_tokens, position_offset=model.position_offset)
+    inputs = enc.torch_inputs(model.device)
+    if not model.is_longformer:
+        inputs.pop("global_attention_mask")
+    logits = model.model(**inputs).logits
+    return torch.nn.functional.cross_entropy(logits.double(), torch.tensor([int(label)], device=logits.device))
+
+
+def _taylor_t3vis(model: LoadedModel, texts, labels, max_tokens, progress) -> np.ndarray:
+    blocks = _attention_blocks(model)
+    per_layer = 7  # W_Q, b_Q, W_K, b_K, W_V, b_V, W_O: the order the scores below read them back in
+    params = [p for b in blocks for p in (b.query.weight, b.query.bias, b.key.weight, b.key.bias,
+                                            b.value.weight, b.value.bias, b.output.weight)]
+    total = [torch.zeros(p.shape, dtype=torch.float64, device=p.device) for p in params]  # G, summed over documents
+    with COMPUTE.hold():
+        for done, (text, label) in enumerate(zip(texts, labels)):
+            with torch.enable_grad():
+                loss = _document_loss(model, text, label, max_tokens)
+                # autograd.grad, not backward(): the gradients come back here and the shared model's
+                # parameters keep .grad empty.
+                grads = torch.autograd.grad(loss, params)
+            for acc, g in zip(total, grads):
+                acc += g.detach().double()
+            report(progress, (done + 1) / len(texts), f"head importance: document {done + 1}/{len(texts)}")
+    H = model.num_heads
+    scores = torch.zeros(len(blocks), H, dtype=torch.float64)  # (layers, heads)
+    with torch.no_grad():
+        for layer, block in enumerate(blocks):
+            g = iter(total[per_layer * layer: per_layer * (layer + 1)])
+            for proj in (block.query, block.key, block.value):
+                w, b = (proj.weight.double() * next(g)) ** 2, (proj.bias.double() * next(g)) ** 2
+                scores[layer] += (w.reshape(H, -1).sum(1) + b.reshape(H, -1).sum(1)).cpu()
+            o = (block.output.weight.double() * next(g)) ** 2  # (hidden, heads * head_dim): head h = its columns
+            scores[layer] += o.reshape(o.shape[0], H, -1).sum((0, 2)).cpu()
+    return scores.numpy()
+
+
+def _gate_gradient(model: LoadedModel, texts, labels, max_tokens, progress) -> np.ndarray:
+    L, H = model.num_layers, model.num_heads
+    blocks = _attention_blocks(model)
+    # float64 gates: their gradient comes back in float64 whatever the model's dtype
+    gates = torch.ones(L, H, dtype=torch.float64, device=model.device, requires_grad=True)
+    total = torch.zeros(L, H, dtype=torch.float64)  # (layers, heads): sum over documents of |dL/d gate|
+    handles = []
+    try:
+        for layer, block in enumerate(blocks):
+            handles.append(block.output.register_forward_pre_hook(_gate_hook(gates, layer, H)))
+        with COMPUTE.hold():
+            for done, (text, label) in enumerate(zip(texts, labels)):
+                with torch.enable_grad():
+                    loss = _document_loss(model, text, label, max_tokens)
+                    # only the gates get gradients; the shared model's parameters keep .grad empty
+                    (grad,) = torch.autograd.grad(loss, gates)
+                total += grad.detach().abs().cpu()
+                report(progress, (done + 1) / len(texts), f"head importance: document {done + 1}/{len(texts)}")
+    finally:
+        for handle in handles:
+            handle.remove()
+    return (total / len(texts)).numpy()
+
+
 def _gate_hook(gates: torch.Tensor, layer: int, num_heads: int):
     """Pre-hook multiplying each head's slice of the context (batch, n, heads * head_dim) by its gate."""
 
@@ -190,19 +280,48 @@ def _gate_hook(gates: torch.Tensor, layer: int, num_heads: int):
     return hook
 
 
-def _output_projections(model: LoadedModel) -> list[torch.nn.Module]:
-    """The attention output projection of every layer, in layer order (BERT/RoBERTa/Longformer layout)."""
-    found = {}
+def _attention_blocks(model: LoadedModel) -> list[_AttentionBlock]:
+    """Every layer's query/key/value and attention output projection, in layer order (the BERT / RoBERTa /
+    Longformer layout: encoder.layer.<i>.attention.self.{query,key,value} and .attention.output.dense)."""
+    found, problems = {}, []
     for name, module in model.model.named_modules():
-        match = _OUTPUT_DENSE.search(name)
-        if match and isinstance(module, torch.nn.Linear):
-            found[int(match.group(1))] = module
+        match = _ATTENTION.search(name)
+        if not match:
+            continue
+        attn = getattr(module, "self", None)
+        parts = [getattr(attn, p, None) for p in ("query", "key", "value")]
+        parts.append(getattr(getattr(module, "output", None), "dense", None))
+        if not all(isinstance(p, torch.nn.Linear) for p in parts):
+            continue
+        block = _AttentionBlock(*parts)
+        width = block.query.out_features
+        if getattr(module, "pruned_heads", None):
+            problems.append(f"layer {match.group(1)} has pruned heads")
+        elif width % model.num_heads or any(p.bias is None for p in parts[:3]) or any(
+                p.out_features != width for p in parts[1:3]) or block.output.in_features != width:
+            problems.append(f"layer {match.group(1)}'s projections do not split into {model.num_heads} equal heads")
+        found[int(match.group(1))] = block
+    if problems:
+        raise HeadImportanceError("Head importance cannot slice this model's heads: " + "; ".join(problems) + ".")
     if sorted(found) != list(range(model.num_layers)):
         raise HeadImportanceError(
-            "Head importance needs the BERT-style layout (encoder.layer.<i>.attention.output.dense); "
-            f"found it for {len(found)} of {model.num_layers} layers in this model."
+            "Head importance needs the BERT-style layout (encoder.layer.<i>.attention.self.query/key/value and "
+            f".attention.output.dense); found it for {len(found)} of {model.num_layers} layers in this model."
         )
     return [found[i] for i in range(model.num_layers)]
+
+
+def _check_method(method: str) -> None:
+    if method not in IMPORTANCE_METHODS:
+        raise HeadImportanceError(f"Unknown head-importance method {method!r}: use one of {tuple(IMPORTANCE_METHODS)}.")
+
+
+def _normalisation(method: str, normalise: str | None) -> str:
+    _check_method(method)
+    how = DEFAULT_NORMALISATION[method] if normalise is None else normalise
+    if how not in NORMALISATIONS:
+        raise HeadImportanceError(f"normalise must be one of {NORMALISATIONS}, got {how!r}")
+    return how
 
 
 def _labelled(dataset, max_examples, num_labels: int) -> tuple[list[str], list[int]]:
