@@ -33,7 +33,9 @@ def _parser() -> argparse.ArgumentParser:
     pre.add_argument("--precision", default=d.precision, choices=("fp32", "bf16", "fp16"))
     pre.add_argument("--grid", type=int, default=d.grid, help="cells per axis of the pooled head maps")
     pre.add_argument("--importance-docs", type=int, default=None,
-                     help="head importance on the first N documents (default: all)")
+                     help="head importance on the first N labelled documents (default: 32)")
+    pre.add_argument("--importance-method", default=d.importance_method, choices=("t3vis", "michel"),
+                     help="head importance: 't3vis' (Taylor, as T3-Vis and the paper) or 'michel' (gate gradient)")
     pre.add_argument("--limit", type=int, default=None, help="only the first N documents of the dataset")
     pre.add_argument("--shard", default="0/1", help="i/N: compute rows r with r %% N == i")
     pre.add_argument("--ray", action="store_true", help="run --workers shards as Ray tasks (RAY_ADDRESS or local)")
@@ -53,7 +55,8 @@ def _precompute(a) -> int:
     from .precompute import Settings, parse_shard, precompute, run_on_ray
 
     settings = Settings(max_tokens=a.max_tokens, grid=a.grid, n_steps=a.n_steps, ig_method=a.ig_method,
-                        target=a.target, precision=a.precision, importance_docs=a.importance_docs)
+                        target=a.target, precision=a.precision, importance_docs=a.importance_docs,
+                        importance_method=a.importance_method)
     dataset_options = {"text_column": a.text_column, "label_column": a.label_column}
     if a.ray:
         summaries = run_on_ray(a.model, a.dataset, a.out, a.what, settings, a.workers, a.limit, dataset_options,

@@ -12,7 +12,8 @@ Kinds and what they store per document:
                      input_ids (n,); table `document` (row, label, predicted, prob_<class>, n_tokens, ...)
     attribution      scores (n,) float64 Integrated Gradients; tables `summary` (target, delta, ...) and
                      `by_token` (attribution summed per token type)
-    head-importance  (dataset level) importance (layers, heads), normalised per layer, and raw
+    head-importance  (dataset level) importance (layers, heads) by `importance_method` (default T3-Vis's
+                     Taylor scores, see views/importance.py), normalised as that method does, and raw
     agreement        tables `rows` (Tables 1-2), `heads` (every head's agreement with |IG|), `sets` (top-5 % sets)
     faithfulness     table `rows`: AOPC / LOdds at each k and the decision-flip fraction per ranking
 A kind whose module is not in this installation is reported by name instead of failing half-way.
@@ -57,6 +58,7 @@ class Settings:
     target: str = "predicted"
     precision: str = "fp32"
     importance_docs: int | None = None  # labelled documents (first rows) for head importance; None = module default
+    importance_method: str = "t3vis"  # head importance: "t3vis" (Taylor, T3-Vis) or "michel" (gate gradient)
 
     def __post_init__(self):
         if int(self.max_tokens) < 3:
@@ -67,6 +69,8 @@ class Settings:
             raise ValueError(f"target must be 'positive', 'predicted' or a class index, got {self.target!r}")
         if self.importance_docs is not None and int(self.importance_docs) < 1:
             raise ValueError(f"importance_docs must be >= 1, got {self.importance_docs}")
+        if self.importance_method not in ("t3vis", "michel"):
+            raise ValueError(f"importance_method must be 't3vis' or 'michel', got {self.importance_method!r}")
 
 
 @dataclass
@@ -176,14 +180,17 @@ def _head_importance(job: _Job, progress: Progress | None) -> Record:
     from .views.importance import normalise_importance, raw_head_importance
 
     cfg = _importance_settings(job.settings)
-    raw = raw_head_importance(job.model, job.df, job.settings.max_tokens, cfg["examples"], progress)
+    raw = raw_head_importance(job.model, job.df, job.settings.max_tokens, cfg["examples"], progress,
+                              method=cfg["importance_method"])
     return Record(arrays={"raw": raw, "importance": normalise_importance(raw, cfg["normalise"])})
 
 
 def _importance_settings(s: Settings) -> dict:
-    from .views.importance import DEFAULT_EXAMPLES
+    from .views.importance import DEFAULT_EXAMPLES, DEFAULT_NORMALISATION
 
-    return {"examples": s.importance_docs or DEFAULT_EXAMPLES, "normalise": "layer"}
+    method = s.importance_method
+    return {"examples": s.importance_docs or DEFAULT_EXAMPLES, "importance_method": method,
+            "normalise": DEFAULT_NORMALISATION[method]}
 
 
 def _agreement(job: _Job, doc: _Doc) -> Record:

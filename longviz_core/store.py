@@ -450,7 +450,8 @@ class ResultStore:
         return PooledAttention(cells, np.linspace(0.0, 1.0, cells.shape[-1] + 1), len(ids), relative=True)
 
     def head_importance(self) -> np.ndarray | None:
-        """The dataset-level (layers, heads) head importance (normalised per layer), or None."""
+        """The dataset-level (layers, heads) head importance, normalised as its method does (the manifest's
+        head-importance settings name the method and the normalisation), or None."""
         if not self.has("head-importance"):
             return None
         return self.array(None, "head-importance", "importance")

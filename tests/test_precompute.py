@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -179,6 +180,7 @@ def test_store_numbers_equal_the_in_app_dataset_functions(setup, reference, tmp_
     np.testing.assert_array_equal(store.pooled_attention().cells,
                                   pool_dataset((analyze(model, t, MAX_TOKENS).attention for t in texts)).cells)
     np.testing.assert_allclose(store.head_importance(), head_importance(model, df, MAX_TOKENS), rtol=1e-12)
+    assert store.settings("head-importance") == {"examples": 32, "importance_method": "t3vis", "normalise": "minmax"}
 
     app = dataset_agreement(model, texts, max_tokens=MAX_TOKENS, ig_steps=STEPS,
                             importance=store.head_importance(), cache_dir=tmp_path)
@@ -239,6 +241,10 @@ def test_refuses_to_mix_settings_and_names_missing_kinds(setup, reference, tmp_p
     shutil.copytree(reference, copy)
     with pytest.raises(ManifestMismatchError, match="n_steps: 4 vs 8"):
         precompute(model, df, copy, "attribution", Settings(max_tokens=MAX_TOKENS, n_steps=8))
+    with pytest.raises(ManifestMismatchError, match="importance_method: 't3vis' vs 'michel'"):
+        precompute(model, df, copy, "head-importance", replace(SETTINGS, importance_method="michel"))
+    with pytest.raises(ValueError, match="importance_method must be"):
+        Settings(importance_method="taylor")
     rc = main(["precompute", "--model", str(model_dir), "--dataset", str(csv), "--what", "attention",
                "--max-tokens", "32", "--out", str(copy)])
     err = capsys.readouterr().err
