@@ -7,7 +7,9 @@ from __future__ import annotations
 import os
 import traceback
 from contextlib import contextmanager
+from dataclasses import dataclass
 
+import numpy as np
 import streamlit as st
 
 import longviz_core as lv
@@ -29,6 +31,7 @@ class K:
     POSITIVE = "positive_class"
     MASK = "mask_tokens"
     SCALE = "scale_by_importance"
+    IMPORTED_IMPORTANCE = "attention.imported_importance"  # (layers, heads) array imported on the heatmap page
 
     @staticmethod
     def page(page: str, name: str) -> str:
@@ -213,6 +216,60 @@ def attribution_after_click(model: lv.LoadedModel, analysis, steps: int, page: s
         st.stop()
     return attr.integrated_gradients(model, analysis, None, steps, progress=progress_bar("Integrated Gradients"),
                                      on_wait=queue_notice())
+
+
+@dataclass(frozen=True)
+class HeadImportance:
+    """The head importance a page scales attention by, and which definition it is (for captions and titles)."""
+
+    values: np.ndarray  # (layers, heads)
+    method: str | None  # a key of views.importance.IMPORTANCE_METHODS; None for a file imported on the heatmap page
+    name: str  # short, for titles: "Taylor (T3-Vis)"
+    description: str  # the definition and its normalisation, for captions
+
+
+def importance_method(where, page: str) -> str:
+    """The head-importance definition picker; T3-Vis's Taylor scores (what the paper used) come first."""
+    from longviz_core.views import importance as imp
+
+    return where.selectbox("Head importance definition", list(imp.IMPORTANCE_METHODS),
+                           format_func=imp.METHOD_NAMES.get, **K.option(page, "importance_method"),
+                           help=" · ".join(imp.IMPORTANCE_METHODS.values()) + ". Computed once per dataset "
+                                f"on its first {imp.DEFAULT_EXAMPLES} documents, then cached.")
+
+
+def computed_importance(model: lv.LoadedModel, method: str, required: bool = True) -> HeadImportance | None:
+    """Head importance by `method` on the current dataset (disk-cached). Without a labelled dataset: a
+    DatasetError when `required`, else a note and None."""
+    from longviz_core.views import importance as imp
+
+    df = current_dataset(model)
+    if df is None or "label" not in df:
+        if required:
+            raise lv.DatasetError("Head importance needs a labelled dataset: choose one in the sidebar or untick "
+                                  "the scaling.")
+        st.info("Head importance needs a labelled dataset: only unscaled rows are shown.")
+        return None
+    values = imp.cached_head_importance(model, df, max_tokens(model), method=method,
+                                        progress=progress_bar("Head importance"))
+    return HeadImportance(values, method, imp.METHOD_NAMES[method], imp.IMPORTANCE_METHODS[method])
+
+
+def imported_importance(model: lv.LoadedModel) -> HeadImportance | None:
+    """The head-importance file imported on the heatmap page, when there is one that fits this model."""
+    values = st.session_state.get(K.IMPORTED_IMPORTANCE)
+    if values is None or values.shape != (model.num_layers, model.num_heads):
+        return None
+    return HeadImportance(values, None, "imported file", "the file imported on the heatmap page")
+
+
+def head_importance(model: lv.LoadedModel, page: str, where=st, required: bool = True) -> HeadImportance | None:
+    """What an attention page scales heads by: the file imported on the heatmap page when there is one (every
+    attention page follows it), else importance computed on the dataset by the definition picked in `where`."""
+    imported = imported_importance(model)
+    if imported is not None:
+        return imported
+    return computed_importance(model, importance_method(where, page), required)
 
 
 def stop_until_clicked(page: str, label: str, wanted) -> None:

@@ -4,9 +4,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-import longviz_core as lv
 from longviz_core.figures.text import legend_html, token_label, token_overlay_html
-from longviz_core.views import importance as imp
 from longviz_core.views.masking import build_mask
 from pages import _common as common
 from pages import _export as export
@@ -14,7 +12,6 @@ from pages import _export as export
 common.run_through_app()
 
 K, P = common.K, "overlay"
-IMPORTED = K.page("attention", "imported_importance")  # set on the heatmap page when a file is imported
 PRESETS = ("last layer", "all layers (averaged)", "choose layers and heads")
 
 st.title("Summed attention")
@@ -42,16 +39,8 @@ elif preset == PRESETS[2]:
         st.stop()
 
 with common.guard():
-    importance = None
-    if scale:
-        importance = st.session_state.get(IMPORTED)
-        if importance is None:
-            df = common.current_dataset(model)
-            if df is None or "label" not in df:
-                raise lv.DatasetError("Head importance needs a labelled dataset: choose one in the sidebar.")
-            importance = imp.cached_head_importance(model, df, common.max_tokens(model),
-                                                    progress=common.progress_bar("Head importance"))
-    values = analysis.attention.received(layers, heads, importance)
+    importance = common.head_importance(model, P, c2) if scale else None
+    values = analysis.attention.received(layers, heads, None if importance is None else importance.values)
     n_heads = (L if layers is None else len(layers)) * (H if heads is None else len(heads))
     values = values / n_heads  # averaged over the chosen heads; the colours are relative anyway
     mask = build_mask(analysis.tokens) if masked else None
@@ -59,7 +48,8 @@ with common.guard():
 live = values if mask is None else np.where(mask, np.nan, values)
 vmax = float(np.nanmax(live)) if np.isfinite(live).any() else 0.0
 settings = common.export_settings(model, description, heads=preset, layers=layers, head_indices=heads,
-                                  scaled_by_head_importance=importance is not None, masked=masked)
+                                  scaled_by_head_importance=importance is not None, masked=masked,
+                                  head_importance=None if importance is None else importance.name)
 values_df = pd.DataFrame({"position": np.arange(analysis.n), "token": [token_label(t) for t in analysis.tokens],
                           "received": values, "masked": mask if mask is not None else np.zeros(analysis.n, bool)})
 export.overlay(legend_html("sequential", vmax=vmax, label="received attention per head")
@@ -67,9 +57,7 @@ export.overlay(legend_html("sequential", vmax=vmax, label="received attention pe
                values_df, "summed attention", model, settings)
 notes = [f"{int(mask.sum()):,} masked tokens shown in grey."] if mask is not None else []
 if importance is not None:
-    notes.append("Heads weighted by " + ("the imported head importance (heatmap page)."
-                                         if st.session_state.get(IMPORTED) is not None
-                                         else "Taylor head importance computed on the dataset."))
+    notes.append(f"Heads weighted by head importance: {importance.description}.")
 if notes:
     st.caption(" ".join(notes))
 

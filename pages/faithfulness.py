@@ -7,14 +7,12 @@ from longviz_core import attribution as attr
 from longviz_core import cache
 from longviz_core import faithfulness as fa
 from longviz_core.figures import agreement as fig
-from longviz_core.views.importance import cached_head_importance
 from pages import _common as common
 from pages import _export as export
 
 common.run_through_app()
 
 K, P = common.K, "faithfulness"
-IMPORTED = K.page("attention", "imported_importance")  # set on the heatmap page when a file is imported
 FLIP_STEPS = {"1 %": 0.01, "2 %": 0.02, "5 %": 0.05, "10 %": 0.10}
 
 st.title("Faithfulness: deleting the top-ranked tokens")
@@ -44,14 +42,10 @@ layers = list(range(lo - 1, hi))
 
 with common.guard():
     df = common.current_dataset(model)
-    importance = st.session_state.get(IMPORTED) if scale else None  # the heatmap page's imported file wins
-    if importance is not None and importance.shape != (L, model.num_heads):
-        importance = None
-    if scale and importance is None:
-        if df is None or "label" not in df:
-            raise lv.DatasetError("Head importance needs a labelled dataset; untick the scaling or pick one.")
-        importance = cached_head_importance(model, df, common.max_tokens(model),
-                                            progress=common.progress_bar("Head importance"))
+    scaling = common.head_importance(model, P, c2) if scale else None
+    importance = None if scaling is None else scaling.values
+    if scaling is not None:
+        st.caption(f"Attention ranking scaled by head importance: {scaling.description}.")
 settings = dict(layers=layers, scale=None if importance is None else importance.round(12).tolist(),
                 replacement=replacement, flip_step=flip_step, seed=int(seed))
 

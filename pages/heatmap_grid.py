@@ -14,7 +14,7 @@ from pages import _export as export
 common.run_through_app()
 
 K, P = common.K, "heatmap"
-IMPORTED = K.page("attention", "imported_importance")  # (layers, heads) array loaded from a file
+IMPORTED = K.IMPORTED_IMPORTANCE
 
 st.title("Attention heatmap grid")
 with common.guard():
@@ -27,11 +27,13 @@ scope = c1.radio("Scope", ("this document", "dataset"), horizontal=True, **K.opt
 grid = c2.select_slider("Cells per axis", pooling.GRID_SIZES, value=pooling.DEFAULT_GRID, **K.option(P, "grid"))
 colour = c3.radio("Colour scale", fig.SCALES, horizontal=True, **K.option(P, "colour"))
 scale = c4.checkbox("Scale by head importance", **K.option(P, "scale"),
-                    help="Multiply each head by its Taylor importance (Michel et al. 2019), normalised per layer.")
+                    help="Multiply each head by its importance on the dataset (Taylor, as T3-Vis and the paper, "
+                         "or Michel et al.'s gate gradient), or by an imported head_importance file.")
 
 importance = None
 if scale:
-    source = st.radio("Head importance", ("computed on the dataset", "imported file"), horizontal=True,
+    c1, c2 = st.columns(2)
+    source = c1.radio("Head importance", ("computed on the dataset", "imported file"), horizontal=True,
                       **K.option(P, "importance_source"))
     with common.guard():
         if source == "imported file":
@@ -40,17 +42,12 @@ if scale:
             if upload is not None:
                 st.session_state[IMPORTED] = imp.load_head_importance(
                     upload.getvalue(), model.num_layers, model.num_heads, filename=upload.name)
-            importance = st.session_state.get(IMPORTED)
-            if importance is None or importance.shape != (model.num_layers, model.num_heads):
+            importance = common.imported_importance(model)
+            if importance is None:
                 st.info("Upload a head-importance file to scale the maps.")
-                importance = None
         else:
             st.session_state.pop(IMPORTED, None)  # the other attention pages follow this choice
-            df = common.current_dataset(model)
-            if df is None or "label" not in df:
-                raise lv.DatasetError("Head importance needs a labelled dataset: choose one in the sidebar.")
-            importance = imp.cached_head_importance(model, df, common.max_tokens(model),
-                                                    progress=common.progress_bar("Head importance"))
+            importance = common.computed_importance(model, common.importance_method(c2, P))
 
 with common.guard():
     if scope == "this document":
@@ -77,16 +74,18 @@ with common.guard():
                 return pooling.pool_dataset(docs, grid, total=len(texts), progress=bar)
 
             pooled = cache.memo(key, compute)
-    maps = pooling.normalised_maps(pooled, importance)
+    maps = pooling.normalised_maps(pooled, None if importance is None else importance.values)
 
 what = "this document" if scope == "this document" else f"the average of {pooled.n_documents} documents"
 settings = common.export_settings(model, description, scope=scope, documents=pooled.n_documents, grid=grid,
-                                  colour=colour, scaled_by_head_importance=importance is not None)
+                                  colour=colour, scaled_by_head_importance=importance is not None,
+                                  head_importance=None if importance is None else importance.name)
 export.image(fig.grid_image(maps, colour, title=f"Attention of every head, {what}"
-                            + (" (scaled by head importance)" if importance is not None else "")),
+                            + (f" (scaled by head importance: {importance.name})" if importance is not None else "")),
              "heatmap grid", model, settings, width="stretch")
 if importance is not None:
-    st.caption("Heads are multiplied by importance / the largest importance, so unimportant heads fade.")
+    st.caption(f"Heads are multiplied by importance / the largest importance, so unimportant heads fade. "
+               f"Head importance: {importance.description}.")
 
 st.subheader("One head")
 c1, c2 = st.columns(2)

@@ -7,14 +7,12 @@ from longviz_core import attribution as attr
 from longviz_core import cache
 from longviz_core.figures import agreement as fig
 from longviz_core.similarity import DEFAULT_P, METRICS, rbo_top_weight
-from longviz_core.views.importance import cached_head_importance
 from pages import _common as common
 from pages import _export as export
 
 common.run_through_app()
 
 K, P = common.K, "similarity"
-IMPORTED = K.page("attention", "imported_importance")  # set on the heatmap page when a file is imported
 MASK_LABELS = {"special": "special tokens", "nonalnum": "non-alphanumeric", "stopwords": "stopwords"}
 VARIANTS = ("cosine_raw", "cosine_median", "cosine_mean", "cosine_rank")
 
@@ -46,22 +44,17 @@ with st.expander("Masked: 'zero' (the paper) vs 'drop'"):
         "**drop** removes masked tokens first, so the metrics only see the tokens that carry content.")
 
 with common.guard():
-    importance = None
     df = common.current_dataset(model)
-    imported = st.session_state.get(IMPORTED)
-    if scale and imported is not None and imported.shape == (L, model.num_heads):
-        importance = imported  # the heatmap page's imported file wins, as on the other attention pages
-    elif scale:
-        if df is None or "label" not in df:
-            st.info("Head importance needs a labelled dataset: only unscaled rows are shown.")
-        else:
-            importance = cached_head_importance(model, df, common.max_tokens(model),
-                                                progress=common.progress_bar("Head importance"))
+    scaling = common.head_importance(model, P, c2, required=False) if scale else None
+importance = None if scaling is None else scaling.values
 layer_range = (lo - 1, hi - 1)
+if scaling is not None:
+    st.caption(f"Rows scaled by head importance: {scaling.description}.")
 
 
 meta = common.export_settings(model, description, scope=scope, ig_steps=steps, rbo_p=p, mask=kinds,
-                              layer_range=[lo, hi], scaled_by_head_importance=importance is not None)
+                              layer_range=[lo, hi], scaled_by_head_importance=importance is not None,
+                              head_importance=None if scaling is None else scaling.name)
 
 
 if scope == "this document":
@@ -113,9 +106,12 @@ else:
         if df is None:
             raise lv.DatasetError("Dataset-wide tables need a dataset: choose one in the sidebar.")
         # a store holds the default configuration: no extra layer range (one equal to "all layers" or the final
-        # layer adds no row), scaled rows when the dataset is labelled (dropped here when scaling is off)
+        # layer adds no row), scaled rows when the dataset is labelled (dropped here when scaling is off), made
+        # with the store's head-importance definition (an imported file is never the store's)
+        from_store = len(ag.attention_sources(L, layer_range)) == 2 and (scaling is None or scaling.method)
+        by = {} if scaling is None else {"importance_method": scaling.method}
         store = common.store_serving(model, df, "agreement", n_steps=steps, target="predicted", p=p,
-                                     mask=list(kinds)) if len(ag.attention_sources(L, layer_range)) == 2 else None
+                                     mask=list(kinds), **by) if from_store else None
         if store is not None:
             result = cache.memo(("store_agreement", str(store.root), store.content_key()), store.dataset_agreement)
             if not scale:
@@ -129,8 +125,8 @@ else:
             st.info(f"Uncached documents need IG: up to about {attr.format_seconds(count * estimate)} for {count} "
                     f"documents at {common.max_tokens(model):,} tokens (cached documents are instant).")
             common.stop_until_clicked(P, "Compute dataset-wide tables", (
-                model.fingerprint, lv.dataset_fingerprint(df), count, steps, kinds, layer_range, p, scale,
-                common.max_tokens(model)))
+                model.fingerprint, lv.dataset_fingerprint(df), count, steps, kinds, layer_range, p,
+                None if scaling is None else scaling.name, common.max_tokens(model)))
             result = ag.dataset_agreement(model, df["text"].iloc[:count], max_tokens=common.max_tokens(model),
                                           ig_steps=steps, importance=importance, mask_kinds=kinds,
                                           layer_range=layer_range, p=p, progress=common.progress_bar("Dataset"),

@@ -10,6 +10,7 @@ from streamlit.testing.v1 import AppTest
 from longviz_core import agreement as ag
 from longviz_core import faithfulness as fa
 from longviz_core.attribution import STEP_PRESETS
+from longviz_core.views.importance import IMPORTANCE_METHODS
 from pages._common import K
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
@@ -65,6 +66,7 @@ def test_similarity_document_tables(similarity):
     table1 = at.dataframe[0].value
     assert len(table1) == 2 * 2 * 3  # final / all layers x scaled yes/no x masked no/zero/drop
     assert set(table1["Masked"]) == set(ag.MASK_MODES)
+    assert any(f"scaled by head importance: {IMPORTANCE_METHODS['t3vis']}" in c.value for c in at.caption)
     assert any("zero" in e.label for e in at.expander)
 
 
@@ -77,6 +79,7 @@ def test_similarity_follows_an_imported_head_importance(similarity):
     scaled = table1[table1["Scaled by head importance"] == "yes"]
     assert len(scaled) == 6 and scaled["Kendall tau"].isna().all()  # zero importance: constant attention
     assert scaled["Note"].str.contains("constant").all()
+    assert any("imported on the heatmap page" in c.value for c in at.caption)
 
 
 def test_similarity_document_every_option(similarity):
@@ -153,6 +156,7 @@ def test_faithfulness_document_every_option(faithfulness):
         _ok(at)
         if "replacement" in run:
             assert any(f"replaced by <{run['replacement']}>" in c.value for c in at.caption)
+        assert any(IMPORTANCE_METHODS["t3vis"] in c.value for c in at.caption) == bool(run.get("scale"))
     assert set(fa.REPLACEMENTS) == {"mask", "pad"}
 
 

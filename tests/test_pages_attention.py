@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from longviz_core.views.importance import IMPORTANCE_METHODS
 from pages._common import K
 
 APP = Path(__file__).resolve().parents[1] / "app.py"
@@ -85,10 +86,14 @@ def test_heatmap_grid_every_toggle(demo):
     _ok(at)
     at.checkbox(key=K.page("heatmap", "scale")).check().run()  # computed on the demo dataset (disk-cached)
     _ok(at)
-    assert any("unimportant heads fade" in c.value for c in at.caption)
+    assert any("unimportant heads fade" in c.value and IMPORTANCE_METHODS["t3vis"] in c.value for c in at.caption)
+    at.selectbox(key=K.page("heatmap", "importance_method")).set_value("michel").run()
+    _ok(at)
+    assert any(IMPORTANCE_METHODS["michel"] in c.value for c in at.caption)
     at.session_state[IMPORTED] = np.arange(16, dtype=float).reshape(4, 4)
     at.radio(key=K.page("heatmap", "importance_source")).set_value("imported file").run()
     _ok(at)
+    assert any("imported on the heatmap page" in c.value for c in at.caption)
     at.radio(key=K.page("heatmap", "scope")).set_value("dataset").run()
     _ok(at)
     at.slider(key=K.page("heatmap", "docs")).set_value(3).run()
@@ -121,6 +126,7 @@ def test_overlay_every_toggle(demo):
     assert html() != before_mask and any("lv-m" in h for h in html())
     at.checkbox(key=K.page("overlay", "scale")).check().run()
     _ok(at)
+    assert any(f"head importance: {IMPORTANCE_METHODS['t3vis']}" in c.value for c in at.caption)
     at.multiselect(key=K.page("overlay", "heads")).set_value([]).run()
     assert not at.exception
     assert any("at least one" in i.value for i in at.info)
