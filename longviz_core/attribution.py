@@ -192,12 +192,12 @@ def internal_batch_size_for(model: LoadedModel, n_tokens: int, n_steps: int, pre
 
     Free memory: torch.cuda.mem_get_info on a GPU, MemAvailable of /proc/meminfo on CPU (sysconf pages as a
     fallback). Memory per step (activations kept for the backward pass), with L layers, hidden size d,
-    intermediate size f, A heads, one-sided window w, n the window-padded length and b bytes per element
-    (4; 2 under bf16/fp16 autocast):
-        bytes = L * n * b * (12 d + 2 f + 3 A (2w + 2))
+    intermediate size f, A heads, one-sided window w_l of layer l, n the window-padded length and b bytes per
+    element (4; 2 under bf16/fp16 autocast):
+        bytes = n * b * (L (12 d + 2 f) + 3 A sum_l (2 w_l + 2))
     i.e. about a dozen (n, d) tensors per layer (q, k, v, context, projections, layer norms, residuals),
     two (n, f) for the feed-forward, and three copies of the banded scores (scores, softmax, dropout).
-    A full-attention encoder has 2w + 2 replaced by n. Checked against the peak resident memory on CPU at
+    A full-attention encoder has 2 w_l + 2 replaced by n. Checked against the peak resident memory on CPU at
     longformer-base dimensions, 1,024 tokens: 141 MB per layer per additional step measured, 139 MB predicted."""
     per_step = _bytes_per_step(model, n_tokens, precision)
     fit = int(_MEMORY_FRACTION * _free_memory_bytes(model.device) // per_step)
@@ -594,9 +594,11 @@ def _bytes_per_step(model, n_tokens, precision) -> float:
     d = int(cfg.hidden_size)
     f = int(getattr(cfg, "intermediate_size", 4 * d))
     heads = int(cfg.num_attention_heads)
-    band = (2 * model.attention_window + 2) if model.is_longformer else n
+    layers = int(cfg.num_hidden_layers)
+    # each layer's scores are as wide as its own window (Longformer's windows may differ by layer)
+    bands = sum(2 * w + 2 for w in model.attention_windows) if model.is_longformer else layers * n
     b = 4 if PRECISIONS[precision] is None else 2
-    return float(cfg.num_hidden_layers) * n * b * (12 * d + 2 * f + 3 * heads * band)
+    return float(n * b * (layers * (12 * d + 2 * f) + 3 * heads * bands))
 
 
 def _free_memory_bytes(device) -> int:
@@ -797,6 +799,8 @@ def _validate(model, n_steps, method, precision, batch_size, tolerance, max_step
 
 
 def _padded(model, n: int) -> int:
+    """The length the model runs at: transformers pads a Longformer input to a multiple of the largest full
+    window, max(config.attention_window) = 2 * model.attention_window, whatever the other layers' windows."""
     w2 = 2 * model.attention_window if model.is_longformer and model.attention_window else 1
     return -(-int(n) // w2) * w2
 

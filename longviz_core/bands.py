@@ -8,6 +8,14 @@ A head's attention over n tokens is stored as
 Every row of the reassembled (n, n) matrix sums to 1. Views are computed from these pieces, so the memory
 stays O(layers * heads * n * w); no function here builds n x n for more than one head at a time.
 Full-attention encoders (BERT/RoBERTa) use the same class with w = n - 1 and no global tokens.
+
+Per-layer windows: Longformer's `attention_window` may differ by layer (layer l sees |i - j| <= w_l). Every
+layer's band is then stored at the largest window w = max(w_l), centred, with zeros in the w - w_l columns on
+each side that lie outside layer l's own window. Zeros are what the band already holds outside the document,
+so every view (sums, top-k, pooling) treats those columns as it treats any key outside the document and needs
+no per-layer case. The price is 2 (w - w_l) columns of zeros per row of a narrower layer (the band holds
+layers * heads * n * (2w + 1) floats whatever the windows); checkpoints with one window for all layers (every
+released Longformer) store nothing extra.
 """
 from __future__ import annotations
 
@@ -23,10 +31,12 @@ from . import _kernels
 @dataclass(frozen=True)
 class AttentionBands:
     local: np.ndarray  # (layers, heads, n, 2w+1) float32; 0 where key i - w + c is outside the document
+    #                                               or outside the layer's own window (|c - w| > windows[l])
     global_cols: np.ndarray  # (layers, heads, n, g) float32
     global_rows: np.ndarray  # (layers, heads, g, n) float32
     global_idx: np.ndarray  # (g,) int64 positions of the global tokens
-    window: int  # one-sided window w
+    window: int  # one-sided window w of the band: the largest of the layers' windows
+    windows: tuple[int, ...] | None = None  # (layers,) each layer's one-sided window w_l <= w (None given: all w)
     _received: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -34,6 +44,10 @@ class AttentionBands:
         g = len(self.global_idx)
         if width != 2 * self.window + 1:
             raise ValueError(f"band width {width} does not match window {self.window}")
+        windows = (self.window,) * L if self.windows is None else tuple(int(w) for w in self.windows)
+        if len(windows) != L or any(not 0 <= w <= self.window for w in windows):
+            raise ValueError(f"per-layer windows {list(windows)} must be {L} values in 0..{self.window}")
+        object.__setattr__(self, "windows", windows)
         if self.global_cols.shape != (L, H, n, g) or self.global_rows.shape != (L, H, g, n):
             raise ValueError("global attention shapes do not match the band")
         for a in (self.local, self.global_cols, self.global_rows):
@@ -58,23 +72,25 @@ class AttentionBands:
     # ---- construction -------------------------------------------------------------------------------
     @classmethod
     def from_longformer(cls, attentions, global_attentions, global_idx, n: int) -> "AttentionBands":
-        """From transformers' outputs for a batch of one: `attentions[l]` (1, H, n, g+2w+1),
-        `global_attentions[l]` (1, H, n_padded, g) with the key axis first."""
+        """From transformers' outputs for a batch of one: `attentions[l]` (1, H, n, g+2w_l+1) with layer l's
+        own window w_l, `global_attentions[l]` (1, H, n_padded, g) with the key axis first. A layer narrower
+        than the widest is placed in the middle columns of the band (see the module docstring)."""
         global_idx = np.asarray(global_idx, dtype=np.int64)
         g = len(global_idx)
-        first = attentions[0]
-        width = first.shape[-1] - g
-        L, H = len(attentions), first.shape[1]
-        local = np.empty((L, H, n, width), dtype=np.float32)  # (layers, heads, n, 2w+1)
+        windows = tuple((att.shape[-1] - g - 1) // 2 for att in attentions)
+        w = max(windows)
+        L, H = len(attentions), attentions[0].shape[1]
+        alloc = np.empty if len(set(windows)) == 1 else np.zeros  # zero-filled only if a layer leaves columns
+        local = alloc((L, H, n, 2 * w + 1), dtype=np.float32)  # (layers, heads, n, 2w+1)
         gcols = np.empty((L, H, n, g), dtype=np.float32)  # (layers, heads, n, g)
         grows = np.empty((L, H, g, n), dtype=np.float32)  # (layers, heads, g, n)
-        for layer, att in enumerate(attentions):
-            att = _np(att)[0, :, :n]
+        for layer, (att, w_l) in enumerate(zip(attentions, windows)):
+            att = _np(att)[0, :, :n]  # (H, n, g + 2w_l + 1)
             gcols[layer] = att[..., :g]
-            local[layer] = att[..., g:]
+            local[layer, :, :, w - w_l : w + w_l + 1] = att[..., g:]
             if g:
                 grows[layer] = np.swapaxes(_np(global_attentions[layer])[0, :, :n, :], -1, -2)
-        return cls(local, gcols, grows, global_idx, (width - 1) // 2)
+        return cls(local, gcols, grows, global_idx, w, windows)
 
     @classmethod
     def from_full(cls, attentions, n: int) -> "AttentionBands":
@@ -88,7 +104,7 @@ class AttentionBands:
             local[layer][:, rows, cols] = _np(att)[0, :, :n, :n]
         empty_c = np.zeros((L, H, n, 0), dtype=np.float32)
         empty_r = np.zeros((L, H, 0, n), dtype=np.float32)
-        return cls(local, empty_c, empty_r, np.zeros(0, dtype=np.int64), w)
+        return cls(local, empty_c, empty_r, np.zeros(0, dtype=np.int64), w, (w,) * L)
 
     # ---- one head -------------------------------------------------------------------------------------
     def _check(self, layer: int, head: int) -> None:

@@ -107,7 +107,8 @@ def run_metadata(model, settings: Mapping, model_name: str | None = None) -> dic
             "model_type": getattr(config, "model_type", None),
             "num_layers": model.num_layers,
             "num_heads": model.num_heads,
-            "attention_window": model.attention_window,
+            "attention_window": model.attention_window,  # one-sided, the largest over layers
+            "attention_windows": list(model.attention_windows),  # one-sided, per layer
             "id2label": {str(k): v for k, v in model.id2label.items()},
             "device": str(model.device),
         },

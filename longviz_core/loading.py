@@ -47,7 +47,8 @@ class LoadedModel:
     id2label: dict
     max_tokens: int  # longest input the position table allows
     position_offset: int  # first position id (padding_idx + 1 for RoBERTa-style models)
-    attention_window: int  # one-sided Longformer window w (0 for full attention)
+    attention_window: int  # one-sided Longformer window w, the largest over layers (0 for full attention)
+    attention_windows: tuple[int, ...]  # (layers,) each layer's one-sided window w_l (() for full attention)
 
     @property
     def num_labels(self) -> int:
@@ -75,6 +76,8 @@ def load_model(source: str, device=None, progress: Progress | None = None) -> Lo
     try:
         config = AutoConfig.from_pretrained(path, trust_remote_code=False)
         _check_classifier(config, source)
+        is_longformer = config.model_type == "longformer"
+        windows = _one_sided_windows(config, source) if is_longformer else ()  # before the model asserts on them
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
         model, info = AutoModelForSequenceClassification.from_pretrained(
             path, trust_remote_code=False, attn_implementation="eager", output_loading_info=True
@@ -90,8 +93,6 @@ def load_model(source: str, device=None, progress: Progress | None = None) -> Lo
             "longviz explains fine-tuned sequence classifiers."
         )
     model.to(device).eval()
-    is_longformer = config.model_type == "longformer"
-    window = int(max(np.atleast_1d(config.attention_window))) // 2 if is_longformer else 0
     offset = (config.pad_token_id + 1) if config.model_type in _ROBERTA_STYLE else 0
     max_pos = int(getattr(config, "max_position_embeddings", 512))
     loaded = LoadedModel(
@@ -106,11 +107,36 @@ def load_model(source: str, device=None, progress: Progress | None = None) -> Lo
         id2label={int(k): str(v) for k, v in (config.id2label or {}).items()},
         max_tokens=max_pos - offset,
         position_offset=offset,
-        attention_window=window,
+        attention_window=max(windows, default=0),
+        attention_windows=windows,
     )
     _check_attention_output(loaded)
     report(progress, 1.0, "Model ready")
     return loaded
+
+
+def _one_sided_windows(config, source: str) -> tuple[int, ...]:
+    """Each layer's one-sided window, attention_window[l] // 2 (an int in the config means every layer).
+
+    transformers pads every input to a multiple of the largest full window, and layer l then needs a length
+    that is a multiple of its own full window; when a smaller window does not divide the largest, most
+    document lengths fail inside the model, so such a checkpoint is refused here with the reason."""
+    full = [int(w) for w in np.atleast_1d(config.attention_window)]
+    layers = int(config.num_hidden_layers)
+    if len(full) == 1:
+        full = full * layers
+    if len(full) != layers or any(w <= 0 or w % 2 for w in full):
+        raise ModelLoadError(
+            f"'{source}' has attention_window {full}: Longformer needs one positive even window per layer "
+            f"({layers} layers)."
+        )
+    if any(max(full) % w for w in full):
+        raise ModelLoadError(
+            f"'{source}' has attention_window {full}: transformers pads inputs to a multiple of the largest "
+            f"window ({max(full)}), which is not a multiple of every layer's window, so the model fails on most "
+            "document lengths. Use windows that divide the largest one."
+        )
+    return tuple(w // 2 for w in full)
 
 
 def _resolve_path(source: str) -> str:

@@ -50,6 +50,18 @@ def tiny_longformer(tiny_longformer_dir):
     return load_model(str(tiny_longformer_dir))
 
 
+@pytest.fixture(scope="session", params=[(16, 8), (8, 16, 32)], ids=lambda w: "windows-" + "-".join(map(str, w)))
+def layered_longformer(request, tmp_path_factory):
+    """Tiny Longformers with a different attention window per layer (full windows 16, 8 / 8, 16, 32); large
+    random weights (init 0.3) so attention is peaked and F(x) - F(baseline) is far from 0 for IG."""
+    from longviz_core import load_model
+
+    windows = list(request.param)
+    path = make_tiny_longformer(tmp_path_factory.mktemp("layered"), layers=len(windows), window=windows,
+                                initializer_range=0.3, seed=5)
+    return load_model(str(path), device="cpu")
+
+
 @pytest.fixture(scope="session")
 def tiny_bert(tmp_path_factory):
     from longviz_core import load_model
