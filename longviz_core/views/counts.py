@@ -444,7 +444,7 @@ def dataset_type_counts(tables) -> pd.DataFrame:
     """Dataset-wide counts by token type from per-document `token_counts(..., by="type")` tables: a type's
     count is the sum over documents of its count in each (so, under the paper's rule, at most the dataset's
     number of tokens). Columns token, count, documents (how many documents count it), sorted by count
-    descending, ties by first appearance over the documents in the given order."""
+    descending, ties in the order the tokens first appear in the tables (as given)."""
     tables = list(tables)
     if not tables:
         raise CountsError("no per-document count tables to aggregate")
