@@ -41,10 +41,14 @@ from .loading import DEMO, LoadedModel, dataset_fingerprint, load_dataset, load_
 from .runtime import COMPUTE, BudgetLRU, ComputeQueue
 from .types import Progress
 from .views.counts import (
+    COUNT_MEANINGS,
+    COUNT_RULES,
     TOPK_MAX,
+    CountsError,
     Tallies,
     TopK,
     count_intersection,
+    dataset_type_counts,
     instance_counts,
     tally,
     token_counts,
@@ -96,6 +100,9 @@ __all__ = [
     "METRICS",
     "PooledAttention",
     "SimilarityError",
+    "COUNT_MEANINGS",
+    "COUNT_RULES",
+    "CountsError",
     "TOPK_MAX",
     "Tallies",
     "TopK",
@@ -104,6 +111,7 @@ __all__ = [
     "compare",
     "compare_many",
     "count_intersection",
+    "dataset_type_counts",
     "head_importance",
     "instance_counts",
     "load_head_importance",

@@ -9,6 +9,9 @@ work on two heads at once). Band row i, column c = attention of query i to key i
   visits only the chunks whose maximum reaches its threshold, and the band is never copied.
   Each row's threshold (numpy's SIMD partition) and the sort of the candidate keys (numpy's SIMD sort) stay
   in numpy: both are faster than anything written here.
+- Counts (`views.counts`, Algorithm 2): one pass over the owners' lists with a stamp per position and per
+  type, so that each owner counts a position or type once over all the selected heads, without building any
+  per-owner set or per-type table.
 
 Sort keys, one int64 per candidate: row << (31 + col_bits) | (2^31 - 1 - float bits) << col_bits | column.
 For positive float32 the bit pattern orders like the value, so ascending keys mean: row, then value
@@ -204,3 +207,37 @@ def collect_keys(band, bits, blocks, block, w, threshold, col_bits, keys, counts
                 m += band[first + t, col] >= thr
             counts[j] += m - start
     return m
+
+
+@numba.njit(nogil=True, cache=True, boundscheck=False)
+def count_sets(lists, layers, heads, k, owners, pos_bin, type_bin, per_head, lo, hi, positions, types):
+    """Algorithm 2 for the owners lo <= i < hi with owners[i] true: positions[p] += 1 for every owner whose
+    lists[i, layers[a], heads[b]] (owner-major: (n, layers, heads, k)), first k entries, contain p, and
+    types[t] += 1 for every owner whose lists contain a position of type t; with `per_head`, once per (owner,
+    head) list instead. -1 ends a list.
+    Entry p is counted in bin pos_bin[p] and type_bin[p]: a masked position goes to a last, dropped bin of each.
+    A stamp per bin holds the last owner (or owner and head) that counted it, so a position or type met again
+    in the same set is not counted twice: owners x heads x k steps, no per-owner set is ever built. Branch-free
+    (the stamp tests are unpredictable): the stamp comparison is added to the count."""
+    pos_stamp = np.full(positions.shape[0], -1, np.int64)
+    type_stamp = np.full(types.shape[0], -1, np.int64)
+    scope = layers.shape[0] * heads.shape[0]
+    for i in range(lo, hi):
+        if not owners[i]:
+            continue
+        s = 0
+        for a in layers:
+            for b in heads:
+                stamp = i * scope + s if per_head else np.int64(i)
+                s += 1
+                row = lists[i, a, b]
+                for r in range(k):
+                    p = row[r]
+                    if p < 0:
+                        break
+                    x = pos_bin[p]
+                    positions[x] += pos_stamp[x] != stamp
+                    pos_stamp[x] = stamp
+                    t = type_bin[p]
+                    types[t] += type_stamp[t] != stamp
+                    type_stamp[t] = stamp

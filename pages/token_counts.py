@@ -18,13 +18,19 @@ st.title("Token counts")
 with common.guard():
     model, analysis, label, description = common.current_analysis()
 st.caption(f"{description} · {analysis.n:,} tokens. For every token and head: its top-k **attended** keys (what it "
-           "attends to most) and its top-k **attending** queries (who attends to it most); a token is counted once "
-           "per list. Ties go to the lower position.")
+           "attends to most) and its top-k **attending** queries (who attends to it most); ties go to the lower "
+           "position. **Once per token** (the paper's Algorithm 2): a token's set is its top-k over all the "
+           "selected layers and heads together, and a key's count is the number of tokens whose set contains it, "
+           "so no count exceeds the number of tokens. **Once per head list**: every (token, head) list counts "
+           "separately.")
 
 c1, c2, c3, c4 = st.columns(4)
 k = c1.slider("k (list length)", 1, tc.TOPK_MAX, 10, **K.option(P, "k"))
 top_n = c2.slider("N (bars shown)", 3, 50, 10, **K.option(P, "n"))
 scope = c3.radio("Scope", SCOPES, **K.option(P, "scope"))
+rule = c4.radio("Count", tc.RULES, format_func=tc.COUNT_RULES.get, **K.option(P, "rule"),
+                help="Once per token: the paper's count (appendix A.5, Algorithm 2). Once per head list: each "
+                     "token's list in each selected head counts on its own, summed over the heads.")
 masked = c4.toggle("Mask special tokens, punctuation and stopwords (§3.4)", **K.option(P, "mask"),
                    help="Masked tokens neither count nor are counted; the top-k lists themselves are the model's.")
 layers = heads = None
@@ -42,24 +48,25 @@ with common.guard():
         tallies = cache.derived(analysis, "tallies", lambda a, masked: tc.tally(
             topk, a.tokens, build_mask(a.tokens) if masked else None), masked=masked)
     mask = tallies.mask
-    tables = {(d, by): tc.token_counts(analysis, k, d, by, layers, heads, mask, tallies=tallies)
+    tables = {(d, by): tc.token_counts(analysis, k, d, by, layers, heads, mask, tallies=tallies, rule=rule)
               for d in tc.DIRECTIONS for by in tc.BYS}
 
 where = "all layers and heads" if layers is None else f"layer {layers[0] + 1}" + (
     "" if heads is None else f", head {heads[0] + 1}")
-settings = common.export_settings(model, description, k=k, bars=top_n, scope=where, masked=masked)
-st.subheader(f"Top {top_n} by appearances in top-{k} lists — {where}")
+settings = common.export_settings(model, description, k=k, bars=top_n, scope=where, masked=masked,
+                                  count=tc.COUNT_RULES[rule])
+st.subheader(f"Top {top_n} by {tc.COUNT_MEANINGS[rule].replace('top-k', f'top-{k}')} — {where}")
 for d, colour in zip(tc.DIRECTIONS, ("#2171b5", "#cb181d")):
     cols = st.columns(2)
     for col, by in zip(cols, tc.BYS):
-        export.chart(fig.counts_bar_chart(tables[d, by], f"{d} · by {by}", top_n, colour), f"{d} by {by}", model,
-                     settings, where=col)
+        export.chart(fig.counts_bar_chart(tables[d, by], f"{d} · by {by}", top_n, colour, rule=rule),
+                     f"{d} by {by}", model, settings, where=col)
 
 st.subheader("Both attended and attending (Fig. 7)")
 cols = st.columns(2)
 for col, by in zip(cols, tc.BYS):
     both = tc.count_intersection(tables["attended", by], tables["attending", by], top_n)
-    col.markdown(f"**By {by}**: {len(both)} of the top {top_n} in common")
+    col.markdown(f"**By {by}**: {len(both)} of the top {top_n} in common (counted {tc.COUNT_RULES[rule]})")
     export.table(both, f"attended and attending by {by}", model, settings, where=col)
 
 st.subheader("Instances of one token (Fig. 6)")
@@ -72,10 +79,11 @@ c1, c2 = st.columns(2)
 token = c1.selectbox("Token", choices, **K.option(P, "token"))
 direction = c2.radio("Lists", tc.DIRECTIONS, horizontal=True, **K.option(P, "instance_direction"))
 with common.guard():
-    inst = tc.instance_counts(analysis, token, k, direction, layers, heads, mask, tallies=tallies)
-export.chart(fig.instances_chart(inst, f"'{token}': {len(inst)} instances, {direction} counts along the document"),
+    inst = tc.instance_counts(analysis, token, k, direction, layers, heads, mask, tallies=tallies, rule=rule)
+export.chart(fig.instances_chart(inst, f"'{token}': {len(inst)} instances, {direction} counts along the document",
+                                 rule=rule),
              f"instances of {token} {direction}", model, {**settings, "token": token, "lists": direction})
-with st.expander("All counts (tables)"):
+with st.expander(f"All counts (tables; count = {tc.COUNT_MEANINGS[rule]})"):
     tabs = st.tabs([f"{d} by {by}" for d, by in tables])
     for tab, ((d, by), table) in zip(tabs, tables.items()):
         export.table(table, f"{d} counts by {by}", model, settings, where=tab)

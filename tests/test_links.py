@@ -162,7 +162,8 @@ def test_a_link_to_a_page_works_as_the_first_request_a_server_gets(demo, browser
         captions = " ".join(c.text for c in browser.find_elements(By.CSS_SELECTOR,
                                                                   '[data-testid="stCaptionContainer"]'))
         assert "512 tokens" in captions  # the link's settings reached the page
-        assert "Top 10 by appearances in top-7 lists" in browser.find_element(By.TAG_NAME, "body").text
+        assert "Top 10 by tokens whose top-7 (over the selected heads) contain it" in browser.find_element(
+            By.TAG_NAME, "body").text
     finally:
         proc.terminate()
         proc.wait(30)

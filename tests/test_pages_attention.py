@@ -44,6 +44,17 @@ def test_token_counts_every_toggle(counts_page):
     assert at.title[0].value == "Token counts"
     baseline = _tables(at)
     assert len(baseline) == 6  # 2 intersection tables + 4 count tables
+    # the paper's count (the default) is a number of tokens, and the page says so
+    assert all(c <= MAX_TOKENS for t in baseline for name, col in t.items() if name.startswith("count") for c in col)
+    assert any("tokens whose top-10 (over the selected heads) contain it" in h.value for h in at.subheader)
+    at.radio(key=K.page("counts", "rule")).set_value("per_head").run()
+    _ok(at)
+    assert _tables(at) != baseline
+    assert any("per-head top-10 lists that contain it" in h.value for h in at.subheader)
+    assert any("once per head list" in m.value for m in at.markdown)
+    at.radio(key=K.page("counts", "rule")).set_value("paper").run()
+    _ok(at)
+    assert _tables(at) == baseline
     at.toggle(key=K.page("counts", "mask")).set_value(True).run()
     _ok(at)
     masked = _tables(at)

@@ -12,6 +12,8 @@ import numpy as np
 import pandas as pd
 from PIL import Image, ImageDraw, ImageFont
 
+from ..views.counts import COUNT_MEANINGS, COUNT_RULES
+
 LOG_FLOOR = 1e-3  # log colour scale: values below this fraction of the head's maximum get the lightest colour
 SCALES: tuple[str, ...] = ("linear", "log")
 # White -> deep blue (ColorBrewer "Blues" end points and mid tones): the saturation shows the magnitude, as in
@@ -127,10 +129,14 @@ def head_zoom_chart(cells: np.ndarray, edges: np.ndarray, scale: str = "linear",
     return chart
 
 
-def counts_bar_chart(frame: pd.DataFrame, title: str = "", top_n: int = 10, colour: str = "#2171b5") -> alt.Chart:
-    """Horizontal bars of the `top_n` first rows of a token_counts table (by type or by position)."""
+def counts_bar_chart(frame: pd.DataFrame, title: str = "", top_n: int = 10, colour: str = "#2171b5",
+                     rule: str | None = None) -> alt.Chart:
+    """Horizontal bars of the `top_n` first rows of a token_counts table (by type or by position). The axis
+    says what a count is under the table's counting rule (`rule`, else the table's `attrs["count_rule"]`, else
+    the paper's) and the subtitle names the rule."""
     if "count" not in frame.columns or "token" not in frame.columns:
         raise ValueError("expected a token_counts table (columns token, count[, position])")
+    rule = _count_rule(frame, rule)
     top = frame.head(int(top_n)).copy()
     if "position" in top.columns:
         top["label"] = top["token"].astype(str) + " @" + top["position"].astype(str)
@@ -139,26 +145,38 @@ def counts_bar_chart(frame: pd.DataFrame, title: str = "", top_n: int = 10, colo
         top["label"] = top["token"].astype(str)
         tooltip = ["token", "count"]
     top["rank"] = np.arange(len(top))
-    return alt.Chart(top, title=title).mark_bar(color=colour).encode(
-        x=alt.X("count:Q", title="appearances in top-k lists"),
+    return alt.Chart(top, title=_rule_title(title, rule)).mark_bar(color=colour).encode(
+        x=alt.X("count:Q", title=COUNT_MEANINGS[rule]),
         y=alt.Y("label:N", title=None, sort=alt.EncodingSortField(field="rank", order="ascending")),
         tooltip=tooltip,
     ).properties(height=max(60, 22 * len(top)))
 
 
-def instances_chart(frame: pd.DataFrame, title: str = "") -> alt.Chart:
+def instances_chart(frame: pd.DataFrame, title: str = "", rule: str | None = None) -> alt.Chart:
     """Count of each instance of one token along the document (paper Fig. 6): one bar per position; masked
-    instances grey. `frame` from counts.instance_counts."""
+    instances grey. `frame` from counts.instance_counts; the rule is named as in `counts_bar_chart`."""
     if not {"position", "count"} <= set(frame.columns):
         raise ValueError("expected an instance_counts table (columns position, token, count, masked)")
+    rule = _count_rule(frame, rule)
     data = frame.assign(state=np.where(frame.get("masked", False), "masked", "counted"))
-    return alt.Chart(data, title=title).mark_bar(size=4).encode(
+    return alt.Chart(data, title=_rule_title(title, rule)).mark_bar(size=4).encode(
         x=alt.X("position:Q", title="token position"),
-        y=alt.Y("count:Q", title="appearances in top-k lists"),
+        y=alt.Y("count:Q", title=COUNT_MEANINGS[rule]),
         color=alt.Color("state:N", scale=alt.Scale(domain=["counted", "masked"], range=["#2171b5", "#bdbdbd"]),
                         legend=alt.Legend(title=None)),
         tooltip=["position", "token", "count", "state"],
     ).properties(height=220)
+
+
+def _count_rule(frame: pd.DataFrame, rule: str | None) -> str:
+    rule = rule or frame.attrs.get("count_rule") or "paper"
+    if rule not in COUNT_RULES:
+        raise ValueError(f"rule must be one of {tuple(COUNT_RULES)}, got {rule!r}")
+    return rule
+
+
+def _rule_title(title: str, rule: str) -> alt.TitleParams:
+    return alt.TitleParams(text=title, subtitle=f"counted {COUNT_RULES[rule]}", anchor="start")
 
 
 def _font():

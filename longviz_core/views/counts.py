@@ -3,60 +3,70 @@
 Algorithm 1: for every query token, per layer and head, the k keys it attends to most ("attended").
 Algorithm 3: for every key token, the k queries that attend to it most ("attending"), i.e. Algorithm 1 on the
 transposed matrix.
-Algorithm 2: count how often each token appears in those lists, by token type or by position. Each list is
-taken as a set (per owning token and head), so a position counts at most once per list and a type at most once
-per list even when several of its instances are in it.
+Algorithm 2: for every token (the owner), S = the set of its top-k keys over all the selected layers and heads
+together; a position's count is the number of owners whose S contains it, and a token type's count the number
+of owners whose S contains at least one position of that type. So no count exceeds the number of tokens. The
+same on the attending lists for Algorithm 3. This is the default rule, "paper". The rule "per_head" counts
+every (owner, head) list separately and sums over the heads (a type still counts once per list): a count
+can then reach tokens x heads. `COUNT_RULES` / `COUNT_MEANINGS` name both for the UI.
 
 Conventions (the paper leaves them open; these are ours):
 - Order: descending attention; ties go to the lower position. So the first k' entries of a top-k list are
   exactly the top-k' list, and one computation at `TOPK_MAX` serves every k <= TOPK_MAX.
   (The paper's pseudo-code takes `argsort()[:k]`, i.e. the k smallest; the text and figures mean the largest.)
 - Only keys with attention > 0 are candidates: positions outside the document, band columns that Longformer
-  leaves empty and exact zeros are never chosen. A row with fewer than k positive entries gets a shorter list,
-  padded with -1.
+  leaves empty (or that lie outside a narrower layer's window) and exact zeros are never chosen. A row with
+  fewer than k positive entries gets a shorter list, padded with -1.
 - Masking (paper section 3.4) is applied after the top-k: the lists are the model's real top-k; a masked
-  token then neither counts (its own list is ignored) nor is counted (it is skipped inside other lists, which
-  are not refilled). Re-ranking without masked tokens would change what the model attended to, and it would
-  make the mask toggle recompute every head instead of re-counting cached lists.
+  token then neither counts (it owns no set) nor is counted (it is skipped inside other lists, which are not
+  refilled). Re-ranking without masked tokens would change what the model attended to, and it would make the
+  mask toggle recompute every head instead of re-counting cached lists.
 - Token type = the normalised token (`masking.normalise_tokens`: markers removed, byte-level text decoded,
   lower-cased), so 'Ġtraining', 'training' and 'ĠTraining' are one type; tokens that normalise to nothing
   (whitespace, byte fragments) keep a visible form of the raw token.
 
 Everything is computed from the attention bands, in compiled loops (`longviz_core._kernels`): no n x n matrix
-is built and the band is never transposed or copied ("attending" reads each key's column in place). Two
-per-document results are meant to be cached: the lists (`topk_indices`, once) and their tallies per head and
-rank (`tally`, once per mask), after which any scope and any k is a sum of small integer tables
-(`token_counts(..., tallies=...)`).
+is built and the band is never transposed or copied ("attending" reads each key's column in place). The lists
+(`topk_indices`) are computed once per document and cached; every count (any scope, k, direction, rule and
+mask) is then one compiled pass over the owners' lists with a "last owner seen" stamp per position and per
+type, owners x heads x k steps (`_kernels.count_sets`), with no per-type table.
 """
 from __future__ import annotations
 
+import functools
 import os
 import queue
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
 import pandas as pd
 
 from ..bands import AttentionBands, _selection
+from ..errors import LongvizError
 from ..types import Progress, report
 from .. import _kernels
 from .masking import normalise_tokens
 
-TOPK_MAX = 20  # lists the app computes once per document; the k slider re-counts their prefixes
+TOPK_MAX = 64  # lists the app computes once per document; the k slider re-counts their prefixes
 Direction = Literal["attended", "attending"]
 By = Literal["type", "position"]
 DIRECTIONS: tuple[str, ...] = ("attended", "attending")
 BYS: tuple[str, ...] = ("type", "position")
 
 
+class CountsError(LongvizError, ValueError):
+    """Counts asked for with input that cannot give them (k beyond the lists, a wrong mask, mixed rules)."""
+
+
 @dataclass(frozen=True)
 class TopK:
     """Per-head top-k lists of one document; entry -1 = no further key with positive attention."""
 
-    attended: np.ndarray  # (layers, heads, n, k) int32: query i's keys, most attended first
-    attending: np.ndarray  # (layers, heads, n, k) int32: key j's queries, most attending first
+    attended: np.ndarray  # (layers, heads, n, k) int16 (int32 from 32,768 tokens): query i's keys, most attended first
+    attending: np.ndarray  # (layers, heads, n, k) int16 / int32: key j's queries, most attending first
+    # (`topk_indices` stores both owner-major: views of (n, layers, heads, k) arrays)
     k: int
 
     def __post_init__(self):
@@ -81,11 +91,15 @@ def topk_indices(
     Heads are processed by `workers` threads (default: up to 2; the compiled workers release the GIL), each
     with its own buffers (chunk maxima and the candidate keys), so the extra memory is a few heads' worth."""
     if not isinstance(bands, AttentionBands):
-        raise ValueError(f"expected AttentionBands, got {type(bands).__name__}")
+        raise CountsError(f"expected AttentionBands, got {type(bands).__name__}")
     k = _check_k(k)
     L, H, n = bands.num_layers, bands.num_heads, bands.n
-    attended = np.full((L, H, n, k), -1, dtype=np.int32)  # (layers, heads, n, k)
-    attending = np.full((L, H, n, k), -1, dtype=np.int32)  # (layers, heads, n, k)
+    dtype = np.int16 if n <= np.iinfo(np.int16).max else np.int32  # positions and -1: half the memory at k = 64
+    # stored owner-major, (n, layers, heads, k), seen as (layers, heads, n, k): a count reads one owner's lists
+    # of every head in turn, adjacent in this order. One count over 144 heads at 4,096 tokens took 25-50 ms
+    # for k = 8-64 so; head-major (each owner's lists 0.5 MB apart) 19-25 ms up to k = 16, 70-105 ms from k = 20
+    attended = np.moveaxis(np.full((n, L, H, k), -1, dtype=dtype), 0, 2)  # (layers, heads, n, k)
+    attending = np.moveaxis(np.full((n, L, H, k), -1, dtype=dtype), 0, 2)  # (layers, heads, n, k)
     workers = max(1, min(int(workers or min(2, os.cpu_count() or 1)), L * H))
     buffers = queue.SimpleQueue()
     for _ in range(workers):
@@ -113,9 +127,13 @@ class _Buffers:
 
     def __init__(self, n: int, width: int, k: int):
         kk, w = min(k, width), (width - 1) // 2
-        chunks = -(-width // _CHUNK)
+        # about 2k chunks per row (at most _CHUNK columns each): the k-th largest chunk maximum then admits
+        # 1.15-1.3 k candidates per row (23 at k = 20, 81 at k = 64 on random rows); 8-column chunks admitted
+        # 3 k at k = 64, and 3k chunks cost more in the thresholds' partition than they saved in the sort
+        chunks = -(-width // int(np.clip(width // (2 * kk), 1, _CHUNK)))
         self.chunks = chunks if chunks >= kk else width  # narrow bands: one column per chunk
-        self.block = _KEY_BLOCK if 2 * w // _KEY_BLOCK + 2 >= kk else 1  # queries per chunk of a key's column
+        block = int(np.clip(2 * w // (2 * kk), 1, _KEY_BLOCK))
+        self.block = block if 2 * w // block + 2 >= kk else 1  # queries per chunk of a key's column
         self.key_chunks = 2 * w // self.block + 2  # blocks that a key's 2w + 1 queries overlap
         self.maxima = np.empty((n, self.chunks), dtype=np.float32)  # (n, chunks)
         self.blocks = np.empty((-(-n // self.block), width + self.block - 1), dtype=np.float32)  # (n / 4, 2w + 4)
@@ -162,7 +180,7 @@ def _col_bits(band: np.ndarray) -> int:
     n, width = band.shape
     col_bits = int(width - 1).bit_length()
     if int(n - 1).bit_length() + 31 + col_bits > 63:
-        raise ValueError(f"band of {n} x {width} is too large for 64-bit sort keys")
+        raise CountsError(f"band of {n} x {width} is too large for 64-bit sort keys")
     return col_bits
 
 
@@ -194,8 +212,8 @@ def _float32(a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=np.float32)
 
 
-_CHUNK = 8  # columns per interleaved chunk of a band row
-_KEY_BLOCK = 4  # consecutive queries per chunk of a key's column: their attention to a key is correlated, so
+_CHUNK = 8  # columns per interleaved chunk of a band row (at most: fewer when k is large)
+_KEY_BLOCK = 4  # (at most) consecutive queries per chunk of a key's column: their attention to a key is correlated, so
 # blocks of 8 admitted 47 candidates per key at 1,024 tokens and blocks of 4 admit 28 (rows: 24)
 _TINY = np.float32(np.finfo(np.float32).smallest_subnormal)
 
@@ -210,28 +228,63 @@ def _topk_exact(values: np.ndarray, positions: np.ndarray, k: int) -> np.ndarray
 
 
 # ---------------------------------------------------------------------------------------------- counting
+Rule = Literal["paper", "per_head"]
+RULES: tuple[str, ...] = ("paper", "per_head")
+# What each rule is called in the UI, and what its count means (axis and column titles)
+COUNT_RULES: dict[str, str] = {
+    "paper": "once per token (paper, Algorithm 2)",
+    "per_head": "once per head list",
+}
+COUNT_MEANINGS: dict[str, str] = {
+    "paper": "tokens whose top-k (over the selected heads) contain it",
+    "per_head": "per-head top-k lists that contain it",
+}
+
+
 @dataclass(frozen=True)
 class Tallies:
-    """One document's top-k lists tallied per head and rank, for one mask (Algorithm 2 prepared once).
+    """One document's top-k lists made ready to count under one mask: each position's token type and the mask.
 
-    The counts of any scope (layers x heads) and any k <= `k` are sums over these tables, so the app's
-    toggles (scope, layer, head, k) only add up small integer arrays; a new mask needs new tallies."""
+    Any count (scope, k <= `k`, direction, rule) is then one compiled pass over the lists, so the app's toggles
+    re-count cached lists; a new mask needs new tallies (cheap: the types and the mask)."""
 
-    positions: np.ndarray  # (2, layers, heads, k, n) int16/int32: lists whose entry at rank r is position p
-    types: np.ndarray  # (2, layers, heads, k, types): lists whose first entry of type t is at rank r
+    topk: TopK
     labels: tuple  # (types,) type labels, numbered by first appearance in the document
-    type_ids: np.ndarray  # (n,) type number of each position
+    type_ids: np.ndarray  # (n,) int64 type number of each position
     mask: np.ndarray | None  # (n,) bool, True = masked; None = nothing masked
-    k: int
+    # the last few counts made, so that a page's tables by type and by position share one pass
+    _recent: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self):
-        for a in (self.positions, self.types, self.type_ids, self.mask):
+        for a in (self.type_ids, self.mask):
             if a is not None:
                 a.setflags(write=False)
 
     @property
+    def k(self) -> int:
+        return self.topk.k
+
+    @functools.cached_property
+    def owners(self) -> np.ndarray:
+        """(n,) bool: tokens whose sets count (the unmasked ones)."""
+        return np.ones(len(self.type_ids), dtype=np.bool_) if self.mask is None else ~self.mask
+
+    @functools.cached_property
+    def pos_bin(self) -> np.ndarray:
+        """(n,) int64: where the count puts each position; masked ones in a last bin (n), dropped."""
+        n = len(self.type_ids)
+        return np.arange(n, dtype=np.int64) if self.mask is None else np.where(self.mask, n, np.arange(n))
+
+    @functools.cached_property
+    def type_bin(self) -> np.ndarray:
+        """(n,) int64: the type bin of each position; masked ones in a last bin (types), dropped."""
+        return self.type_ids if self.mask is None else np.where(self.mask, len(self.labels), self.type_ids)
+
+    @property
     def nbytes(self) -> int:
-        return self.positions.nbytes + self.types.nbytes + self.type_ids.nbytes
+        """Including the lists it holds (also cached on their own: a cache budget counts them twice, not never)."""
+        own = self.type_ids.nbytes + (0 if self.mask is None else self.mask.nbytes)
+        return self.topk.nbytes + own
 
     def matches(self, mask: np.ndarray | None) -> bool:
         if mask is None or self.mask is None:
@@ -240,71 +293,79 @@ class Tallies:
 
 
 def tally(topk: TopK, tokens, mask: np.ndarray | None = None) -> Tallies:
-    """Tally every (owner token, head) list of `topk` by rank: by position, and by type where each type counts
-    at its first rank in the list (a list is a set). Masked owners' lists and masked entries are left out."""
+    """`topk` ready to count under `mask` (True = masked): the type of every position."""
     if not isinstance(topk, TopK):
-        raise ValueError(f"expected TopK, got {type(topk).__name__}")
-    L, H, n, K = topk.attended.shape
+        raise CountsError(f"expected TopK, got {type(topk).__name__}")
+    n = topk.attended.shape[2]
     tokens = list(tokens)
     if len(tokens) != n:
-        raise ValueError(f"{len(tokens)} tokens for lists over {n} positions")
+        raise CountsError(f"{len(tokens)} tokens for lists over {n} positions")
     mask = None if mask is None else _check_mask(mask, n).copy()
     type_ids, labels, _ = token_types(tokens)
-    T = len(labels)
-    dtype = np.int16 if n < 2**15 else np.int32  # a (head, rank, bin) count is at most n
-    positions = np.zeros((2, L, H, K, n), dtype=dtype)  # (2, layers, heads, k, n)
-    types = np.zeros((2, L, H, K, T), dtype=dtype)  # (2, layers, heads, k, types)
-    # position -> bin and type; masked positions and the -1 padding (index -1 = the appended entry) go to a
-    # last bin, dropped at the end
-    key_bin = np.append(np.where(mask, n, np.arange(n)) if mask is not None else np.arange(n), n).astype(np.int32)
-    type_bin = np.append(np.where(mask, T, type_ids) if mask is not None else type_ids, T).astype(np.int32)
-    rank = np.arange(K, dtype=np.int32)
-    head = np.arange(H, dtype=np.int32)[:, None, None]
-    for d, lists in enumerate((topk.attended, topk.attending)):
-        for layer in range(L):  # one layer at a time keeps the temporaries small
-            owned = lists[layer] if mask is None else lists[layer][:, ~mask]  # (heads, owners, k)
-            flat = ((head * K + rank) * (n + 1) + key_bin[owned]).reshape(-1)
-            positions[d, layer] = np.bincount(flat, minlength=H * K * (n + 1)).reshape(H, K, n + 1)[..., :n]
-            # type * K + rank, sorted within each list: each type's run starts at its first (lowest) rank
-            keyed = type_bin[owned] * K + rank  # (heads, owners, k)
-            keyed.sort(axis=-1)
-            tids = keyed // K
-            first = np.ones(keyed.shape, dtype=bool)
-            first[..., 1:] = tids[..., 1:] != tids[..., :-1]
-            flat = ((head * K + (keyed - tids * K)) * (T + 1) + tids)[first]
-            types[d, layer] = np.bincount(flat, minlength=H * K * (T + 1)).reshape(H, K, T + 1)[..., :T]
-    return Tallies(positions, types, tuple(labels), type_ids, mask, K)
+    return Tallies(topk, tuple(labels), type_ids, mask)
 
 
-def position_counts(tallies: Tallies, k: int = 10, direction: Direction = "attended", layers=None, heads=None
-                    ) -> np.ndarray:
-    """(n,) int64: how many (owner token, head) lists of the scope contain each position in their first k
-    entries (Algorithm 2 by position)."""
-    return _summed(tallies, tallies.positions, k, direction, layers, heads)
+def position_counts(tallies: Tallies, k: int = 10, direction: Direction = "attended", layers=None, heads=None,
+                    rule: Rule = "paper") -> np.ndarray:
+    """(n,) int64: Algorithm 2 by position. "paper": how many owner tokens have the position in their top-k
+    (first k entries) of some head of the scope; "per_head": how many (owner, head) lists of the scope have it."""
+    return _counts(tallies, k, direction, layers, heads, rule)[0].copy()
 
 
-def type_counts(tallies: Tallies, k: int = 10, direction: Direction = "attended", layers=None, heads=None
-                ) -> np.ndarray:
-    """(types,) int64: how many lists of the scope contain each token type at least once in their first k
-    entries (Algorithm 2 by type); types as in `tallies.labels`."""
-    return _summed(tallies, tallies.types, k, direction, layers, heads)
+def type_counts(tallies: Tallies, k: int = 10, direction: Direction = "attended", layers=None, heads=None,
+                rule: Rule = "paper") -> np.ndarray:
+    """(types,) int64: Algorithm 2 by type (types as in `tallies.labels`). "paper": how many owner tokens have a
+    position of the type in their top-k of some head of the scope; "per_head": how many (owner, head) lists."""
+    return _counts(tallies, k, direction, layers, heads, rule)[1].copy()
 
 
-def _summed(tallies, table, k, direction, layers, heads) -> np.ndarray:
+def _counts(tallies, k, direction, layers, heads, rule) -> tuple[np.ndarray, np.ndarray]:
+    """(positions (n,), types (T,)), read-only, from one compiled pass over the owners' lists, the owners split
+    between up to two threads (each with its own stamps and counts, added at the end); the last few are kept."""
     if not isinstance(tallies, Tallies):
-        raise ValueError(f"expected Tallies, got {type(tallies).__name__}")
+        raise CountsError(f"expected Tallies, got {type(tallies).__name__}")
     _check_choice(direction, DIRECTIONS, "direction")
+    _check_choice(rule, RULES, "rule")
     k = _check_k(k)
     if k > tallies.k:
-        raise ValueError(f"k={k} exceeds the {tallies.k} entries computed per list; recompute with k >= {k}")
-    _, L, H, _, _ = table.shape
-    sel_l, sel_h = _selection(layers, L, "layer"), _selection(heads, H, "head")
-    part = table[DIRECTIONS.index(direction), :, :, :k]  # (layers, heads, k, bins)
-    if len(sel_l) < L:
-        part = part[sel_l]
-    if len(sel_h) < H:
-        part = part[:, sel_h]
-    return part.sum(axis=(0, 1, 2), dtype=np.int64)
+        raise CountsError(f"k={k} exceeds the {tallies.k} entries computed per list; recompute with k >= {k}")
+    lists = tallies.topk.lists(direction)
+    L, H, n, _ = lists.shape
+    try:
+        sel_l, sel_h = _selection(layers, L, "layer"), _selection(heads, H, "head")
+    except ValueError as exc:
+        raise CountsError(str(exc)) from None
+    key = (k, direction, tuple(sel_l.tolist()), tuple(sel_h.tolist()), rule)
+    recent = tallies._recent.get(key)
+    if recent is not None:
+        return recent
+    T = len(tallies.labels)
+    parts = 2 if n * len(sel_l) * len(sel_h) * k >= _SPLIT_STEPS else 1
+    bounds = np.linspace(0, n, parts + 1).round().astype(np.int64)
+    out = [(np.zeros(n + 1, np.int64), np.zeros(T + 1, np.int64)) for _ in range(parts)]  # last bins: masked
+
+    by_owner = np.moveaxis(lists, 2, 0)  # (n, layers, heads, k): contiguous for the lists of `topk_indices`
+
+    def one(part):
+        _kernels.count_sets(by_owner, sel_l, sel_h, k, tallies.owners, tallies.pos_bin, tallies.type_bin,
+                            rule == "per_head", bounds[part], bounds[part + 1], *out[part])
+
+    if parts == 1:
+        one(0)
+    else:
+        with ThreadPoolExecutor(parts) as pool:
+            list(pool.map(one, range(parts)))
+    result = tuple(sum(o[c] for o in out)[:size] for c, size in ((0, n), (1, T)))
+    for a in result:
+        a.setflags(write=False)
+    tallies._recent[key] = result
+    for old in list(tallies._recent)[:-_RECENT]:  # oldest first; list() copies the keys in one step
+        tallies._recent.pop(old, None)
+    return result
+
+
+_SPLIT_STEPS = 2_000_000  # owners x heads x k above which the owners are split between two threads
+_RECENT = 8  # counts kept per Tallies: a page's two directions and rules
 
 
 # ---------------------------------------------------------------------------------------------- tables
@@ -329,45 +390,84 @@ def token_counts(
     mask: np.ndarray | None = None,
     topk: TopK | None = None,
     tallies: Tallies | None = None,
+    rule: Rule = "paper",
 ) -> pd.DataFrame:
-    """How often each token type (or position) is among the top-k attended / attending of the scope.
+    """Algorithm 2 (3 for "attending"): per token type (or position), the number of tokens whose top-k attended
+    (attending) lists over the scope's heads contain it (rule "paper"), or the number of (token, head) lists
+    that contain it (rule "per_head").
 
     `analysis`: a DocumentAnalysis. `layers`/`heads`: indices (None = all); the scope is their product.
     `mask` (n,) bool, True = masked: masked tokens neither count nor are counted.
-    `topk` / `tallies`: the document's precomputed lists (`topk_indices`) / their tallies for this mask
-    (`tally`); computed here when not given (the app caches both, so its reruns only add up tallies).
+    `topk` / `tallies`: the document's precomputed lists (`topk_indices`) / the lists ready for this mask
+    (`tally`); computed here when not given (the app caches both, so its reruns only re-count the lists).
     Returns only tokens with a positive count: columns token, count (by="type") or position, token, count
-    (by="position"), sorted by count descending, ties by (first) position ascending."""
+    (by="position"), sorted by count descending, ties by (first) position ascending. The rule is kept in
+    `frame.attrs["count_rule"]`."""
     _check_choice(by, BYS, "by")
     tallies = _tallies_for(analysis, k, mask, topk, tallies)
+    positions, types = _counts(tallies, k, direction, layers, heads, rule)
     if by == "position":
-        counts = position_counts(tallies, k, direction, layers, heads)
         labels = np.asarray(tallies.labels, dtype=object)[tallies.type_ids]
-        frame = pd.DataFrame({"position": np.arange(len(counts)), "token": labels, "count": counts})
+        frame = pd.DataFrame({"position": np.arange(len(positions)), "token": labels, "count": positions})
         frame = frame[frame["count"] > 0]
-        return frame.sort_values(["count", "position"], ascending=[False, True], kind="stable").reset_index(
-            drop=True
-        )
-    counts = type_counts(tallies, k, direction, layers, heads)
-    frame = pd.DataFrame({"token": tallies.labels, "count": counts})  # rows already in first-position order
-    frame = frame[frame["count"] > 0]
-    return frame.sort_values("count", ascending=False, kind="stable").reset_index(drop=True)
+        frame = frame.sort_values(["count", "position"], ascending=[False, True], kind="stable")
+    else:
+        frame = pd.DataFrame({"token": tallies.labels, "count": types})  # rows already in first-position order
+        frame = frame[frame["count"] > 0].sort_values("count", ascending=False, kind="stable")
+    frame = frame.reset_index(drop=True)
+    frame.attrs["count_rule"] = rule
+    return frame
 
 
 def count_intersection(attended: pd.DataFrame, attending: pd.DataFrame, top_n: int = 10) -> pd.DataFrame:
     """Tokens (or positions) in both the top-`top_n` attended and the top-`top_n` attending (paper Fig. 7):
-    columns token [position], count_attended, count_attending, in the attended table's order."""
+    columns token [position], count_attended, count_attending, in the attended table's order. Both tables
+    must come from the same counting rule."""
     top_n = int(top_n)
     if top_n < 1:
-        raise ValueError(f"top_n must be at least 1, got {top_n}")
+        raise CountsError(f"top_n must be at least 1, got {top_n}")
     key = "position" if "position" in attended.columns else "token"
     if key not in attending.columns:
-        raise ValueError("both tables must count by the same thing (type or position)")
+        raise CountsError("both tables must count by the same thing (type or position)")
+    rule = _same_rule([attended, attending])
     left = attended.head(top_n).rename(columns={"count": "count_attended"})
     right = attending.head(top_n)[[key, "count"]].rename(columns={"count": "count_attending"})
     both = left.merge(right, on=key, how="inner", sort=False)
     cols = ["token", "position"] if key == "position" else ["token"]
-    return both[[*cols, "count_attended", "count_attending"]].reset_index(drop=True)
+    both = both[[*cols, "count_attended", "count_attending"]].reset_index(drop=True)
+    if rule is not None:
+        both.attrs["count_rule"] = rule
+    return both
+
+
+def dataset_type_counts(tables) -> pd.DataFrame:
+    """Dataset-wide counts by token type from per-document `token_counts(..., by="type")` tables: a type's
+    count is the sum over documents of its count in each (so, under the paper's rule, at most the dataset's
+    number of tokens). Columns token, count, documents (how many documents count it), sorted by count
+    descending, ties in the order the tokens first appear in the tables (as given)."""
+    tables = list(tables)
+    if not tables:
+        raise CountsError("no per-document count tables to aggregate")
+    for i, t in enumerate(tables):
+        if not isinstance(t, pd.DataFrame) or not {"token", "count"} <= set(t.columns) or "position" in t.columns:
+            raise CountsError(f"table {i} is not a by-type count table (columns token, count)")
+    rule = _same_rule(tables)
+    rows = pd.concat([t[["token", "count"]] for t in tables], ignore_index=True)
+    rows = rows[rows["count"] > 0]
+    frame = rows.groupby("token", sort=False).agg(count=("count", "sum"), documents=("count", "size"))
+    frame = frame.reset_index().astype({"count": np.int64, "documents": np.int64})
+    frame = frame.sort_values("count", ascending=False, kind="stable").reset_index(drop=True)
+    if rule is not None:
+        frame.attrs["count_rule"] = rule
+    return frame
+
+
+def _same_rule(tables) -> str | None:
+    """The counting rule the tables name (`attrs["count_rule"]`), None if none names one; mixed rules fail."""
+    rules = {t.attrs.get("count_rule") for t in tables} - {None}
+    if len(rules) > 1:
+        raise CountsError(f"the tables were counted with different rules: {sorted(rules)}")
+    return rules.pop() if rules else None
 
 
 def instance_counts(
@@ -380,24 +480,27 @@ def instance_counts(
     mask: np.ndarray | None = None,
     topk: TopK | None = None,
     tallies: Tallies | None = None,
+    rule: Rule = "paper",
 ) -> pd.DataFrame:
-    """Count of every instance of one token type along the document (paper Fig. 6), zeros included:
-    columns position, token, count, masked, in position order."""
+    """Count of every instance of one token type along the document (paper Fig. 6), zeros included, under
+    `rule` (as `token_counts` by position): columns position, token, count, masked, in position order."""
     tallies = _tallies_for(analysis, k, mask, topk, tallies)
     if token not in tallies.labels:
-        raise ValueError(f"token {token!r} does not occur in the document")
+        raise CountsError(f"token {token!r} does not occur in the document")
     where = np.flatnonzero(tallies.type_ids == tallies.labels.index(token))
-    counts = position_counts(tallies, k, direction, layers, heads)
+    counts = position_counts(tallies, k, direction, layers, heads, rule)
     masked = np.zeros(len(counts), dtype=bool) if tallies.mask is None else tallies.mask
-    return pd.DataFrame({"position": where, "token": token, "count": counts[where], "masked": masked[where]})
+    frame = pd.DataFrame({"position": where, "token": token, "count": counts[where], "masked": masked[where]})
+    frame.attrs["count_rule"] = rule
+    return frame
 
 
 def _tallies_for(analysis, k, mask, topk, tallies) -> Tallies:
     if tallies is not None:
         if not isinstance(tallies, Tallies):
-            raise ValueError(f"expected Tallies, got {type(tallies).__name__}")
+            raise CountsError(f"expected Tallies, got {type(tallies).__name__}")
         if not tallies.matches(None if mask is None else np.asarray(mask)):
-            raise ValueError("the tallies were made with another mask; tally the lists again with this mask")
+            raise CountsError("the tallies were made with another mask; tally the lists again with this mask")
         return tallies
     if topk is None:
         topk = topk_indices(analysis.attention, k=_check_k(k))
@@ -418,17 +521,17 @@ def _visible(raw: str) -> str:
 
 def _check_k(k) -> int:
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-        raise ValueError(f"k must be a positive integer, got {k!r}")
+        raise CountsError(f"k must be a positive integer, got {k!r}")
     return int(k)
 
 
 def _check_mask(mask, n: int) -> np.ndarray:
     mask = np.asarray(mask)
     if mask.dtype != bool or mask.shape != (n,):
-        raise ValueError(f"mask must be a boolean array of shape ({n},), got {mask.dtype} {mask.shape}")
+        raise CountsError(f"mask must be a boolean array of shape ({n},), got {mask.dtype} {mask.shape}")
     return mask
 
 
 def _check_choice(value, allowed, what: str) -> None:
     if value not in allowed:
-        raise ValueError(f"{what} must be one of {allowed}, got {value!r}")
+        raise CountsError(f"{what} must be one of {allowed}, got {value!r}")
