@@ -3,7 +3,12 @@
     F(e)      = softmax(model(e))[target]                 e = output of the whole embeddings layer
     input     = <s> + text + </s>,  baseline = <s> + <pad>... + </s>, the SAME position ids for both
     masks     = attention all ones, global attention on <s>
-    IG_i      = sum over the hidden dimension of (e_i - e'_i) * integral_0^1 dF(e' + a (e - e'))/de_i da
+    raw_i     = sum over the hidden dimension of (e_i - e'_i) * integral_0^1 dF(e' + a (e - e'))/de_i da
+    score_i   = raw_i / ||raw||_2                          (paper §2; captum's `summarize_attributions`)
+
+Every view shows, exports and compares the normalised `scores` (sign kept): the paper's scale. The raw sums
+stay for the completeness check, sum(raw) = F(x) - F(x') up to the convergence delta; the normalisation
+removes that scale, so `Attribution.weak_explanation` says when F(x) - F(x') is too small to explain much.
 
 captum's LayerIntegratedGradients does the integral (Gauss-Legendre by default). Because <s>, </s> and the
 window padding have the same token and position in the input and the baseline, their embedding rows are
@@ -44,7 +49,7 @@ from .errors import CacheCorruptError
 from .loading import LoadedModel
 from .runtime import COMPUTE
 from .types import Progress, report
-from .views.masking import special_mask
+from .views.masking import build_mask, special_mask
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +57,16 @@ METHODS = ("gausslegendre", "riemann_trapezoid", "riemann_left", "riemann_right"
 STEP_PRESETS = {"50 steps (quick)": 50, "500 steps (as in the paper)": 500}
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 DELTA_WARN = 0.05  # warn when |delta| > 5 % of |F(x) - F(x')|
-_CACHE_VERSION = 1
+# When IG explains little (Attribution.weak_explanation):
+# - the baseline alone gives the target at least this probability, and so does the input. From 0.5 on, the target
+#   is the most probable class whatever the number of classes: the text does not decide the prediction, the
+#   attributions only share out a confirmation, and removing tokens (faithfulness) may never flip it.
+WEAK_BASELINE_PROB = 0.5
+# - |F(x) - F(x')| is below this: every token together moves the probability by less than a tenth of its range,
+#   while the normalised scores (unit L2 norm) look as confident as those of a decisive document.
+WEAK_OUTPUT_DIFFERENCE = 0.1
+SCORE_SCALE = "l2"  # what Attribution.scores are (recorded with precomputed results, see precompute.KINDS)
+_CACHE_VERSION = 2  # 2: the file holds the raw sums under "raw" (1 held them under "scores")
 # Units of work for progress: a forward without gradients is 1, a forward+backward about 3.
 _FWD_UNITS, _FB_UNITS = 1.0, 3.0
 # The internal batch is capped so that progress moves at least this many times during a run.
@@ -65,10 +79,18 @@ class ConvergenceWarning(UserWarning):
     """Integrated Gradients' completeness gap is larger than DELTA_WARN of the output difference."""
 
 
+def normalise_scores(raw) -> np.ndarray:
+    """The paper's token scores: the per-token sums divided by their L2 norm over the tokens (captum's
+    `summarize_attributions`), sign kept. An all-zero vector stays zero (captum's would be NaN)."""
+    raw = np.asarray(raw, dtype=np.float64).reshape(-1)  # (n,)
+    norm = float(np.linalg.norm(raw))
+    return raw / norm if norm > 0 else np.zeros_like(raw)
+
+
 @dataclass(frozen=True)
 class Attribution:
-    scores: np.ndarray  # (n,) float64: one score per token, summed over the hidden dimension
-    delta: float  # convergence delta: sum(scores) - (prob_input - prob_baseline)
+    raw: np.ndarray  # (n,) float64: one sum per token over the hidden dimension (completeness: sums to F(x) - F(x'))
+    delta: float  # convergence delta: sum(raw) - (prob_input - prob_baseline)
     target: int  # class whose probability is explained
     n_steps: int  # steps of the final run (adaptive runs double them)
     method: str
@@ -79,19 +101,29 @@ class Attribution:
     seconds: float  # wall time of the computation (not of a cache read)
     key: str  # cache key
     from_cache: bool = field(default=False, compare=False)
+    scores: np.ndarray = field(init=False, repr=False, compare=False)  # (n,) raw / ||raw||_2: what views show
+
+    def __post_init__(self):
+        object.__setattr__(self, "scores", normalise_scores(self.raw))
 
     @property
     def n(self) -> int:
-        return int(self.scores.shape[0])
+        return int(self.raw.shape[0])
 
     @property
     def total(self) -> float:
-        """The attribution score of the whole document (the paper's header): the sum over tokens."""
+        """The attribution score of the whole document (the paper's header, captum's
+        VisualizationDataRecord.attr_score): the sum of the normalised scores."""
         return float(self.scores.sum())
 
     @property
+    def raw_total(self) -> float:
+        """The sum of the raw per-token sums: F(x) - F(x') + delta."""
+        return float(self.raw.sum())
+
+    @property
     def expected(self) -> float:
-        """What the scores must add up to (completeness): F(x) - F(x')."""
+        """What the raw sums must add up to (completeness): F(x) - F(x')."""
         return self.prob_input - self.prob_baseline
 
     @property
@@ -108,10 +140,31 @@ class Attribution:
         if self.converged:
             return None
         return (
-            f"Integrated Gradients has not converged: the attributions add up to {self.total:+.4f} but "
+            f"Integrated Gradients has not converged: the raw attributions add up to {self.raw_total:+.4f} but "
             f"F(x) - F(baseline) = {self.expected:+.4f} (delta {self.delta:+.4f}, "
             f"{100 * self.relative_delta:.0f} % > {100 * DELTA_WARN:.0f} %). Use more steps or the adaptive option."
         )
+
+    @property
+    def weak_explanation(self) -> str | None:
+        """A message when this explanation explains little (see WEAK_BASELINE_PROB, WEAK_OUTPUT_DIFFERENCE),
+        else None."""
+        decided = self.prob_baseline >= WEAK_BASELINE_PROB and self.prob_input >= WEAK_BASELINE_PROB
+        small = abs(self.expected) < WEAK_OUTPUT_DIFFERENCE
+        if not (decided or small):
+            return None
+        msg = (f"This explanation explains little. F(x) − F(baseline) = {self.prob_input:.4f} − "
+               f"{self.prob_baseline:.4f} = {self.expected:+.4f} is all that Integrated Gradients shares out over "
+               f"the tokens (p(baseline) = {self.prob_baseline:.4f})")
+        if small:
+            msg += (f", less than {WEAK_OUTPUT_DIFFERENCE:g} of the probability range; the normalised scores (unit "
+                    "L2 norm) do not show how small that is")
+        msg += "."
+        if decided:
+            msg += (" The baseline (<s> <pad>… </s>, no text) already gives this class "
+                    f"p ≥ {WEAK_BASELINE_PROB:g}: the text does not decide the prediction, and faithfulness may "
+                    "report no flip.")
+        return msg
 
 
 # ------------------------------------------------------------------------------------------ public API
@@ -287,14 +340,47 @@ def attribution_by_token(tokens, scores, mask=None) -> pd.DataFrame:
     return out.sort_values("attribution", ascending=False, kind="stable").reset_index(drop=True)
 
 
+def document_token_sums(tokens, scores, special_tokens) -> pd.DataFrame:
+    """One document's share of the dataset-wide table (Fig 10e/f), as the precompute stores it: per token type
+    (as attribution_by_token), with `special_tokens` always left out, the summed score and the occurrences
+    (columns attribution, count), and the same under the paper's mask (views.masking.build_mask: special,
+    non-alphanumeric, stopwords) in attribution_unmasked, count_unmasked (count 0: every occurrence masked)."""
+    special = special_mask(tokens, special_tokens)
+    by_token = attribution_by_token(tokens, scores, mask=special)
+    kept = attribution_by_token(tokens, scores, mask=special | build_mask(tokens, special_tokens=special_tokens))
+    by_token = by_token.merge(kept.rename(columns={"attribution": "attribution_unmasked", "count": "count_unmasked"}),
+                              on="token", how="left")
+    return by_token.fillna({"attribution_unmasked": 0.0, "count_unmasked": 0}).astype({"count_unmasked": "int64"})
+
+
+def token_sums_partial(by_token: pd.DataFrame, masked: bool = False) -> pd.DataFrame:
+    """A document_token_sums table as the partial sums store.combine_token_sums takes (one document)."""
+    value, count = ("attribution_unmasked", "count_unmasked") if masked else ("attribution", "count")
+    rows = by_token[by_token[count] > 0]
+    return pd.DataFrame({"token": rows["token"].to_numpy(), "total_attribution": rows[value].to_numpy(np.float64),
+                         "n_docs": np.ones(len(rows), dtype=np.int64), "occurrences": rows[count].to_numpy(np.int64)})
+
+
 @dataclass(frozen=True)
 class DatasetAttribution:
-    table: pd.DataFrame  # columns token, mean_attribution, total_attribution, n_docs (sorted, descending)
+    table: pd.DataFrame  # store.TOKEN_TABLE_COLUMNS, sorted by mean_attribution (descending), see combine_token_sums
     target: int
     n_steps: int
-    n_docs: int
+    n_docs: int  # documents the means are taken over: all of them, whether they contain a type or not
     key: str
+    masked: bool = False  # the paper's mask (stopwords, non-alphanumeric) applied; special tokens are always out
+    min_docs: int = 1  # types found in fewer documents are left out of the table
     from_cache: bool = field(default=False, compare=False)
+
+    def title(self, class_name: str) -> str:
+        return f"Dataset-wide attribution for class '{class_name}' (IG, L2-normalised per document)"
+
+    def description(self) -> str:
+        """What the table's numbers are, for a caption."""
+        return (f"mean_attribution: a type's summed score per document, averaged over all {self.n_docs} documents "
+                "(0 where it is absent); mean_per_occurrence: its total over its occurrences. Special tokens left out"
+                + ("; stopwords and non-alphanumeric tokens masked" if self.masked else "")
+                + (f"; types in fewer than {self.min_docs} documents hidden" if self.min_docs > 1 else "") + ".")
 
 
 def dataset_attributions(
@@ -306,24 +392,28 @@ def dataset_attributions(
     *,
     max_tokens: int = DEFAULT_MAX_TOKENS,
     precision: str = "fp32",
-    mask_special: bool = True,
+    masked: bool = False,
+    min_docs: int = 1,
     cache_dir: str | os.PathLike | None = None,
     progress: Progress | None = None,
     on_wait=None,
 ) -> DatasetAttribution:
-    """Dataset-wide attribution by token type (Fig 10e/f): for every document, attributions summed per token
-    type; then, per type, the mean of those sums over the documents that contain it (n_docs of them).
+    """Dataset-wide attribution by token type (Fig 10e/f): every document's normalised scores summed per token
+    type (document_token_sums), then store.combine_token_sums: per type, the sum over documents divided by
+    the number of documents (a mean over all of them), with documents containing it, occurrences and the
+    mean per occurrence. masked: apply the paper's mask; min_docs: hide types found in fewer documents.
 
     Each document's IG result goes through the per-document cache, so an interrupted run resumes where it
-    stopped; the final table is cached too (keyed by model, texts and settings)."""
+    stopped; the per-type sums are cached too (keyed by model, texts and settings; both mask choices)."""
     texts = list(texts)
-    key, path = _dataset_key(model, texts, target, n_steps, method, max_tokens, precision, mask_special, cache_dir)
+    _check_min_docs(min_docs)
+    key, path = _dataset_key(model, texts, target, n_steps, method, max_tokens, precision, cache_dir)
     cached = _read_dataset(path, key)
     if cached is not None:
         report(progress, 1.0, "Loaded from cache")
-        return cached
-    sums: dict[str, float] = {}
-    docs: dict[str, int] = {}
+        return _dataset_result(cached, key, masked, min_docs, from_cache=True)
+    specials = model.tokenizer.all_special_tokens
+    parts: dict[bool, list] = {False: [], True: []}
     started = time.monotonic()
     for i, text in enumerate(texts):
         enc = encode(model.tokenizer, text, max_tokens, model_max=model.max_tokens,
@@ -335,18 +425,16 @@ def dataset_attributions(
             warnings.simplefilter("ignore", ConvergenceWarning)  # 50 steps is the paper's dataset compromise
             attr = integrated_gradients(model, enc, target, n_steps, method, precision=precision,
                                         cache_dir=cache_dir, progress=sub, on_wait=on_wait)
-        mask = special_mask(enc.tokens, model.tokenizer.all_special_tokens) if mask_special else None
-        per_doc = attribution_by_token(enc.tokens, attr.scores, mask)
-        for tok, val in zip(per_doc["token"], per_doc["attribution"]):
-            sums[tok] = sums.get(tok, 0.0) + float(val)
-            docs[tok] = docs.get(tok, 0) + 1
-    table = _dataset_table(sums, docs)
-    result = DatasetAttribution(table, int(target), n_steps, len(texts), key)
-    _write_quietly(path, json.dumps({"key": key, "target": int(target), "n_steps": int(n_steps),
-                                     "n_docs": len(texts), "token": list(sums), "sum": list(sums.values()),
-                                     "docs": [docs[t] for t in sums]}).encode())
+        by_token = document_token_sums(enc.tokens, attr.scores, specials)
+        for m in parts:
+            parts[m].append(token_sums_partial(by_token, m))
+    saved = {"key": key, "target": int(target), "n_steps": int(n_steps), "n_docs": len(texts)}
+    for m, frames in parts.items():  # per-type sums: what combine_token_sums needs, in any grouping
+        sums = pd.concat(frames, ignore_index=True).groupby("token", sort=False).sum()
+        saved["masked" if m else "all"] = {"token": sums.index.tolist(), **{c: sums[c].tolist() for c in sums}}
+    _write_quietly(path, json.dumps(saved).encode())
     report(progress, 1.0, "Done")
-    return result
+    return _dataset_result(saved, key, masked, min_docs)
 
 
 def cached_dataset_attributions(
@@ -358,16 +446,32 @@ def cached_dataset_attributions(
     *,
     max_tokens: int = DEFAULT_MAX_TOKENS,
     precision: str = "fp32",
-    mask_special: bool = True,
+    masked: bool = False,
+    min_docs: int = 1,
     cache_dir: str | os.PathLike | None = None,
 ) -> DatasetAttribution | None:
     """The cached dataset-wide table for these settings, or None (nothing is computed)."""
-    key, path = _dataset_key(model, list(texts), target, n_steps, method, max_tokens, precision, mask_special,
-                             cache_dir)
-    return _read_dataset(path, key)
+    _check_min_docs(min_docs)
+    key, path = _dataset_key(model, list(texts), target, n_steps, method, max_tokens, precision, cache_dir)
+    cached = _read_dataset(path, key)
+    return None if cached is None else _dataset_result(cached, key, masked, min_docs, from_cache=True)
 
 
-def _dataset_key(model, texts, target, n_steps, method, max_tokens, precision, mask_special, cache_dir):
+def _dataset_result(saved: dict, key: str, masked: bool, min_docs: int, from_cache: bool = False):
+    from .store import combine_token_sums
+
+    partial = pd.DataFrame(saved["masked" if masked else "all"])
+    table = combine_token_sums(partial, int(saved["n_docs"]), min_docs)
+    return DatasetAttribution(table, int(saved["target"]), int(saved["n_steps"]), int(saved["n_docs"]), key,
+                              masked=bool(masked), min_docs=int(min_docs), from_cache=from_cache)
+
+
+def _check_min_docs(min_docs) -> None:
+    if not isinstance(min_docs, (int, np.integer)) or min_docs < 1:
+        raise ValueError(f"min_docs must be a positive integer, got {min_docs!r}")
+
+
+def _dataset_key(model, texts, target, n_steps, method, max_tokens, precision, cache_dir):
     if not texts:
         raise ValueError("No documents to attribute.")
     if not isinstance(target, (int, np.integer)) or not 0 <= int(target) < model.num_labels:
@@ -378,7 +482,7 @@ def _dataset_key(model, texts, target, n_steps, method, max_tokens, precision, m
         h.update(str(t).encode("utf-8", "surrogatepass") + b"\x1e")
     key = _digest({"kind": "dataset", "v": _CACHE_VERSION, "model": model.fingerprint, "texts": h.hexdigest(),
                    "target": int(target), "n_steps": int(n_steps), "method": method, "precision": precision,
-                   "max_tokens": int(max_tokens), "mask_special": bool(mask_special)})
+                   "max_tokens": int(max_tokens)})
     return key, _cache_root(cache_dir) / f"dataset-{key}.json"
 
 
@@ -453,11 +557,11 @@ def _compute(model, enc: Encoded, target, n_steps, method, precision, batch_size
             probs = forward(torch.cat([input_ids, baseline_ids]), *(torch.cat([a, a]) for a in args))
         p_x, p_b = float(probs[0, target]), float(probs[1, target])
     per_token = attributions.detach().double().sum(dim=-1)[0].cpu().numpy()  # (n_padded,)
-    scores = per_token[:n].copy()  # (n,) window padding sliced off (its attribution is 0)
+    raw = per_token[:n].copy()  # (n,) window padding sliced off (its attribution is 0)
     seconds = time.monotonic() - started
     report(progress, 1.0, f"Done in {format_seconds(seconds)}")
     return Attribution(
-        scores=scores,
+        raw=raw,
         delta=float(per_token.sum() - (p_x - p_b)),
         target=int(target),
         n_steps=int(n_steps),
@@ -645,7 +749,7 @@ def _write_cache(path: Path, a: Attribution) -> None:
             "prob_input": a.prob_input, "prob_baseline": a.prob_baseline, "precision": a.precision,
             "internal_batch_size": a.internal_batch_size, "seconds": a.seconds}
     buf = io.BytesIO()
-    np.savez(buf, scores=a.scores, meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8))
+    np.savez(buf, raw=a.raw, meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8))
     _write_quietly(path, buf.getvalue())
 
 
@@ -674,14 +778,15 @@ def _atomic_write(path: Path, data: bytes) -> None:
 
 
 def _read_cache(path: Path, key: str, n: int) -> Attribution:
-    """The cached result; CacheCorruptError if the file cannot be read or does not match."""
+    """The cached result (the raw sums; the normalised scores are recomputed from them); CacheCorruptError if
+    the file cannot be read or does not match."""
     try:
         with np.load(path, allow_pickle=False) as z:
-            scores = np.asarray(z["scores"], dtype=np.float64)
+            raw = np.asarray(z["raw"], dtype=np.float64)
             meta = json.loads(bytes(z["meta"]).decode())
-        if meta.get("key") != key or scores.shape != (n,) or not np.all(np.isfinite(scores)):
+        if meta.get("key") != key or raw.shape != (n,) or not np.all(np.isfinite(raw)):
             raise ValueError("contents do not match the key")
-        return Attribution(scores=scores, delta=float(meta["delta"]), target=int(meta["target"]),
+        return Attribution(raw=raw, delta=float(meta["delta"]), target=int(meta["target"]),
                            n_steps=int(meta["n_steps"]), method=str(meta["method"]),
                            prob_input=float(meta["prob_input"]), prob_baseline=float(meta["prob_baseline"]),
                            precision=str(meta["precision"]), internal_batch_size=int(meta["internal_batch_size"]),
@@ -702,28 +807,23 @@ def _try_read(path: Path, key: str, n: int) -> Attribution | None:
         return None
 
 
-def _read_dataset(path: Path, key: str) -> DatasetAttribution | None:
+def _read_dataset(path: Path, key: str) -> dict | None:
+    """The cached per-type sums (as dataset_attributions saves them), or None."""
     try:
-        raw = json.loads(path.read_text())
-        if raw.get("key") != key:
+        saved = json.loads(path.read_text())
+        if saved.get("key") != key:
             raise ValueError("key mismatch")
-        sums = dict(zip(raw["token"], map(float, raw["sum"])))
-        docs = dict(zip(raw["token"], map(int, raw["docs"])))
-        return DatasetAttribution(_dataset_table(sums, docs), int(raw["target"]), int(raw["n_steps"]),
-                                  int(raw["n_docs"]), key, from_cache=True)
+        for m in ("all", "masked"):
+            cols = saved[m]
+            if set(cols) != {"token", "total_attribution", "n_docs", "occurrences"} or len(
+                    {len(v) for v in cols.values()}) != 1:
+                raise ValueError(f"malformed '{m}' sums")
+        return saved
     except FileNotFoundError:
         return None
     except Exception as exc:
         log.warning("Dataset attribution cache %s is unreadable (%s); recomputing.", path, exc)
         return None
-
-
-def _dataset_table(sums: dict, docs: dict) -> pd.DataFrame:
-    df = pd.DataFrame({"token": list(sums), "total_attribution": list(sums.values()),
-                       "n_docs": [docs[t] for t in sums]})
-    df["mean_attribution"] = df["total_attribution"] / df["n_docs"]
-    df = df[["token", "mean_attribution", "total_attribution", "n_docs"]]
-    return df.sort_values("mean_attribution", ascending=False, kind="stable").reset_index(drop=True)
 
 
 # ---- timings for estimate_ig_seconds

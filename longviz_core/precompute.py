@@ -10,8 +10,9 @@ Kinds and what they store per document:
     attention        received (layers, heads, n) float32: attention each token receives, per head;
                      pooled (layers, heads, g, g) float32: the head maps on relative positions (dataset grid);
                      input_ids (n,); table `document` (row, label, predicted, prob_<class>, n_tokens, ...)
-    attribution      scores (n,) float64 Integrated Gradients; tables `summary` (target, delta, ...) and
-                     `by_token` (attribution summed per token type)
+    attribution      scores (n,) float64 Integrated Gradients, L2-normalised (what every view uses), raw (n,) the
+                     per-token sums before normalising; tables `summary` (target, total, delta, F(x), F(x'),
+                     converged, weak) and `by_token` (attribution.document_token_sums)
     head-importance  (dataset level) importance (layers, heads) by `importance_method` (default T3-Vis's
                      Taylor scores, see views/importance.py), normalised as that method does, and raw
     agreement        tables `rows` (Tables 1-2), `heads` (every head's agreement with |IG|), `sets` (top-5 % sets)
@@ -152,9 +153,7 @@ def _target(job: _Job, analysis) -> int:
 
 
 def _attribution(job: _Job, doc: _Doc) -> Record:
-    from .attribution import ConvergenceWarning, attribution_by_token, integrated_gradients
-    from .figures.text import is_special_token
-    from .views.masking import build_mask
+    from .attribution import ConvergenceWarning, document_token_sums, integrated_gradients
 
     a = doc.analysis
     s = job.settings
@@ -162,18 +161,18 @@ def _attribution(job: _Job, doc: _Doc) -> Record:
         warnings.simplefilter("ignore", ConvergenceWarning)  # recorded in the summary table instead
         attr = integrated_gradients(job.model, a, _target(job, a), s.n_steps, s.ig_method, precision=s.precision,
                                     use_cache=False)
-    tokens = a.tokens
-    special = np.asarray([is_special_token(t) for t in tokens], dtype=bool)
-    by_token = attribution_by_token(tokens, attr.scores, mask=special)  # as attribution.dataset_attributions
-    unmasked = attribution_by_token(tokens, attr.scores, mask=special | build_mask(tokens))
-    by_token = by_token.merge(unmasked.rename(columns={"attribution": "attribution_unmasked",
-                                                       "count": "count_unmasked"}), on="token", how="left")
-    by_token = by_token.fillna({"attribution_unmasked": 0.0, "count_unmasked": 0}).astype({"count_unmasked": "int64"})
+    by_token = document_token_sums(a.tokens, attr.scores, job.model.tokenizer.all_special_tokens)
     summary = pd.DataFrame([{"target": attr.target, "n_steps": attr.n_steps, "total": attr.total, "delta": attr.delta,
                              "prob_input": attr.prob_input, "prob_baseline": attr.prob_baseline,
-                             "converged": bool(attr.converged)}])
-    return Record(arrays={"scores": attr.scores}, tables={"summary": summary, "by_token": by_token},
+                             "converged": bool(attr.converged), "weak": attr.weak_explanation is not None}])
+    return Record(arrays={"scores": attr.scores, "raw": attr.raw}, tables={"summary": summary, "by_token": by_token},
                   scalars={"target": attr.target, "delta": attr.delta})
+
+
+def _score_scale() -> str:
+    from .attribution import SCORE_SCALE
+
+    return SCORE_SCALE
 
 
 def _head_importance(job: _Job, progress: Progress | None) -> Record:
@@ -254,7 +253,7 @@ KINDS: dict[str, Kind] = {
              lambda s: {"grid": s.grid, "pooling": "relative"}, _attention),
         Kind("attribution", ("attribution", "views.masking", "figures.text"), ("attention",),
              lambda s: {"n_steps": s.n_steps, "method": s.ig_method, "target": str(s.target),
-                        "precision": s.precision}, _attribution),
+                        "precision": s.precision, "scores": _score_scale()}, _attribution),
         Kind("head-importance", ("views.importance",), (), _importance_settings, _head_importance,
              dataset_level=True),
         Kind("agreement", ("agreement", "similarity"), ("attention", "attribution", "head-importance"),

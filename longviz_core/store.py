@@ -456,13 +456,16 @@ class ResultStore:
             return None
         return self.array(None, "head-importance", "importance")
 
-    def attribution_by_token_type(self, target: int | None = None, masked: bool = False) -> pd.DataFrame:
-        """Dataset-wide attribution by token type (Fig 10e/f), see `combine_token_sums`.
+    def attribution_by_token_type(self, target: int | None = None, masked: bool = False,
+                                  min_docs: int = 1) -> pd.DataFrame:
+        """Dataset-wide attribution by token type (Fig 10e/f) over every document with an attribution unit,
+        see `combine_token_sums` (the in-app attribution.dataset_attributions goes through it too).
 
         target: the class the attributions should explain; None takes them as stored. A store whose IG
         explains each document's predicted class serves either class of a binary classifier: IG of the other
         class is the negation (p0 = 1 - p1), so those documents' sums change sign. masked=True leaves out
-        the instances views.masking.build_mask masks (special, non-alphanumeric, stopwords)."""
+        the instances views.masking.build_mask masks (special, non-alphanumeric, stopwords); min_docs hides
+        types found in fewer documents."""
         value, count = ("attribution_unmasked", "count_unmasked") if masked else ("attribution", "count")
         t, s = table_name("attribution", "by_token"), table_name("attribution", "summary")
         params: tuple = ()
@@ -475,18 +478,22 @@ class ResultStore:
                                  f"precompute with --target {target}.")
             signed, params = f"CASE WHEN s.target = ? THEN b.{value} ELSE -b.{value} END", (int(target),)
         partial = self.query("attribution", f'SELECT b.token AS token, SUM({signed}) AS total_attribution, '
-                             f'COUNT(DISTINCT b.doc_id) AS n_docs, SUM(b.{count}) AS n_tokens FROM "{t}" b '
+                             f'COUNT(DISTINCT b.doc_id) AS n_docs, SUM(b.{count}) AS occurrences FROM "{t}" b '
                              f'JOIN "{s}" s ON s.doc_id = b.doc_id WHERE b.doc_id IN (SELECT doc_id FROM owned) '
                              f'AND b.{count} > 0 GROUP BY b.token', params)
-        return combine_token_sums(partial)
+        n = self.count("attribution")
+        if n == 0:
+            raise StoreError("The store has no attribution results.")
+        return combine_token_sums(partial, n, min_docs)
 
-    def dataset_attributions(self, target: int, masked: bool = False):
+    def dataset_attributions(self, target: int, masked: bool = False, min_docs: int = 1):
         """The store's answer to attribution.dataset_attributions(target=...), as its DatasetAttribution."""
         from .attribution import DatasetAttribution
 
-        table = self.attribution_by_token_type(target, masked).drop(columns="n_tokens")
+        table = self.attribution_by_token_type(target, masked, min_docs)
         return DatasetAttribution(table, int(target), int(self.settings("attribution")["n_steps"]),
-                                  self.count("attribution"), f"store:{self.content_key()}", from_cache=True)
+                                  self.count("attribution"), f"store:{self.content_key()}", masked=bool(masked),
+                                  min_docs=int(min_docs), from_cache=True)
 
     def head_agreement(self, metric: str = "rbo", masked: str = "no") -> np.ndarray:
         """Mean over documents of every head's agreement (layers, heads); NaN values (dead heads) skipped."""
@@ -565,17 +572,37 @@ def mean_arrays(arrays: Iterable[np.ndarray]) -> np.ndarray:
     return (total / n).astype(np.float32)
 
 
-def combine_token_sums(partial: pd.DataFrame) -> pd.DataFrame:
-    """Per token type: total attribution over the documents, n_docs containing it, n_tokens instances, and
-    mean_attribution = total / n_docs (the mean of the per-document sums over the documents that contain the
-    type, as attribution.dataset_attributions defines it). Sorted by mean, descending."""
-    cols = ["token", "mean_attribution", "total_attribution", "n_docs", "n_tokens"]
+TOKEN_TABLE_COLUMNS = ["token", "mean_attribution", "n_docs", "occurrences", "mean_per_occurrence",
+                       "total_attribution"]
+
+
+def combine_token_sums(partial: pd.DataFrame, n_documents: int, min_docs: int = 1) -> pd.DataFrame:
+    """The dataset-wide table by token type (Fig 10e/f), from partial sums with columns token,
+    total_attribution (the type's summed normalised scores), n_docs (documents containing it) and occurrences:
+    one row per document (attribution.dataset_attributions) or per index (the store's SQL sums); rows of one
+    type add up. Per type:
+        mean_attribution    = total_attribution / n_documents   (mean over ALL documents, absent = 0)
+        mean_per_occurrence = total_attribution / occurrences
+    Types found in fewer than `min_docs` documents are left out (the others' means do not change). Columns
+    TOKEN_TABLE_COLUMNS, sorted by mean_attribution (descending), then token."""
+    if not isinstance(n_documents, (int, np.integer)) or n_documents < 1:
+        raise ValueError(f"n_documents must be a positive integer, got {n_documents!r}")
+    if not isinstance(min_docs, (int, np.integer)) or min_docs < 1:
+        raise ValueError(f"min_docs must be a positive integer, got {min_docs!r}")
     if partial.empty:
-        return pd.DataFrame(columns=cols)
-    out = partial.groupby("token", sort=False)[["total_attribution", "n_docs", "n_tokens"]].sum().reset_index()
-    out["mean_attribution"] = out["total_attribution"] / out["n_docs"]
+        return pd.DataFrame({c: pd.Series(dtype=object if c == "token" else
+                                          np.int64 if c in ("n_docs", "occurrences") else np.float64)
+                             for c in TOKEN_TABLE_COLUMNS})
+    out = partial.groupby("token", sort=False)[["total_attribution", "n_docs", "occurrences"]].sum().reset_index()
+    out = out.astype({"total_attribution": np.float64, "n_docs": np.int64, "occurrences": np.int64})
+    if int(out["n_docs"].max()) > n_documents:
+        raise ValueError(f"a type is found in {int(out['n_docs'].max())} documents, more than the {n_documents} "
+                         "averaged over")
+    out = out[out["n_docs"] >= int(min_docs)]
+    out["mean_attribution"] = out["total_attribution"] / int(n_documents)
+    out["mean_per_occurrence"] = out["total_attribution"] / out["occurrences"]
     out = out.sort_values(["mean_attribution", "token"], ascending=[False, True], kind="stable")
-    return out[cols].reset_index(drop=True)
+    return out[TOKEN_TABLE_COLUMNS].reset_index(drop=True)
 
 
 def combine_head_means(partial: pd.DataFrame, num_layers: int, num_heads: int) -> np.ndarray:

@@ -40,13 +40,15 @@ def image(picture, name: str, model: lv.LoadedModel | None = None, settings: dic
 
 
 def overlay(body_html: str, values_df, name: str, model: lv.LoadedModel | None = None,
-            settings: dict | None = None, *, where=st, height: int | None = None, legend_html: str = "") -> None:
+            settings: dict | None = None, *, where=st, height: int | None = None, legend_html: str = "",
+            header_html: str = "") -> None:
     """Show a coloured-text overlay (in a scrolling box `height` pixels high when given, under its legend) with
-    a standalone HTML file of it and its per-token values as CSV."""
+    a standalone HTML file of it and its per-token values as CSV. `header_html` heads the HTML file only (the
+    page shows its header with widgets of its own)."""
     if legend_html:
         where.html(legend_html)
     (where.container(height=height) if height else where).html(body_html)
-    body_html = legend_html + body_html
+    body_html = header_html + legend_html + body_html
     stem = export.safe_filename(name)
     buttons = [("HTML", lambda: export.standalone_html(body_html, title=name), f"{stem}.html", "text/html"),
                ("CSV", lambda: export.table_csv(values_df), f"{stem}.csv", "text/csv")]

@@ -6,7 +6,7 @@ import streamlit as st
 import longviz_core as lv
 from longviz_core import attribution as ig
 from longviz_core import cache
-from longviz_core.figures.text import legend_html, token_label, token_overlay_html
+from longviz_core.figures.text import attribution_header_html, legend_html, token_label, token_overlay_html
 from longviz_core.views.masking import build_mask
 from pages import _common as common
 from pages import _export as export
@@ -77,14 +77,23 @@ with common.guard():
                                        on_wait=common.queue_notice())
 
 # ---- header row (Fig 9)
-h = st.columns(4)
+h = st.columns(5)
 h[0].metric("True label", name(label) if label is not None else "—")
 h[1].metric("Predicted label", name(analysis.predicted), f"p = {analysis.probs[analysis.predicted]:.3f}",
             delta_color="off")
 h[2].metric("Attribution label", name(attr.target))
-h[3].metric("Attribution score", f"{attr.total:+.3f}")
+h[3].metric("Attribution score", f"{attr.total:+.3f}",
+            help="Sum of the L2-normalised token scores (paper §2, captum's summarize_attributions and "
+                 "VisualizationDataRecord.attr_score).")
+h[4].metric("F(x) − F(baseline)", f"{attr.expected:+.4f}", f"p(baseline) = {attr.prob_baseline:.4f}",
+            delta_color="off", help="What the raw attributions add up to (completeness): the target's probability "
+                                    "for the text minus for the <s> <pad>… </s> baseline. The normalised scores hide "
+                                    "this scale.")
+if attr.weak_explanation:
+    st.warning(attr.weak_explanation)
 st.caption(
-    f"{description} · {attr.n_steps} steps ({attr.method}, {attr.precision}) · convergence delta {attr.delta:+.2e} "
+    f"{description} · token scores: IG summed over the embedding dimension, divided by their L2 norm (sign kept) · "
+    f"{attr.n_steps} steps ({attr.method}, {attr.precision}) · convergence delta {attr.delta:+.2e} on the raw sums "
     f"(F(x) − F(baseline) = {attr.prob_input:.4f} − {attr.prob_baseline:.4f} = {attr.expected:+.4f}) · "
     + ("loaded from cache" if attr.from_cache else f"computed in {ig.format_seconds(attr.seconds)}")
 )
@@ -100,9 +109,13 @@ pos = st.number_input("Token position (or click a row of the top-10 tables)", 0,
                       **K.option(P, "pos"))
 values = pd.DataFrame({"position": np.arange(analysis.n), "token": [token_label(t) for t in analysis.tokens],
                        "attribution": attr.scores, "masked": mask if mask is not None else np.zeros(analysis.n, bool)})
+header = attribution_header_html(name(label) if label is not None else None, name(analysis.predicted),
+                                 analysis.probs[analysis.predicted], name(attr.target), attr.total, attr.prob_input,
+                                 attr.prob_baseline, attr.weak_explanation)
 export.overlay(token_overlay_html(analysis.tokens, attr.scores, mask=mask, vmax=vmax, selected=int(pos)), values,
-               "attribution overlay", model, {**meta, "masked": masked}, height=460,
-               legend_html=legend_html("diverging", vmax=vmax, label=f"Attribution to '{name(attr.target)}'"))
+               "attribution overlay", model, {**meta, "masked": masked}, height=460, header_html=header,
+               legend_html=legend_html("diverging", vmax=vmax,
+                                       label=f"Attribution to '{name(attr.target)}' (L2-normalised)"))
 
 # ---- the selected token
 d = ig.token_detail(analysis, attr, int(pos))
@@ -121,37 +134,45 @@ pair(ig.attribution_by_token(analysis.tokens, attr.scores, mask), "attribution",
      "Token types (sum over the document)", "token_types")
 
 # ---- dataset-wide average by token type
-st.subheader("Dataset-wide average by token type")
+st.subheader("Dataset-wide attribution by token type")
 with common.guard():
     df = common.current_dataset(model)
 if df is None:
     st.info("Choose a dataset in the sidebar for the dataset-wide table.")
     st.stop()
-d1, d2 = st.columns(2)
+d1, d2, d3 = st.columns(3)
 n_docs = int(d1.number_input("Documents", 1, len(df), min(20, len(df)), **K.option(P, "ds_docs")))
 ds_steps = common.ig_steps_picker(d2, P, "ds_steps", custom=True, label="Steps")
+if ss.get(K.page(P, "ds_min_docs"), 1) > n_docs:  # fewer documents chosen since
+    ss[K.page(P, "ds_min_docs")] = n_docs
+min_docs = int(d3.number_input("Minimum documents containing a type", 1, n_docs, **K.option(P, "ds_min_docs"),
+                               help="Hide token types found in fewer documents. Every type's mean is taken over all "
+                                    "the documents (0 where it is absent), whatever this filter."))
 texts = df["text"].head(n_docs).tolist()
 ds_args = dict(target=int(target), n_steps=ds_steps, method=method, max_tokens=common.max_tokens(model),
                precision=precision)
+view = dict(masked=bool(masked), min_docs=min_docs)  # the mask toggle above applies here too
 with common.guard():
     ds = None
-    store = common.store_serving(model, df, "attribution", n_steps=ds_steps, method=method, precision=precision)
+    store = common.store_serving(model, df, "attribution", n_steps=ds_steps, method=method, precision=precision,
+                                 scores=ig.SCORE_SCALE)
     if store is not None:
         try:  # a binary model's store serves either class; another model's only the class it was made for
-            ds = cache.memo(("store_attributions", str(store.root), store.content_key(), int(target)),
-                            lambda: store.dataset_attributions(int(target)))
+            ds = cache.memo(("store_attributions", str(store.root), store.content_key(), int(target), masked,
+                             min_docs), lambda: store.dataset_attributions(int(target), **view))
             common.store_caption(store, "attribution", len(df))
         except lv.StoreError as exc:
             st.caption(f"The result store cannot serve this table ({exc}); computing in the app.")
     if ds is None:
-        ds = ig.cached_dataset_attributions(model, texts, **ds_args)
+        ds = ig.cached_dataset_attributions(model, texts, **ds_args, **view)
     if ds is None:
         eta = ig.estimate_dataset_seconds(model, texts, ds_steps, ds_args["max_tokens"], precision)
         st.info(f"Not computed yet: about {ig.format_seconds(eta)} for {n_docs} documents at {ds_steps} steps "
                 "(documents already attributed at these settings are reused).")
         if not st.button("Compute the dataset-wide table", key=K.page(P, "ds_run")):
             st.stop()
-        ds = ig.dataset_attributions(model, texts, **ds_args, progress=common.progress_bar("Dataset attribution"),
-                                     on_wait=common.queue_notice())
-meta = {**meta, "dataset_documents": ds.n_docs, "dataset_steps": ds_steps}
-pair(ds.table, "mean_attribution", f"Token types (mean over {ds.n_docs} documents)", "dataset_token_types")
+        ds = ig.dataset_attributions(model, texts, **ds_args, **view,
+                                     progress=common.progress_bar("Dataset attribution"), on_wait=common.queue_notice())
+meta = {**meta, "dataset_documents": ds.n_docs, "dataset_steps": ds_steps, "masked": masked, "min_docs": min_docs}
+st.caption(ds.description())
+pair(ds.table, "mean_attribution", ds.title(name(ds.target)), "dataset_token_types")

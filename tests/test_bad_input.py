@@ -408,5 +408,5 @@ def test_ui_9_two_sessions_write_the_same_entry_at_once(demo, tmp_path, monkeypa
     assert out[0]["problems"] == [] and out[1]["problems"] == [], out
     assert out[0]["score"] == out[1]["score"]
     files = list((cache_dir / "attributions").glob("*.npz"))
-    assert len(files) == 1 and np.load(files[0])["scores"].size > 0  # one whole file
+    assert len(files) == 1 and np.load(files[0])["raw"].size > 0  # one whole file
     assert "Traceback" not in (tmp_path / "server.log").read_text()

@@ -1,4 +1,5 @@
-"""Token overlay HTML: escaping, colours by sign and magnitude, readable BPE text, masks, legend."""
+"""Token overlay HTML: escaping, colours by sign and magnitude, readable BPE text, masks, legend, the attribution
+header (paper Fig 9) with F(x) − F(baseline)."""
 from __future__ import annotations
 
 import re
@@ -7,7 +8,13 @@ from html.parser import HTMLParser
 import numpy as np
 import pytest
 
-from longviz_core.figures.text import legend_html, readable_token, token_label, token_overlay_html
+from longviz_core.figures.text import (
+    attribution_header_html,
+    legend_html,
+    readable_token,
+    token_label,
+    token_overlay_html,
+)
 
 
 class _Spans(HTMLParser):
@@ -151,3 +158,50 @@ def test_legend_shows_range_and_label():
     assert "hsl(120,75%,50%)" in lg and "hsl(0,75%,50%)" in lg
     seq = legend_html("sequential", vmin=0.0, vmax=2.0, label="Attention")
     assert "hsl(120" not in seq and "+2" not in seq and "2" in seq
+
+
+class _Cells(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.th, self.td, self.note, self._into = [], [], [], None
+
+    def handle_starttag(self, tag, attrs):
+        if tag in ("th", "td") or (tag == "div" and ("class", "lv-note") in attrs):
+            self._into = {"th": self.th, "td": self.td, "div": self.note}[tag]
+            self._into.append("")
+
+    def handle_endtag(self, tag):
+        if tag in ("th", "td", "div"):
+            self._into = None
+
+    def handle_data(self, data):
+        if self._into is not None:
+            self._into[-1] += data
+
+
+def test_attribution_header_shows_captums_columns_and_the_output_difference():
+    import torch
+    from captum.attr import visualization as viz
+
+    from longviz_core.attribution import Attribution
+
+    raw = np.array([0.0, 0.002, -0.0005, 0.0015, 0.0])
+    attr = Attribution(raw=raw, delta=0.0, target=1, n_steps=50, method="gausslegendre", prob_input=0.9996,
+                       prob_baseline=0.9966, precision="fp32", internal_batch_size=5, seconds=1.0, key="k")
+    summed = torch.tensor(raw)
+    word_attributions = summed / torch.norm(summed)  # captum's tutorial summarize_attributions
+    record = viz.VisualizationDataRecord(word_attributions, 0.9996, 1, 1, 1, word_attributions.sum(),
+                                         ["<s>", "a", "b", "c", "</s>"], attr.delta)
+    page = attribution_header_html("AI <paper>", "AI", 0.9996, "AI", attr.total, attr.prob_input, attr.prob_baseline,
+                                   attr.weak_explanation)
+    cells = _Cells()
+    cells.feed(page)
+    assert cells.th == ["True label", "Predicted label", "Attribution label", "Attribution score",
+                        "F(x) − F(baseline)"]
+    # captum's visualize_text prints attr_score with 2 decimals: the sum of the normalised scores
+    assert cells.td == ["AI <paper>", "AI (1.00)", "AI", f"{float(record.attr_score):.2f}",
+                        "0.9996 − 0.9966 = +0.0030"]
+    assert cells.td[3] == "1.18" and "&lt;paper&gt;" in page  # 0.003 / sqrt(6.5e-6) = 1.1767
+    assert len(cells.note) == 1 and "p(baseline) = 0.9966" in cells.note[0] and "no flip" in cells.note[0]
+    plain = attribution_header_html(None, "other", 0.6, "AI", -0.1, 0.4, 0.2)
+    assert "lv-note" not in plain.split("</style>")[1] and ">—<" in plain and "0.4000 − 0.2000 = +0.2000" in plain

@@ -1,14 +1,18 @@
-"""AppTest of the attribution page on the demo: header, overlay, mask toggle, token picker, tables, CSV
-downloads, the dataset-wide table, and cached results coming back without recomputation."""
+"""AppTest of the attribution page on the demo: header (normalised attribution score, F(x) − F(baseline), the
+weak-explanation warning), overlay, mask toggle, token picker, tables, CSV downloads, the dataset-wide table
+(class in its title, mask toggle, minimum documents), and cached results coming back without recomputation."""
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from longviz_core import attribution as A
+from longviz_core import load_model
 from pages._common import K
 
 TIMEOUT = 300
@@ -58,8 +62,14 @@ def test_overlay_tables_toggles_and_cache(demo, calls):
 
     attr = A.cached_attribution(*_current(at), n_steps=4)  # default target: the predicted class
     assert attr is not None and attr.n == 200
-    assert _metric(at, "Attribution score").value == f"{attr.total:+.3f}"
+    assert _metric(at, "Attribution score").value == f"{attr.total:+.3f}"  # sum of the L2-normalised scores
+    assert attr.total == pytest.approx(attr.raw.sum() / np.linalg.norm(attr.raw))
+    diff = _metric(at, "F(x) − F(baseline)")
+    assert diff.value == f"{attr.expected:+.4f}" and f"p(baseline) = {attr.prob_baseline:.4f}" in diff.delta
     assert _metric(at, "Attribution label").value == _metric(at, "Predicted label").value  # default target
+    # document 0 at 200 tokens: the baseline already gives the predicted class (AI) p = 0.82
+    assert attr.prob_baseline >= 0.5 and attr.weak_explanation in [w.value for w in at.warning]
+    assert any("divided by their L2 norm" in c.value for c in at.caption)
     overlay = next(h.proto.body for h in at.html if 'data-pos="0"' in h.proto.body)
     assert overlay.count("data-pos=") == 200 and 'class="lv-t lv-m' not in overlay
     assert any("Attribution to" in h.proto.body for h in at.html)  # the legend
@@ -100,6 +110,28 @@ def test_dataset_wide_table(demo, calls):
     assert n_after <= 3  # the page's document plus at most two dataset documents (one may be the same)
     tables = [d.value for d in at.dataframe if "mean_attribution" in d.value.columns]
     assert len(tables) == 2 and (tables[0]["n_docs"] >= 1).all()
+    assert list(tables[0].columns) == ["token", "mean_attribution", "n_docs", "occurrences", "mean_per_occurrence",
+                                       "total_attribution"]
+    class_name = _metric(at, "Attribution label").value
+    title = f"Dataset-wide attribution for class '{class_name}' (IG, L2-normalised per document)"
+    assert sum(title in m.value for m in at.markdown) == 2  # the positive and the negative table
+    model = load_model("demo")
+    target = next(i for i, n in model.id2label.items() if n == class_name)
+    full = A.cached_dataset_attributions(model, _demo_texts(2), target, 2, max_tokens=128).table
+    pd.testing.assert_frame_equal(tables[0].reset_index(drop=True),
+                                  full[full["mean_attribution"] > 0].head(10).reset_index(drop=True))
+
+    # the mask toggle applies to the dataset table; the minimum-documents filter hides rare types; no new IG
+    at.toggle(key=K.page(P, "mask")).set_value(True).run()
+    at.number_input(key=K.page(P, "ds_min_docs")).set_value(2).run()
+    assert not at.exception and len(calls) == n_after
+    tables = [d.value for d in at.dataframe if "mean_attribution" in d.value.columns]
+    assert len(tables) == 2 and all((t["n_docs"] == 2).all() for t in tables)
+    shown = set(pd.concat(tables)["token"])
+    assert shown and not shown & {"the", "of", "and", "a", ",", "."}
+    assert any("stopwords and non-alphanumeric tokens masked" in c.value for c in at.caption)
+    at.number_input(key=K.page(P, "ds_docs")).set_value(1).run()  # fewer documents than the filter asked for
+    assert not at.exception and at.number_input(key=K.page(P, "ds_min_docs")).value == 1
     again = _open(max_tokens=128, steps=2)
     again.number_input(key=K.page(P, "ds_docs")).set_value(2)
     again.selectbox(key=K.page(P, "ds_steps")).set_value("custom").run()
@@ -111,11 +143,16 @@ def test_dataset_wide_table(demo, calls):
 def _current(at):
     """The model and analysis the page shows by default: document 0 of the demo dataset (loaded afresh: the
     cache keys are content fingerprints, so an equal copy finds the page's entries)."""
-    from longviz_core import analyze, load_dataset, load_model
+    from longviz_core import analyze
 
     model = load_model("demo")
-    text = load_dataset("demo", id2label=model.id2label)["text"].iloc[0]
-    return model, analyze(model, text, 200)
+    return model, analyze(model, _demo_texts(1)[0], 200)
+
+
+def _demo_texts(n):
+    from longviz_core import load_dataset
+
+    return load_dataset("demo", id2label=load_model("demo").id2label)["text"].head(n).tolist()
 
 
 def test_tiny_model_pasted_text_and_file_dataset(calls, tmp_path):

@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+import warnings
 from dataclasses import replace
 from pathlib import Path
 
@@ -207,17 +208,41 @@ def test_store_numbers_equal_the_in_app_dataset_functions(setup, reference, tmp_
 
 
 def test_attribution_by_token_type_equals_dataset_attributions(setup, tmp_path):
-    from longviz_core.attribution import dataset_attributions
+    """Both routes to the dataset-wide table (the store's SQL sums, the in-app loop) give the same numbers for
+    every mask and min_docs choice; the store keeps the normalised scores and the raw sums of each document."""
+    from longviz_core.attribution import (
+        ConvergenceWarning,
+        dataset_attributions,
+        integrated_gradients,
+        normalise_scores,
+    )
 
     _, _, model, df = setup
     precompute(model, df, tmp_path / "s", "attribution", Settings(max_tokens=MAX_TOKENS, n_steps=STEPS, target="1"))
     store = ResultStore(tmp_path / "s")
-    got = store.dataset_attributions(1).table
-    want = dataset_attributions(model, df["text"], 1, STEPS, max_tokens=MAX_TOKENS, cache_dir=tmp_path / "c").table
-    pd.testing.assert_frame_equal(got.sort_values("token").reset_index(drop=True),
-                                  want.sort_values("token").reset_index(drop=True), rtol=1e-12)
+    assert store.serves("attribution", n_steps=STEPS, scores="l2")
+    for masked, min_docs in ((False, 1), (True, 1), (False, 3), (True, 2)):
+        got = store.dataset_attributions(1, masked=masked, min_docs=min_docs)
+        want = dataset_attributions(model, df["text"], 1, STEPS, max_tokens=MAX_TOKENS, cache_dir=tmp_path / "c",
+                                    masked=masked, min_docs=min_docs)
+        assert (got.n_docs, got.masked, got.min_docs) == (want.n_docs, want.masked, want.min_docs) == (
+            len(df), masked, min_docs)
+        # the same float64 sums over at most 6 documents, in SQL's order or pandas': 2 * 6 eps * sum|terms|,
+        # and every normalised score is at most 1 in magnitude, so sum|terms| <= occurrences
+        pd.testing.assert_frame_equal(got.table.sort_values("token").reset_index(drop=True),
+                                      want.table.sort_values("token").reset_index(drop=True), rtol=0,
+                                      atol=12 * np.finfo(float).eps * float(want.table["occurrences"].max()))
     masked = store.attribution_by_token_type(masked=True)
-    assert set(masked["token"]) < set(got["token"]) and "the" not in set(masked["token"])
+    assert set(masked["token"]) < set(store.attribution_by_token_type()["token"]) and "the" not in set(masked["token"])
+    analysis = analyze(model, df["text"].iloc[2], MAX_TOKENS)
+    unit = store.load(store.doc_ids("attribution")[2], "attribution")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)  # 4 steps: the store records it in its summary
+        attr = integrated_gradients(model, analysis, 1, STEPS, use_cache=False)
+    # the same computation bit for bit: one thread, and batches of one step (n_steps / 10 rounded up) in both
+    np.testing.assert_array_equal(unit.arrays["raw"], attr.raw)
+    np.testing.assert_array_equal(unit.arrays["scores"], normalise_scores(attr.raw))
+    assert unit.tables["summary"]["total"].iloc[0] == attr.total
 
 
 def test_local_store_is_the_in_app_path(setup, reference, tmp_path):

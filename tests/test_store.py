@@ -12,6 +12,7 @@ import pytest
 from longviz_core.errors import CacheCorruptError, ManifestMismatchError, StoreError
 from longviz_core.store import (
     NUMERIC_PACKAGES,
+    TOKEN_TABLE_COLUMNS,
     Record,
     ResultStore,
     StoreWriter,
@@ -218,23 +219,85 @@ def test_manifest_refuses_to_mix(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ aggregations
-def test_combine_token_sums_equals_a_direct_groupby():
+def _token_table_by_loop(docs: list[dict], min_docs: int = 1) -> dict:
+    """Oracle of the dataset-wide table (issue 13 item 4) by plain loops: docs[i] maps a type to (summed score,
+    occurrences) in document i; a type's mean is over ALL documents, 0 where it is absent."""
+    out = {}
+    for tok in sorted({t for d in docs for t in d}):
+        total = magnitude = occ = present = 0
+        for d in docs:
+            s, c = d.get(tok, (0.0, 0))
+            total, magnitude, occ, present = total + s, magnitude + abs(s), occ + c, present + (tok in d)
+        if present >= min_docs:
+            out[tok] = {"mean_attribution": total / len(docs), "n_docs": present, "occurrences": occ,
+                        "mean_per_occurrence": total / occ, "total_attribution": total,
+                        "magnitude": {"mean_attribution": magnitude / len(docs), "total_attribution": magnitude,
+                                      "mean_per_occurrence": magnitude / occ}}
+    return out
+
+
+def test_combine_token_sums_is_a_mean_over_all_documents():
     rng = np.random.default_rng(5)
-    docs = [by_token(rng, list(rng.choice(list("abcdefg"), size=4, replace=False))).assign(doc=i) for i in range(6)]
-    allrows = pd.concat(docs, ignore_index=True)
-    # two "indexes" holding different documents give partial sums that must combine exactly
-    parts = [d.groupby("token").agg(total_attribution=("attribution", "sum"), n_docs=("doc", "nunique"),
-                                    n_tokens=("count", "sum")).reset_index()
+    docs = [{t: (float(rng.normal()), int(rng.integers(1, 4))) for t in rng.choice(list("abcdefg"), size=4,
+                                                                                   replace=False)}
+            for _ in range(6)]
+    docs.append({"rare": (5.0, 1)})  # one large score in one document: 5 / 8, not 5
+    docs.append({})  # a document whose every token is masked still counts
+    rows = [{"token": t, "total_attribution": s, "n_docs": 1, "occurrences": c, "doc": i}
+            for i, d in enumerate(docs) for t, (s, c) in d.items()]
+    allrows = pd.DataFrame(rows)
+    # two "indexes" holding different documents give partial sums that must combine to the same table
+    parts = [d.groupby("token").agg(total_attribution=("total_attribution", "sum"), n_docs=("doc", "nunique"),
+                                    occurrences=("occurrences", "sum")).reset_index()
              for d in (allrows[allrows["doc"] < 3], allrows[allrows["doc"] >= 3])]
-    got = combine_token_sums(pd.concat(parts, ignore_index=True))
-    want = allrows.groupby("token").agg(total=("attribution", "sum"), n_docs=("doc", "nunique"),
-                                        n_tokens=("count", "sum"))
-    want["mean"] = want["total"] / want["n_docs"]
-    got = got.set_index("token")
-    assert got["mean_attribution"].is_monotonic_decreasing
-    np.testing.assert_allclose(got.loc[want.index, "mean_attribution"], want["mean"])
-    np.testing.assert_array_equal(got.loc[want.index, "n_docs"], want["n_docs"])
-    np.testing.assert_array_equal(got.loc[want.index, "n_tokens"], want["n_tokens"])
+    for partial in (pd.concat(parts, ignore_index=True), allrows.drop(columns="doc")):
+        for min_docs in (1, 3):
+            got = combine_token_sums(partial, len(docs), min_docs)
+            want = _token_table_by_loop(docs, min_docs)
+            assert list(got.columns) == TOKEN_TABLE_COLUMNS and sorted(got["token"]) == sorted(want)
+            assert got["mean_attribution"].is_monotonic_decreasing
+            for row in got.to_dict("records"):
+                w = want[row["token"]]
+                assert row["n_docs"] == w["n_docs"] and row["occurrences"] == w["occurrences"]
+                for col, magnitude in w["magnitude"].items():
+                    # two float64 sums of the same n terms in other orders differ by at most 2 n eps sum|terms|
+                    assert abs(row[col] - w[col]) <= 2 * len(docs) * np.finfo(float).eps * magnitude
+    got = combine_token_sums(allrows.drop(columns="doc"), len(docs)).set_index("token")
+    assert got.loc["rare", "mean_attribution"] == 5.0 / 8 and got.loc["rare", "n_docs"] == 1
+    assert "rare" not in set(combine_token_sums(allrows.drop(columns="doc"), len(docs), 2)["token"])
+    empty = combine_token_sums(allrows.iloc[:0].drop(columns="doc"), 3)
+    assert empty.empty and list(empty.columns) == TOKEN_TABLE_COLUMNS
+    with pytest.raises(ValueError, match="n_documents"):
+        combine_token_sums(allrows, 0)
+    with pytest.raises(ValueError, match="min_docs"):
+        combine_token_sums(allrows, 8, 0)
+    with pytest.raises(ValueError, match="more than the 2"):
+        combine_token_sums(allrows, 2)
+
+
+def test_store_token_table_is_the_loop_over_its_documents(store_dir):
+    """ResultStore.attribution_by_token_type against the loop oracle, from the stored per-document tables:
+    types absent from some documents, a min_docs filter, the masked columns (a count of 0 = all masked)."""
+    rng = np.random.default_rng(6)
+    tokens = [("a", "b", "c"), ("a", "d"), ("b", "c", "d", "e")]
+    records = [record(rng, t) for t in tokens]
+    with StoreWriter(store_dir, "shard-0-of-2") as w0, StoreWriter(store_dir, "shard-1-of-2") as w1:
+        for i, rec in enumerate(records):
+            (w0, w1)[i % 2].commit(doc_id_of(i), "attribution", rec)
+    store = ResultStore(store_dir)
+    for masked in (False, True):
+        value, count = ("attribution_unmasked", "count_unmasked") if masked else ("attribution", "count")
+        docs = [{t: (v, c) for t, v, c in zip(r.tables["by_token"]["token"], r.tables["by_token"][value],
+                                              r.tables["by_token"][count]) if c > 0} for r in records]
+        for min_docs in (1, 2):
+            got = store.attribution_by_token_type(masked=masked, min_docs=min_docs)
+            want = _token_table_by_loop(docs, min_docs)
+            assert sorted(got["token"]) == sorted(want)
+            for row in got.to_dict("records"):
+                w = want[row["token"]]
+                assert (row["n_docs"], row["occurrences"]) == (w["n_docs"], w["occurrences"])
+                for col, magnitude in w["magnitude"].items():  # SQL sums in its own order: see the test above
+                    assert abs(row[col] - w[col]) <= 2 * len(docs) * np.finfo(float).eps * magnitude
 
 
 def test_combine_head_means_skips_nan_like_nanmean():

@@ -7,6 +7,8 @@ string: every piece of text is escaped, so a document containing markup shows as
 Readability: byte-level BPE markers become what they encode ('Ġ' -> space, 'Ċ' -> line break), subword
 pieces are joined without a space, and the space that starts a word is placed *between* boxes so a word
 reads as one unit. Special tokens (<s>, </s>, [CLS], ...) appear as small grey tags.
+
+`attribution_header_html` is the attribution overlay's header row (paper Fig 9), with F(x) − F(baseline).
 """
 from __future__ import annotations
 
@@ -204,3 +206,36 @@ def legend_html(mode: str = "diverging", vmin: float | None = None, vmax: float 
         f'<span class="lv-bar" style="background:linear-gradient(to right,{stops})"></span>'
         f"{html.escape(ticks[1])}</div>"
     )
+
+
+def attribution_header_html(
+    true_label: str | None,
+    predicted_label: str,
+    predicted_prob: float,
+    attribution_label: str,
+    attribution_score: float,
+    prob_input: float,
+    prob_baseline: float,
+    note: str | None = None,
+) -> str:
+    """The attribution overlay's header (paper Fig 9, captum's visualize_text): true label, predicted label
+    and its probability, attribution label (the class explained), attribution score (the sum of the
+    L2-normalised scores, captum's VisualizationDataRecord.attr_score) and beside it F(x) − F(baseline),
+    the probability the raw attributions share out, which the normalisation hides. `note` (e.g.
+    Attribution.weak_explanation) is shown under the header."""
+    cells = [
+        ("True label", "—" if true_label is None else str(true_label)),
+        ("Predicted label", f"{predicted_label} ({float(predicted_prob):.2f})"),
+        ("Attribution label", str(attribution_label)),
+        ("Attribution score", f"{float(attribution_score):.2f}"),
+        ("F(x) − F(baseline)", f"{float(prob_input):.4f} − {float(prob_baseline):.4f} = "
+                               f"{float(prob_input) - float(prob_baseline):+.4f}"),
+    ]
+    th = "".join(f'<th style="text-align:left;padding:2px 10px 2px 0">{html.escape(h)}</th>' for h, _ in cells)
+    td = "".join(f'<td style="padding:2px 10px 2px 0">{html.escape(v)}</td>' for _, v in cells)
+    out = (f'{_STYLE}<div class="lv-lg"><table style="border-collapse:collapse">'
+           f"<tr>{th}</tr><tr>{td}</tr></table>")
+    if note:
+        out += (f'<div class="lv-note" style="background:#fff4e5;border-left:3px solid #f0a020;padding:4px 8px;'
+                f'margin-top:4px">{html.escape(note)}</div>')
+    return out + "</div>"
