@@ -3,7 +3,8 @@
 A ranking orders the document's text tokens from most to least important. Deleting its top tokens should hurt
 the prediction more than deleting random ones if the ranking is faithful. Four rankings are compared:
 received attention (any layers, optionally scaled by head importance), |IG|, |IG| x attention (seed 004's
-"attention x gradient" ordering) and a seeded random permutation.
+"attention x gradient" ordering) and random permutations, one per seed (default five, as seed 003's random
+baseline: mean and standard deviation over the seeds).
 
 Deleting = replacing the token id by `<mask>` (default) or `<pad>`; the sequence keeps its length, position ids,
 attention mask and global-attention mask, so Longformer's windows stay aligned and only the token identities
@@ -13,15 +14,23 @@ With y the class predicted on the intact input, p(.) its probability and x~k the
     AOPC(k)  = p(y | x) - p(y | x~k)                  seed 003 eq. 12 (higher = more faithful)
     LOdds(k) = log p(y | x~k) - log p(y | x)          seed 003 eq. 13 (lower = more faithful)
     AOPC, LOdds = their means over k in `ks` (default 1, 5, 10, 20, 50 %).
-    flip fraction = (tokens removed in ranking order when argmax first differs from y) / removable tokens,
-                    None when even removing every text token keeps y (seed 004 §5.1, §5.3: "no flip").
+    flip fraction = c / removable tokens, c the smallest count whose removal in ranking order changes the argmax
+                    (seed 004 §5.1: the first decision flip); None when no count up to the scan's limit does
+                    ("no flip"; seed 004 §5.3 leaves such instances out of its flip statistics).
+Random baseline: every seed is a full run (curves and flip); its numbers are the mean and the population
+standard deviation over the seeds; the flip fraction's mean and sd are over the seeds that flipped (as seed 004
+leaves out instances that never flip), and `flip_rate` is the share of seeds that flipped.
 
-Perturbed copies are scored in batches (`batch_size` copies per forward; by default 8, or 1 on a CPU running one
-torch thread, where a copy costs the same alone or batched and a batch only adds probes past the flip that stops
-the search). The flip search walks a grid of `flip_step` fractions batch by batch and stops at the first batch
-with a flip, then (refine=True) narrows the last step down to one token with further batches of evenly spaced
-counts. The result is the first flip on that sequence of probes: a model whose decision flips back and forth
-inside a grid step may have flipped earlier.
+The first flip is found by an exact scan: every count 1, 2, 3, ... is scored in increasing order until the
+decision flips, because the decision need not stay flipped once it flips (a grid or bisection can miss the first
+flip and report a later one). Copies are scored in batches of consecutive counts (`batch_size` per forward; by
+default 8, or 1 on a CPU running one torch thread, where a copy costs the same alone or batched); the scan stops
+after the first batch holding a flip and reports that batch's smallest flipping count. A ranking that never flips
+costs one forward per removable token; `max_removed` caps the scan (a fraction of the removable tokens) and then
+"no flip" means "no flip within the first max_removed of the tokens".
+
+With resume=True each scan's position is kept on disk (LONGVIZ_CACHE_DIR/flip-scans/), so an interrupted run goes
+on where its scans stopped.
 
 Dataset-wide: `dataset_faithfulness` runs every document (analysis, IG via longviz_core.attribution, deletion)
 and keeps one JSON file per document under LONGVIZ_CACHE_DIR/faithfulness/, so an interrupted run resumes.
@@ -61,9 +70,10 @@ RANKING_LABELS = {
     "random": "Random",
 }
 REPLACEMENTS: tuple[str, ...] = ("mask", "pad")
-DEFAULT_FLIP_STEP = 0.05
+DEFAULT_SEEDS: tuple[int, ...] = (0, 1, 2, 3, 4)
 BATCH_SIZE = 8
-_CACHE_VERSION = 1
+_CACHE_VERSION = 2
+_REPORT_EVERY_S = 0.25  # progress reports during a scan: one per batch, at most this often
 
 
 class FaithfulnessError(LongvizError, ValueError):
@@ -78,8 +88,10 @@ class RankingCurve:
     probs: np.ndarray  # (K,) p(y | x with the top-k removed)
     aopc_k: np.ndarray  # (K,) p(y | x) - p(y | x~k)
     lodds_k: np.ndarray  # (K,) log p(y | x~k) - log p(y | x)
-    flip_removed: int | None  # tokens removed at the first decision flip found; None = no flip
+    flip_removed: int | None  # smallest count whose removal changes the decision; None = no flip up to `scanned`
     flip_fraction: float | None  # flip_removed / removable tokens; None = no flip
+    scanned: int  # every count 1 .. scanned was scored (the first flip, or the scan's limit when none)
+    seed: int | None = None  # of a random ranking
 
     @property
     def aopc(self) -> float:
@@ -91,6 +103,51 @@ class RankingCurve:
 
 
 @dataclass(frozen=True)
+class RandomBaseline:
+    """The random ranking run once per seed: per-seed curves and their mean and population sd over the seeds."""
+
+    seeds: tuple[int, ...]
+    runs: tuple[RankingCurve, ...]  # one per seed, in the order of `seeds`
+
+    def _stack(self, name: str) -> np.ndarray:
+        return np.stack([getattr(c, name) for c in self.runs])  # (S, K)
+
+    def mean(self, name: str) -> np.ndarray:
+        """Mean over seeds, per k, of 'probs', 'aopc_k' or 'lodds_k'."""
+        return self._stack(name).mean(axis=0)  # (K,)
+
+    def sd(self, name: str) -> np.ndarray:
+        """Population standard deviation over seeds, per k, of 'probs', 'aopc_k' or 'lodds_k'."""
+        return self._stack(name).std(axis=0)  # (K,)
+
+    @property
+    def aopc(self) -> np.ndarray:
+        return np.array([c.aopc for c in self.runs])  # (S,) each seed's AOPC
+
+    @property
+    def lodds(self) -> np.ndarray:
+        return np.array([c.lodds for c in self.runs])  # (S,) each seed's LOdds
+
+    @property
+    def flip_fractions(self) -> np.ndarray:
+        """(S,) each seed's flip fraction, NaN where it did not flip."""
+        return np.array([math.nan if c.flip_fraction is None else c.flip_fraction for c in self.runs])
+
+    @property
+    def flip_rate(self) -> float:
+        """Share of the seeds whose decision flipped."""
+        return float(np.isfinite(self.flip_fractions).mean())
+
+    def flip_stats(self, name: str = "flip_fraction") -> tuple[float | None, float | None]:
+        """(mean, population sd) of 'flip_fraction' or 'flip_removed' over the seeds that flipped; (None, None)
+        when none did (seed 004 §5.3 leaves never-flipping instances out)."""
+        values = [getattr(c, name) for c in self.runs if c.flip_removed is not None]
+        if not values:
+            return None, None
+        return float(np.mean(values)), float(np.std(values))
+
+
+@dataclass(frozen=True)
 class FaithfulnessResult:
     ks: tuple[float, ...]
     predicted: int  # y: the class predicted on the intact input
@@ -98,27 +155,68 @@ class FaithfulnessResult:
     n: int  # tokens, <s> and </s> included
     n_removable: int  # n - 2
     replacement: str  # the token written over deleted ones, e.g. '<mask>'
-    flip_step: float
-    refine: bool
-    seed: int  # of the random ranking
-    curves: dict[str, RankingCurve]
+    max_removed: float  # the flip scan's limit, a fraction of the removable tokens (1.0 = every count)
+    flip_limit: int  # the scan's limit in tokens: removed_count(max_removed, n_removable)
+    curves: dict[str, RankingCurve]  # the score-based rankings
+    random: RandomBaseline | None  # the random ranking, one run per seed; None when not requested
     forward_passes: int  # perturbed copies scored (the intact input included)
     seconds: float
 
+    @property
+    def rankings(self) -> list[str]:
+        """Ranking names in display order, 'random' last when present."""
+        return list(self.curves) + (["random"] if self.random is not None else [])
+
     def table(self) -> pd.DataFrame:
-        """One row per ranking: AOPC@k and LOdds@k for every k, their means, and the flip fraction (NaN = no
-        flip)."""
-        return pd.DataFrame([_row(c, self.ks) for c in self.curves.values()])
+        """One row per ranking: AOPC@k and LOdds@k for every k, their means, the flip fraction (NaN = no flip),
+        the flip count and flip_rate (share of runs that flipped). The random row holds the means over its seeds
+        and fills the '<column> sd' columns with the population sd over the seeds (NaN for the other rankings);
+        its flip numbers are over the seeds that flipped. `runs`: 1, or the number of seeds."""
+        rows = [_row(c, self.ks) for c in self.curves.values()]
+        if self.random is not None:
+            rows.append(_random_row(self.random, self.ks))
+        return pd.DataFrame(rows, columns=_columns(self.ks))
 
     def long_curves(self) -> pd.DataFrame:
-        """Tidy curves for charts: ranking, k (fraction), removed, probability, aopc, lodds."""
+        """Tidy curves for charts: ranking, k (fraction), removed, then probability, aopc and lodds, each with
+        '<metric>_sd', '<metric>_lo' and '<metric>_hi' (mean -+ sd over the random seeds; NaN for the other
+        rankings). The random ranking's row per k is its mean over the seeds."""
         rows = []
         for c in self.curves.values():
             for i, k in enumerate(self.ks):
                 rows.append({"ranking": RANKING_LABELS.get(c.name, c.name), "k": k, "removed": int(c.removed[i]),
-                             "probability": float(c.probs[i]), "aopc": float(c.aopc_k[i]),
-                             "lodds": float(c.lodds_k[i])})
-        return pd.DataFrame(rows)
+                             **{m: float(getattr(c, a)[i]) for m, a in _CURVE_ATTRS.items()}})
+        if self.random is not None:
+            first = self.random.runs[0]
+            stats = {m: (self.random.mean(a), self.random.sd(a)) for m, a in _CURVE_ATTRS.items()}
+            for i, k in enumerate(self.ks):
+                row = {"ranking": RANKING_LABELS["random"], "k": k, "removed": int(first.removed[i])}
+                for m, (mean, sd) in stats.items():
+                    row.update({m: float(mean[i]), f"{m}_sd": float(sd[i]), f"{m}_lo": float(mean[i] - sd[i]),
+                                f"{m}_hi": float(mean[i] + sd[i])})
+                rows.append(row)
+        columns = ["ranking", "k", "removed"] + [f"{m}{s}" for m in _CURVE_ATTRS for s in ("", "_sd", "_lo", "_hi")]
+        return pd.DataFrame(rows, columns=columns)
+
+    def seed_curves(self) -> pd.DataFrame:
+        """Every random seed's own curve: seed, k, removed, probability, aopc, lodds (empty without random)."""
+        runs = self.random.runs if self.random is not None else ()
+        return pd.DataFrame([{"seed": c.seed, "k": k, "removed": int(c.removed[i]),
+                              **{m: float(getattr(c, a)[i]) for m, a in _CURVE_ATTRS.items()}}
+                             for c in runs for i, k in enumerate(self.ks)],
+                            columns=["seed", "k", "removed", *_CURVE_ATTRS])
+
+    def flips(self) -> pd.DataFrame:
+        """One row per scan: ranking, seed (random only), flip_removed and flip_fraction (NaN = no flip)."""
+        runs = list(self.curves.values()) + list(self.random.runs if self.random is not None else ())
+        nan = math.nan
+        return pd.DataFrame([{"ranking": RANKING_LABELS.get(c.name, c.name), "seed": nan if c.seed is None else c.seed,
+                              "flip_removed": nan if c.flip_removed is None else c.flip_removed,
+                              "flip_fraction": nan if c.flip_fraction is None else c.flip_fraction} for c in runs],
+                            columns=["ranking", "seed", "flip_removed", "flip_fraction"])
+
+
+_CURVE_ATTRS = {"probability": "probs", "aopc": "aopc_k", "lodds": "lodds_k"}
 
 
 # ------------------------------------------------------------------------------------------- rankings
@@ -172,65 +270,70 @@ def faithfulness(
     rankings: Sequence[str] = RANKINGS,
     ks: Sequence[float] = KS,
     replacement: str = "mask",
-    flip_step: float = DEFAULT_FLIP_STEP,
-    refine: bool = True,
-    seed: int = 0,
+    seeds: Sequence[int] = DEFAULT_SEEDS,
+    max_removed: float = 1.0,
     batch_size: int | None = None,
+    resume: bool = False,
+    cache_dir=None,
     progress: Progress | None = None,
     on_wait=None,
 ) -> FaithfulnessResult:
-    """Deletion curves and decision flips of `rankings` for one document.
+    """Deletion curves and first decision flips (exact scan) of `rankings` for one document.
 
-    attribution: signed IG scores (n,) of the predicted class (Attribution.scores).
+    attribution: signed IG scores (n,) of the predicted class (Attribution.scores); rankings use |scores|.
     layers / scale: the attention ranking's source, as AttentionBands.received (None = all layers, unscaled).
     rankings: any of RANKINGS. ks: fractions of the removable tokens, each in (0, 1].
-    replacement: 'mask' (the tokenizer's mask token) or 'pad'. flip_step: grid of the flip search, in (0, 1].
-    batch_size: perturbed copies per forward pass; None = default_batch_size(model)."""
+    replacement: 'mask' (the tokenizer's mask token) or 'pad'.
+    seeds: the random ranking's seeds, one full run each (distinct, >= 0).
+    max_removed: the flip scan's limit as a fraction of the removable tokens, in (0, 1]; 1.0 scans every count.
+    batch_size: perturbed copies per forward pass; None = default_batch_size(model).
+    resume: keep each flip scan's position on disk (LONGVIZ_CACHE_DIR/flip-scans/, or under `cache_dir`), so a
+    run that is interrupted goes on where its scans stopped. The key is the model's fingerprint, the document's
+    token ids, the replacement and the ranking's order: only for models whose fingerprint identifies them.
+    progress: told the scan's position and an estimate of the time left if no flip comes sooner."""
     started = time.monotonic()
     ks = _check_ks(ks)
-    _check_settings(rankings, flip_step, batch_size)
-    unknown = [r for r in rankings if r not in RANKINGS]
-    if unknown:
-        raise FaithfulnessError(f"unknown ranking(s) {unknown}; choose from {list(RANKINGS)}")
+    seeds = _check_settings(rankings, batch_size, seeds, max_removed)
     n = analysis.n
     attribution = _vector(attribution, n, "attribution")  # checked even when only the random ranking uses none
-    scores = ranking_scores(analysis, attribution, layers, scale) if set(rankings) - {"random"} else {}
-    orders = {r: random_order(n, seed) if r == "random" else removal_order(scores[r]) for r in rankings}
+    scored = [r for r in rankings if r != "random"]
+    scores = ranking_scores(analysis, attribution, layers, scale) if scored else {}
+    # one run per score-based ranking, then one per random seed: (name, seed, order)
+    runs = [(r, None, removal_order(scores[r])) for r in scored]
+    if "random" in rankings:
+        runs += [("random", s, random_order(n, s)) for s in seeds]
     runner = _Runner(model, analysis.encoded, _replacement_id(model.tokenizer, replacement),
                      default_batch_size(model) if batch_size is None else int(batch_size))
     m = n - 2
+    limit = removed_count(max_removed, m)
     counts = [removed_count(k, m) for k in ks]
     with COMPUTE.hold(on_wait):
-        report(progress, 0.0, "Deletion curves")
+        report(progress, 0.0, f"Deletion curves: {1 + len(runs) * len(counts)} copies")
         # The intact input rides in the first batch, so p(y | x) comes from the same kind of pass as the rest.
-        probes = [(orders[rankings[0]], 0)] + [(orders[r], c) for r in rankings for c in counts]
-        logp = runner.log_probs(probes)  # (1 + R*K, classes)
+        probes = [(runs[0][2], 0)] + [(order, c) for _, _, order in runs for c in counts]
+        logp = runner.log_probs(probes)  # (1 + runs*K, classes)
         predicted = int(np.argmax(logp[0]))
         base = logp[0, predicted]
-        curves_logp = logp[1:, predicted].reshape(len(rankings), len(counts))  # (R, K)
-        flips: dict[str, int | None] = {}
-        for i, r in enumerate(rankings):
-            lo = 0.3 + 0.7 * i / len(rankings)
-            report(progress, lo, f"Decision flips: {RANKING_LABELS[r]}")
-            flips[r] = _first_flip(runner, orders[r], predicted, flip_step, refine)
+        curves_logp = logp[1:, predicted].reshape(len(runs), len(counts))  # (runs, K)
+        scan = _ScanProgress(progress, runner, len(runs) * limit)
+        saved = _ScanStore(model, analysis.encoded, runner.replacement_id, predicted, cache_dir) if resume else None
+        flips = []
+        for name, seed, order in runs:
+            label = RANKING_LABELS[name] + ("" if seed is None else f" (seed {seed})")
+            flips.append(_scan(runner, order, predicted, limit, saved, lambda c, label=label: scan.at(c, label)))
+            scan.finished(limit, flips[-1])
         report(progress, 1.0, "Done")
-    curves = {}
-    for i, r in enumerate(rankings):
-        lp = curves_logp[i]
-        curves[r] = RankingCurve(
-            name=r,
-            order=orders[r],
-            removed=np.asarray(counts, dtype=np.int64),
-            probs=np.exp(lp),
-            aopc_k=np.exp(base) - np.exp(lp),
-            lodds_k=lp - base,
-            flip_removed=flips[r],
-            flip_fraction=None if flips[r] is None else flips[r] / m,
-        )
+    curves = [RankingCurve(
+        name=name, order=order, removed=np.asarray(counts, dtype=np.int64), probs=np.exp(lp),
+        aopc_k=np.exp(base) - np.exp(lp), lodds_k=lp - base, flip_removed=flip,
+        flip_fraction=None if flip is None else flip / m, scanned=limit if flip is None else flip, seed=seed,
+    ) for (name, seed, order), lp, flip in zip(runs, curves_logp, flips)]
+    randoms = tuple(c for c in curves if c.name == "random")
     return FaithfulnessResult(
         ks=tuple(ks), predicted=predicted, p_original=float(np.exp(base)), n=n, n_removable=m,
-        replacement=model.tokenizer.convert_ids_to_tokens(runner.replacement_id), flip_step=float(flip_step),
-        refine=bool(refine), seed=int(seed), curves=curves, forward_passes=runner.passes,
+        replacement=model.tokenizer.convert_ids_to_tokens(runner.replacement_id), max_removed=float(max_removed),
+        flip_limit=limit, curves={c.name: c for c in curves if c.name != "random"},
+        random=RandomBaseline(tuple(seeds), randoms) if randoms else None, forward_passes=runner.passes,
         seconds=time.monotonic() - started,
     )
 
@@ -266,16 +369,16 @@ def dataset_faithfulness(
     rankings: Sequence[str] = RANKINGS,
     ks: Sequence[float] = KS,
     replacement: str = "mask",
-    flip_step: float = DEFAULT_FLIP_STEP,
-    refine: bool = True,
-    seed: int = 0,
+    seeds: Sequence[int] = DEFAULT_SEEDS,
+    max_removed: float = 1.0,
     batch_size: int | None = None,
     cache_dir=None,
     progress: Progress | None = None,
     on_wait=None,
 ) -> DatasetFaithfulness:
     """`faithfulness` on every document (IG with `ig_steps` steps on the predicted class), then mean and std per
-    ranking. Each document's rows are cached on disk, keyed by model, token ids and every setting."""
+    ranking. Each document's rows (its table(): the random row holds the means and sds over the seeds) are cached
+    on disk, keyed by model, token ids and every setting."""
     import warnings
 
     from .analysis import analyze
@@ -286,11 +389,11 @@ def dataset_faithfulness(
         raise FaithfulnessError("No documents to evaluate.")
     labels = [None] * len(texts) if labels is None else [None if v is None else int(v) for v in labels]
     ks = _check_ks(ks)
-    _check_settings(rankings, flip_step, batch_size)
+    seeds = _check_settings(rankings, batch_size, seeds, max_removed)
     settings = {"v": _CACHE_VERSION, "model": model.fingerprint, "max_tokens": int(max_tokens),
                 "ig_steps": int(ig_steps), "layers": _jsonable(layers), "scale": array_digest(scale),
                 "rankings": list(rankings), "ks": list(ks), "replacement": replacement,
-                "flip_step": float(flip_step), "refine": bool(refine), "seed": int(seed)}
+                "flip": "exact scan", "max_removed": float(max_removed), "seeds": list(seeds)}
     store = JsonStore("faithfulness", cache_dir)
     rows, hits, started = [], 0, time.monotonic()
     for i, text in enumerate(texts):
@@ -308,9 +411,9 @@ def dataset_faithfulness(
                 ig = integrated_gradients(model, analysis, None, ig_steps, cache_dir=cache_dir,
                                           progress=lambda f, msg: sub(0.5 * f, f"IG {msg}"), on_wait=on_wait)
             result = faithfulness(model, analysis, ig.scores, layers=layers, scale=scale, rankings=rankings, ks=ks,
-                                  replacement=replacement, flip_step=flip_step, refine=refine, seed=seed,
-                                  batch_size=batch_size, progress=lambda f, msg: sub(0.5 + 0.5 * f, msg),
-                                  on_wait=on_wait)
+                                  replacement=replacement, seeds=seeds, max_removed=max_removed,
+                                  batch_size=batch_size, resume=True, cache_dir=cache_dir,
+                                  progress=lambda f, msg: sub(0.5 + 0.5 * f, msg), on_wait=on_wait)
             doc_rows = [{"predicted": result.predicted, "n": result.n, "p_original": result.p_original, **r}
                         for r in result.table().to_dict("records")]
             store.put(key, doc_rows)
@@ -324,13 +427,14 @@ def dataset_faithfulness(
 
 
 def summarise(per_document: pd.DataFrame, ks: Sequence[float] = KS) -> pd.DataFrame:
-    """Per ranking: mean and std over documents of AOPC@k, LOdds@k, AOPC, LOdds; the flip fraction's mean and
-    std over the documents that flipped, how many flipped and how many did not ('no flip')."""
-    numbers = [f"aopc@{_pct(k)}" for k in ks] + ["aopc"] + [f"lodds@{_pct(k)}" for k in ks] + ["lodds"]
+    """Per ranking: mean and std (population) over documents of AOPC@k, LOdds@k, AOPC, LOdds and flip_rate; the
+    flip fraction's mean and std over the documents that flipped, how many flipped and how many did not ('no
+    flip'). The random ranking's per-document numbers are already its means over seeds (a document counts as
+    flipped when at least one seed flipped)."""
     out = []
     for ranking, group in per_document.groupby("ranking", sort=False):
         row = {"ranking": ranking, "documents": len(group)}
-        for col in numbers + ["flip_fraction"]:
+        for col in _numbers(ks) + ["flip_fraction", "flip_rate"]:
             values = group[col].to_numpy(dtype=np.float64)
             row[f"{col} mean"] = float(np.nanmean(values)) if np.isfinite(values).any() else math.nan
             row[f"{col} std"] = float(np.nanstd(values)) if np.isfinite(values).any() else math.nan
@@ -402,8 +506,11 @@ def eta_text(started: float, done: int, total: int) -> str:
     """' (about N s left)' from the mean time per finished item; '' before the first one."""
     if not done:
         return ""
-    left = (time.monotonic() - started) / done * (total - done)
-    return f" (about {left / 60:.0f} min left)" if left >= 90 else f" (about {left:.0f} s left)"
+    return f" (about {_duration((time.monotonic() - started) / done * (total - done))} left)"
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
 
 
 # ------------------------------------------------------------------------------------------- workers
@@ -442,30 +549,99 @@ class _Runner:
         return torch.log_softmax(logits.double(), dim=-1).cpu().numpy()
 
 
-def _first_flip(runner: _Runner, order: np.ndarray, predicted: int, step: float, refine: bool) -> int | None:
-    """Smallest probed count whose removal changes the argmax, or None when removing every token does not."""
-    m = len(order)
-    grid = sorted({removed_count(j * step, m) for j in range(1, math.ceil(1.0 / step) + 1)} | {m})
-    lo, hi = 0, None  # lo: last probe without a flip; hi: first probe with one
-    for start in range(0, len(grid), runner.batch_size):
-        chunk = grid[start : start + runner.batch_size]
+def _first_flip(runner: _Runner, order: np.ndarray, predicted: int, limit: int, on_clear=None,
+                start: int = 1) -> int | None:
+    """Smallest count c in start .. limit whose removal (order[:c]) changes the argmax, or None when none does.
+
+    Exact: every count is scored, in increasing order, `runner.batch_size` consecutive counts per forward; the
+    scan stops after the first batch holding a flip and returns that batch's smallest flipping count. on_clear
+    is told, after each batch without a flip, the largest count scored (every count up to it keeps y)."""
+    for first in range(start, limit + 1, runner.batch_size):
+        chunk = list(range(first, min(limit, first + runner.batch_size - 1) + 1))
         flipped = np.argmax(runner.log_probs([(order, c) for c in chunk]), axis=1) != predicted
         if flipped.any():
-            first = int(np.argmax(flipped))
-            hi, lo = chunk[first], (chunk[first - 1] if first else lo)
-            break
-        lo = chunk[-1]
-    if hi is None:
-        return None
-    while refine and hi - lo > 1:
-        inner = np.unique(np.linspace(lo, hi, min(runner.batch_size, hi - lo - 1) + 2).round().astype(int))[1:-1]
-        flipped = np.argmax(runner.log_probs([(order, int(c)) for c in inner]), axis=1) != predicted
-        if flipped.any():
-            first = int(np.argmax(flipped))
-            hi, lo = int(inner[first]), (int(inner[first - 1]) if first else lo)
-        else:
-            lo = int(inner[-1])
-    return int(hi)
+            return chunk[int(np.argmax(flipped))]
+        if on_clear is not None:
+            on_clear(chunk[-1])
+    return None
+
+
+def _scan(runner: _Runner, order: np.ndarray, predicted: int, limit: int, saved: "_ScanStore | None",
+          on_clear=None) -> int | None:
+    """_first_flip, resumed from and recorded in `saved` when given."""
+    if saved is None:
+        return _first_flip(runner, order, predicted, limit, on_clear)
+    clear, flip = saved.get(order)  # every count 1 .. clear keeps y; flip: the first count that does not
+    if flip is not None or clear >= limit:
+        return flip if flip is not None and flip <= limit else None
+    if clear and on_clear is not None:
+        on_clear(clear)
+
+    def checkpoint(count: int) -> None:
+        saved.progress(order, count)
+        if on_clear is not None:
+            on_clear(count)
+
+    flip = _first_flip(runner, order, predicted, limit, checkpoint, start=clear + 1)
+    saved.put(order, limit if flip is None else flip - 1, flip)
+    return flip
+
+
+class _ScanStore:
+    """Where each flip scan has got to, on disk: {"clear": c, "flip": f or None} per (document, replacement,
+    predicted class, order), written at most every few seconds while a scan runs and when it ends."""
+
+    EVERY_S = 5.0
+
+    def __init__(self, model: LoadedModel, enc: Encoded, replacement_id: int, predicted: int, cache_dir) -> None:
+        self.store = JsonStore("flip-scans", cache_dir)
+        self.base = {"v": 1, "model": model.fingerprint, "ids": array_digest(enc.input_ids),
+                     "positions": array_digest(enc.position_ids), "global": array_digest(enc.global_mask),
+                     "replacement": int(replacement_id), "predicted": int(predicted)}
+        self.last = time.monotonic()
+
+    def _key(self, order: np.ndarray) -> str:
+        return digest({**self.base, "order": array_digest(order)})
+
+    def get(self, order: np.ndarray) -> tuple[int, int | None]:
+        value = self.store.get(self._key(order)) or {}
+        return int(value.get("clear", 0)), (None if value.get("flip") is None else int(value["flip"]))
+
+    def put(self, order: np.ndarray, clear: int, flip: int | None) -> None:
+        old_clear, old_flip = self.get(order)
+        if old_flip is None:  # a longer clear stretch from an earlier run with a larger limit is kept
+            self.store.put(self._key(order), {"clear": max(clear, old_clear), "flip": flip})
+        self.last = time.monotonic()
+
+    def progress(self, order: np.ndarray, clear: int) -> None:
+        if time.monotonic() - self.last >= self.EVERY_S:
+            self.put(order, clear, None)
+
+
+class _ScanProgress:
+    """Progress of the flip scans: counts settled against the most the scans can still need, and the time the
+    rest would take at the cost per copy measured so far (an upper bound: a flip ends a scan early)."""
+
+    def __init__(self, progress: Progress | None, runner: _Runner, worst: int) -> None:
+        self.progress, self.runner, self.done, self.total = progress, runner, 0, worst
+        self.passes, self.started, self.last = runner.passes, time.monotonic(), -math.inf
+
+    def at(self, count: int, label: str) -> None:
+        now = time.monotonic()
+        if self.progress is None or now - self.last < _REPORT_EVERY_S:
+            return
+        self.last = now
+        done = self.done + count
+        scored = self.runner.passes - self.passes
+        left = (now - self.started) / scored * (self.total - done) if scored else math.nan
+        eta = f"; at most about {_duration(left)} left" if scored else ""
+        report(self.progress, done / self.total, f"Decision flips (exact scan), {label}: {count:,} removals "
+               f"scored{eta}")
+
+    def finished(self, limit: int, flip: int | None) -> None:
+        used = limit if flip is None else flip
+        self.done += used
+        self.total -= limit - used
 
 
 def _replacement_id(tokenizer, replacement: str) -> int:
@@ -477,14 +653,39 @@ def _replacement_id(tokenizer, replacement: str) -> int:
     return int(token_id)
 
 
+def _numbers(ks: Sequence[float]) -> list[str]:
+    return [f"aopc@{_pct(k)}" for k in ks] + ["aopc"] + [f"lodds@{_pct(k)}" for k in ks] + ["lodds"]
+
+
+def _columns(ks: Sequence[float]) -> list[str]:
+    numbers = _numbers(ks) + ["flip_fraction"]
+    return ["ranking", *numbers, "flip_removed", "flip_rate", "runs", *(f"{c} sd" for c in numbers)]
+
+
 def _row(curve: RankingCurve, ks: Sequence[float]) -> dict:
+    flipped = curve.flip_removed is not None
+    values = [*curve.aopc_k, curve.aopc, *curve.lodds_k, curve.lodds, curve.flip_fraction if flipped else math.nan]
     row = {"ranking": RANKING_LABELS.get(curve.name, curve.name)}
-    row.update({f"aopc@{_pct(k)}": float(v) for k, v in zip(ks, curve.aopc_k)})
-    row["aopc"] = curve.aopc
-    row.update({f"lodds@{_pct(k)}": float(v) for k, v in zip(ks, curve.lodds_k)})
-    row["lodds"] = curve.lodds
-    row["flip_fraction"] = math.nan if curve.flip_fraction is None else float(curve.flip_fraction)
-    row["flip_removed"] = math.nan if curve.flip_removed is None else float(curve.flip_removed)
+    row.update({c: float(v) for c, v in zip(_numbers(ks) + ["flip_fraction"], values)})
+    row.update({"flip_removed": float(curve.flip_removed) if flipped else math.nan,
+                "flip_rate": float(flipped), "runs": 1})
+    return row
+
+
+def _random_row(random: RandomBaseline, ks: Sequence[float]) -> dict:
+    nan = math.nan
+    flip_mean, flip_sd = random.flip_stats("flip_fraction")
+    removed_mean, _ = random.flip_stats("flip_removed")
+    means = [*random.mean("aopc_k"), random.aopc.mean(), *random.mean("lodds_k"), random.lodds.mean(),
+             nan if flip_mean is None else flip_mean]
+    sds = [*random.sd("aopc_k"), random.aopc.std(), *random.sd("lodds_k"), random.lodds.std(),
+           nan if flip_sd is None else flip_sd]
+    names = _numbers(ks) + ["flip_fraction"]
+    row = {"ranking": RANKING_LABELS["random"]}
+    row.update({c: float(v) for c, v in zip(names, means)})
+    row.update({"flip_removed": nan if removed_mean is None else removed_mean, "flip_rate": random.flip_rate,
+                "runs": len(random.runs)})
+    row.update({f"{c} sd": float(v) for c, v in zip(names, sds)})
     return row
 
 
@@ -510,13 +711,21 @@ def _check_ks(ks) -> tuple[float, ...]:
     return ks
 
 
-def _check_settings(rankings, flip_step, batch_size) -> None:
+def _check_settings(rankings, batch_size, seeds, max_removed) -> tuple[int, ...]:
+    """Validates the options shared by faithfulness and dataset_faithfulness; returns the seeds as ints."""
     if not rankings:
         raise FaithfulnessError("choose at least one ranking")
-    if not (0.0 < float(flip_step) <= 1.0):
-        raise FaithfulnessError(f"flip_step must be a fraction in (0, 1], got {flip_step}")
+    unknown = [r for r in rankings if r not in RANKINGS]
+    if unknown:
+        raise FaithfulnessError(f"unknown ranking(s) {unknown}; choose from {list(RANKINGS)}")
     if batch_size is not None and int(batch_size) < 1:
         raise FaithfulnessError(f"batch_size must be at least 1, got {batch_size}")
+    if not (0.0 < float(max_removed) <= 1.0):
+        raise FaithfulnessError(f"max_removed must be a fraction in (0, 1], got {max_removed}")
+    seeds = tuple(int(s) for s in seeds)
+    if "random" in rankings and (not seeds or min(seeds) < 0 or len(set(seeds)) != len(seeds)):
+        raise FaithfulnessError(f"the random ranking needs at least one seed, distinct and >= 0; got {seeds}")
+    return seeds
 
 
 def _jsonable(layers):
@@ -526,8 +735,8 @@ def _jsonable(layers):
 
 
 __all__ = [
-    "BATCH_SIZE", "DEFAULT_FLIP_STEP", "DatasetFaithfulness", "FaithfulnessError", "FaithfulnessResult", "JsonStore",
-    "KS", "RANKINGS", "RANKING_LABELS", "REPLACEMENTS", "RankingCurve", "array_digest", "dataset_faithfulness",
-    "default_batch_size", "digest", "document_key", "eta_text", "faithfulness", "random_order", "ranking_scores",
-    "removal_order", "removed_count", "summarise",
+    "BATCH_SIZE", "DEFAULT_SEEDS", "DatasetFaithfulness", "FaithfulnessError", "FaithfulnessResult", "JsonStore",
+    "KS", "RANKINGS", "RANKING_LABELS", "REPLACEMENTS", "RandomBaseline", "RankingCurve", "array_digest",
+    "dataset_faithfulness", "default_batch_size", "digest", "document_key", "eta_text", "faithfulness",
+    "random_order", "ranking_scores", "removal_order", "removed_count", "summarise",
 ]

@@ -16,7 +16,8 @@ Kinds and what they store per document:
     head-importance  (dataset level) importance (layers, heads) by `importance_method` (default T3-Vis's
                      Taylor scores, see views/importance.py), normalised as that method does, and raw
     agreement        tables `rows` (Tables 1-2), `heads` (every head's agreement with |IG|), `sets` (top-5 % sets)
-    faithfulness     table `rows`: AOPC / LOdds at each k and the decision-flip fraction per ranking
+    faithfulness     table `rows`: AOPC / LOdds at each k and the first decision flip (exact scan) per ranking;
+                     the random row: means and sds over its seeds
 A kind whose module is not in this installation is reported by name instead of failing half-way.
 """
 from __future__ import annotations
@@ -230,8 +231,8 @@ def _faithfulness(job: _Job, doc: _Doc) -> Record:
     cfg = _faithfulness_settings(job.settings)
     a = doc.analysis
     result = faithfulness(job.model, a, doc.load("attribution").arrays["scores"], rankings=cfg["rankings"],
-                          ks=cfg["ks"], replacement=cfg["replacement"], flip_step=cfg["flip_step"],
-                          refine=cfg["refine"], seed=cfg["seed"])
+                          ks=cfg["ks"], replacement=cfg["replacement"], seeds=cfg["seeds"],
+                          max_removed=cfg["max_removed"])
     rows = result.table()
     rows.insert(0, "p_original", result.p_original)
     rows.insert(0, "n", result.n)
@@ -240,10 +241,10 @@ def _faithfulness(job: _Job, doc: _Doc) -> Record:
 
 
 def _faithfulness_settings(s: Settings) -> dict:
-    from .faithfulness import DEFAULT_FLIP_STEP, KS, RANKINGS
+    from .faithfulness import DEFAULT_SEEDS, KS, RANKINGS
 
-    return {"rankings": list(RANKINGS), "ks": list(KS), "replacement": "mask", "flip_step": DEFAULT_FLIP_STEP,
-            "refine": True, "seed": 0, "attention_layers": None, "scaled": False}
+    return {"rankings": list(RANKINGS), "ks": list(KS), "replacement": "mask", "flip": "exact scan",
+            "max_removed": 1.0, "seeds": list(DEFAULT_SEEDS), "attention_layers": None, "scaled": False}
 
 
 KINDS: dict[str, Kind] = {

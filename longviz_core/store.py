@@ -539,13 +539,18 @@ class ResultStore:
 
     def dataset_faithfulness(self):
         """The store's answer to faithfulness.dataset_faithfulness (default settings: every ranking, all
-        layers unscaled), as its DatasetFaithfulness."""
+        layers unscaled, the exact first-flip scan, the random ranking over its default seeds), as its
+        DatasetFaithfulness."""
         from .faithfulness import DatasetFaithfulness, summarise
 
         rows = self.table("faithfulness", "rows")
         if rows.empty:
             raise StoreError("The store has no faithfulness results.")
-        ks = tuple(self.settings("faithfulness")["ks"])
+        settings = self.settings("faithfulness") or {}
+        if "seeds" not in settings:
+            raise StoreError(f"The faithfulness results in {self.root} were made by an earlier version (one random "
+                             "seed, a grid search for flips that could miss the first one); precompute them again.")
+        ks = tuple(settings["ks"])
         docs = self.documents()
         labels = dict(zip(docs["doc_id"], docs["label"])) if not docs.empty else {}
         per_doc = _with_doc(rows)

@@ -13,7 +13,7 @@ from pages import _export as export
 common.run_through_app()
 
 K, P = common.K, "faithfulness"
-FLIP_STEPS = {"1 %": 0.01, "2 %": 0.02, "5 %": 0.05, "10 %": 0.10}
+SCAN_LIMITS = {"100 % (every count)": 1.0, "50 %": 0.5, "20 %": 0.2, "10 %": 0.1}
 
 st.title("Faithfulness: deleting the top-ranked tokens")
 with common.guard():
@@ -24,7 +24,9 @@ st.markdown(
     "Tokens are removed in ranking order (replaced by the chosen token; `<s>`, `</s>`, positions and masks kept). "
     "**AOPC(k)** = p(y|x) − p(y|x without the top k %): higher = the ranking found what the prediction rests on. "
     "**LOdds(k)** = log p(y|x without the top k %) − log p(y|x): lower is better. **Flip fraction**: share of text "
-    "tokens removed when the predicted class first changes (lower is better; 'no flip' if it never changes).")
+    "tokens removed when the predicted class first changes, found by an exact scan of every count in order (lower "
+    "is better; 'no flip' if it never changes). **Random**: mean ± sd over its seeds; its flip fraction is the "
+    "mean over the seeds that flipped.")
 
 L = model.num_layers
 c1, c2, c3 = st.columns(3)
@@ -35,9 +37,13 @@ replacement = c3.radio("Replace removed tokens by", fa.REPLACEMENTS, **K.option(
 c1, c2, c3 = st.columns(3)
 lo, hi = c1.slider("Attention ranking: layers", 1, L, (1, L), **K.option(P, "layers")) if L > 1 else (1, 1)
 scale = c2.checkbox("Scale attention by head importance", **K.option(P, "scale"))
-flip_step = FLIP_STEPS[c3.selectbox("Flip search step", list(FLIP_STEPS), index=2, **K.option(P, "flip_step"),
-                                    help="Grid of the search; the last step is then refined to one token.")]
-seed = st.number_input("Random ranking seed", 0, 10_000, 0, **K.option(P, "seed"))
+max_removed = SCAN_LIMITS[c3.selectbox(
+    "First flip: scan up to", list(SCAN_LIMITS), **K.option(P, "max_removed"),
+    help="Every count of removed tokens is scored in order until the decision flips (one forward each). A lower "
+         "limit is faster and reports 'no flip within the first X %' when the decision holds that long.")]
+n_seeds = st.number_input("Random ranking: seeds (mean ± sd over seeds 0 .. N−1)", 2, 20, len(fa.DEFAULT_SEEDS),
+                          **K.option(P, "seeds"))
+seeds = list(range(int(n_seeds)))
 layers = list(range(lo - 1, hi))
 
 with common.guard():
@@ -47,18 +53,22 @@ with common.guard():
     if scaling is not None:
         st.caption(f"Attention ranking scaled by head importance: {scaling.description}.")
 settings = dict(layers=layers, scale=None if importance is None else importance.round(12).tolist(),
-                replacement=replacement, flip_step=flip_step, seed=int(seed))
+                replacement=replacement, max_removed=max_removed, seeds=seeds)
 
 if scope == "this document":
+    runs = len(fa.RANKINGS) - 1 + len(seeds)
+    worst = 1 + runs * (len(fa.KS) + fa.removed_count(max_removed, analysis.n - 2))
     with common.guard():
         ig = common.attribution_after_click(
             model, analysis, steps, P, "Run Integrated Gradients and the deletion test",
-            note=" The deletion test then scores 100-150 perturbed copies, about as long as IG with 50 steps.")
+            note=f" The deletion test then scores up to {worst:,} perturbed copies, one forward each (fewer when "
+                 "the decisions flip early); its progress bar shows the time left, and an interrupted test goes "
+                 "on where it stopped.")
         result = cache.derived(
             analysis, "faithfulness",
             lambda a, **kw: fa.faithfulness(model, a, ig.scores, layers=layers, scale=importance,
-                                            replacement=replacement, flip_step=flip_step, seed=int(seed),
-                                            progress=common.progress_bar("Deletion test"),
+                                            replacement=replacement, seeds=seeds, max_removed=max_removed,
+                                            resume=True, progress=common.progress_bar("Deletion test"),
                                             on_wait=common.queue_notice()),
             ig=ig.key, **settings)
     st.caption(f"{result.forward_passes} perturbed copies scored in {result.seconds:.1f} s · removed tokens "
@@ -66,23 +76,29 @@ if scope == "this document":
     meta = common.export_settings(model, description, scope=scope, ig_steps=steps, **settings)
     table = result.table()
     export.table(table.round(4), "faithfulness", model, meta)
+    within = "every text token" if max_removed == 1 else f"the first {result.flip_limit:,} text tokens"
     for name, curve in result.curves.items():
         if curve.flip_removed is None:
-            st.caption(f"{fa.RANKING_LABELS[name]}: no flip — removing every text token keeps the prediction.")
+            st.caption(f"{fa.RANKING_LABELS[name]}: no flip — removing {within} keeps the prediction.")
+    if result.random is not None and result.random.flip_rate < 1:
+        st.caption(f"Random: {result.random.flip_rate:.0%} of {len(seeds)} seeds flipped within {within}; its "
+                   "flip fraction is the mean over those that did.")
     curves = result.long_curves()
-    tabs = st.tabs(["AOPC", "LOdds", "probability", "decision flips"])
+    tabs = st.tabs(["AOPC", "LOdds", "probability", "first flip (exact scan)"])
     for tab, metric in zip(tabs, ("aopc", "lodds", "probability")):
         export.chart(fig.deletion_curves_chart(curves, metric), f"deletion curve {metric}", model, meta, where=tab)
-    export.chart(fig.flip_chart(table), "decision flips", model, meta, where=tabs[3])
+    export.chart(fig.flip_chart(result.flips(), max_removed=max_removed), "decision flips", model, meta,
+                 where=tabs[3])
     export.download_table(curves, "deletion curves", model, meta)
+    export.download_table(result.seed_curves(), "deletion curves per random seed", model, meta)
 else:
     with common.guard():
         if df is None:
             raise lv.DatasetError("The dataset-wide summary needs a dataset: choose one in the sidebar.")
-        # a store holds the defaults: every layer, unscaled attention, the seed-0 random ranking
+        # a store holds the defaults: every layer, unscaled attention, the random ranking over the default seeds
         store = common.store_serving(model, df, "faithfulness", n_steps=steps, target="predicted",
-                                     replacement=replacement, flip_step=flip_step, seed=int(seed),
-                                     scaled=False) if (lo, hi) == (1, L) and importance is None else None
+                                     replacement=replacement, flip="exact scan", max_removed=max_removed,
+                                     seeds=seeds, scaled=False) if (lo, hi) == (1, L) and importance is None else None
         if store is not None:
             result = cache.memo(("store_faithfulness", str(store.root), store.content_key()),
                                 store.dataset_faithfulness)
@@ -92,28 +108,33 @@ else:
                               **K.option(P, "docs"))
             estimate = attr.estimate_ig_seconds(model, common.max_tokens(model), steps,
                                                 on_wait=common.queue_notice())
+            runs = len(fa.RANKINGS) - 1 + len(seeds)
+            per_doc = 1 + runs * (len(fa.KS) + fa.removed_count(max_removed, common.max_tokens(model) - 2))
             st.info(f"Uncached documents need IG and the deletion test: IG alone takes up to about "
                     f"{attr.format_seconds(count * estimate)} for {count} documents at "
-                    f"{common.max_tokens(model):,} tokens (cached documents are instant).")
+                    f"{common.max_tokens(model):,} tokens, and the deletion test scores up to {per_doc:,} copies "
+                    "per document, one forward each (cached documents are instant).")
             common.stop_until_clicked(P, "Compute the dataset-wide summary", (
                 model.fingerprint, lv.dataset_fingerprint(df), count, steps, settings, common.max_tokens(model)))
             labels = df["label"].iloc[:count] if "label" in df else None
             result = fa.dataset_faithfulness(model, df["text"].iloc[:count], labels,
                                              max_tokens=common.max_tokens(model), ig_steps=steps, layers=layers,
-                                             scale=importance, replacement=replacement, flip_step=flip_step,
-                                             seed=int(seed), progress=common.progress_bar("Dataset"),
+                                             scale=importance, replacement=replacement, seeds=seeds,
+                                             max_removed=max_removed, progress=common.progress_bar("Dataset"),
                                              on_wait=common.queue_notice())
     st.caption(f"{result.n_documents} documents ({result.from_cache} from the disk cache); mean ± std over "
-               "documents; the flip fraction's mean is over the documents that flipped.")
+               "documents; the flip fraction's mean is over the documents that flipped; each document's random "
+               f"row is its mean over {len(seeds)} seeds.")
     meta = common.export_settings(model, description, scope=scope, ig_steps=steps, documents=result.n_documents,
                                   **settings)
     export.table(fig.faithfulness_summary(result.summary), "dataset faithfulness", model, meta)
     with st.expander("Every number (mean and std per k)"):
         export.table(result.summary.round(4), "dataset faithfulness every number", model, meta)
     curves = result.long_curves()
-    tabs = st.tabs(["AOPC", "LOdds", "decision flips", "per document"])
+    tabs = st.tabs(["AOPC", "LOdds", "first flip (exact scan)", "per document"])
     for tab, metric in zip(tabs, ("aopc", "lodds")):
         export.chart(fig.deletion_curves_chart(curves, metric), f"dataset deletion curve {metric}", model, meta,
                      where=tab)
-    export.chart(fig.flip_chart(result.per_document), "dataset decision flips", model, meta, where=tabs[2])
+    export.chart(fig.flip_chart(result.per_document, max_removed=max_removed), "dataset decision flips", model,
+                 meta, where=tabs[2])
     export.table(result.per_document.round(4), "dataset faithfulness per document", model, meta, where=tabs[3])

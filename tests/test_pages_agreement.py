@@ -141,14 +141,16 @@ def test_faithfulness_document_every_option(faithfulness):
     at = faithfulness
     table = at.dataframe[0].value
     assert table["ranking"].tolist() == [fa.RANKING_LABELS[r] for r in fa.RANKINGS]
-    assert {"aopc@10%", "lodds", "flip_fraction"} <= set(table.columns)
-    assert [t.label for t in at.tabs] == ["AOPC", "LOdds", "probability", "decision flips"]
+    assert {"aopc@10%", "lodds", "flip_fraction", "aopc sd", "flip_rate"} <= set(table.columns)
+    assert table.set_index("ranking").loc["Random", "runs"] == len(fa.DEFAULT_SEEDS)
+    assert [t.label for t in at.tabs] == ["AOPC", "LOdds", "probability", "first flip (exact scan)"]
+    assert any("exact scan" in m.value for m in at.markdown)
     # each rerun reruns the deletion test, so options are changed several at a time: every value is still visited
-    runs = [dict(replacement="pad", flip_step="10 %", layers=(4, 4)),
-            dict(replacement="mask", flip_step="2 %", scale=True),
-            dict(flip_step="1 %", seed=3, scale=False)]
-    kinds = {"replacement": "radio", "flip_step": "selectbox", "layers": "slider", "scale": "checkbox",
-             "seed": "number_input"}
+    runs = [dict(replacement="pad", max_removed="10 %", layers=(4, 4)),
+            dict(replacement="mask", max_removed="50 %", scale=True),
+            dict(max_removed="20 %", seeds=3, scale=False)]
+    kinds = {"replacement": "radio", "max_removed": "selectbox", "layers": "slider", "scale": "checkbox",
+             "seeds": "number_input"}
     for run in runs:
         for name, value in run.items():  # widgets are looked up in the latest element tree
             getattr(at, kinds[name])(key=_fkey(name)).set_value(value)
@@ -157,6 +159,8 @@ def test_faithfulness_document_every_option(faithfulness):
         if "replacement" in run:
             assert any(f"replaced by <{run['replacement']}>" in c.value for c in at.caption)
         assert any(IMPORTANCE_METHODS["t3vis"] in c.value for c in at.caption) == bool(run.get("scale"))
+        if "seeds" in run:
+            assert at.dataframe[0].value.set_index("ranking").loc["Random", "runs"] == run["seeds"]
     assert set(fa.REPLACEMENTS) == {"mask", "pad"}
 
 

@@ -207,6 +207,29 @@ def test_store_numbers_equal_the_in_app_dataset_functions(setup, reference, tmp_
                                   want.sort_values("token").reset_index(drop=True), rtol=1e-5, atol=1e-7)
 
 
+def test_faithfulness_settings_and_an_earlier_store(reference, tmp_path):
+    """The manifest records the exact flip scan and the random seeds; a store made by the earlier one-seed grid
+    search is refused with a clear message instead of being summarised with missing columns."""
+    import json
+
+    from longviz_core.faithfulness import DEFAULT_SEEDS
+
+    settings = ResultStore(reference).settings("faithfulness")
+    assert settings["flip"] == "exact scan" and settings["max_removed"] == 1.0
+    assert settings["seeds"] == list(DEFAULT_SEEDS)
+    rows = ResultStore(reference).table("faithfulness", "rows")
+    assert (rows[rows["ranking"] == "Random"]["runs"] == len(DEFAULT_SEEDS)).all()
+    old = tmp_path / "old"
+    shutil.copytree(reference, old)
+    manifest = json.loads((old / "manifest.json").read_text())
+    for key in ("flip", "max_removed", "seeds"):
+        del manifest["kinds"]["faithfulness"][key]
+    manifest["kinds"]["faithfulness"].update(flip_step=0.05, refine=True, seed=0)
+    (old / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(StoreError, match="earlier version"):
+        ResultStore(old).dataset_faithfulness()
+
+
 def test_attribution_by_token_type_equals_dataset_attributions(setup, tmp_path):
     """Both routes to the dataset-wide table (the store's SQL sums, the in-app loop) give the same numbers for
     every mask and min_docs choice; the store keeps the normalised scores and the raw sums of each document."""
@@ -358,7 +381,7 @@ def test_dataset_pages_read_a_store_made_by_the_command(demo, demo_dataset, tmp_
     assert read in captions(), captions()[-600:]
     summary = store.dataset_faithfulness().summary
     assert list(at.dataframe[0].value["ranking"]) == list(summary["ranking"])
-    at.number_input(key="faithfulness.seed").set_value(1).run()  # the store holds seed 0 only
+    at.number_input(key="faithfulness.seeds").set_value(3).run()  # the store holds the default 5 seeds only
     assert "read from the result store" not in captions()
     assert any(b.label == "Compute the dataset-wide summary" for b in at.button)
 

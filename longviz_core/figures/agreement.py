@@ -1,9 +1,10 @@
 """Charts and display tables for agreement and faithfulness (Altair + pandas; no Streamlit).
 
 - `deletion_curves_chart`: AOPC / LOdds / probability against the share of tokens removed, one line per ranking
-  (one document), or mean lines with a +-1 std band (dataset).
-- `flip_chart`: the fraction of tokens removed before the decision flips, per ranking (seed 004 Fig. 5 style:
-  one dot per document in dataset mode), with "no flip" counts in the tooltip and title.
+  with the random ranking's mean +-1 sd band over its seeds (one document), or mean lines with a +-1 std band
+  over documents (dataset).
+- `flip_chart`: the fraction of tokens removed at the first decision flip, per ranking (seed 004 Fig. 5 style:
+  one dot per random seed or per document), the mean +-1 sd, and "no flip" counts in the row labels.
 - `head_agreement_heatmap`: layers x heads grid of a per-head agreement metric.
 - `table1` / `table2`: the agreement table with the paper's columns and readable labels.
 - `faithfulness_summary`: the dataset-wide faithfulness summary as 'mean ± std' text columns.
@@ -30,7 +31,9 @@ def deletion_curves_chart(curves: pd.DataFrame, metric: str = "aopc", title: str
     """Lines of `metric` against k (share of text tokens removed, %).
 
     curves: tidy rows with columns ranking, k (fraction) and `metric` (FaithfulnessResult.long_curves()); when
-    several rows share (ranking, k) — one per document — the chart shows their mean and a +-1 std band."""
+    several rows share (ranking, k) — one per document — the chart shows their mean and a +-1 std band.
+    Otherwise rows with finite `<metric>_lo` / `<metric>_hi` (the random ranking's mean -+ sd over its seeds)
+    get a shaded band."""
     if metric not in CURVE_METRICS:
         raise ValueError(f"metric must be one of {sorted(CURVE_METRICS)}, got {metric!r}")
     _require(curves, ["ranking", "k", metric])
@@ -52,24 +55,36 @@ def deletion_curves_chart(curves: pd.DataFrame, metric: str = "aopc", title: str
             x=x, y=alt.Y(f"{metric}:Q", title=y_title), color=colour)
         chart = band + line
     else:
+        lo, hi, sd = f"{metric}_lo", f"{metric}_hi", f"{metric}_sd"
         chart = alt.Chart(data).mark_line(point=True).encode(
             x=x, y=alt.Y(f"{metric}:Q", title=y_title), color=colour,
             tooltip=["ranking:N", alt.Tooltip("k_pct:Q", title="k %"),
                      alt.Tooltip(f"{metric}:Q", format=".4f")]
+            + ([alt.Tooltip(f"{sd}:Q", format=".4f", title="sd over seeds")] if sd in data else [])
             + (["removed:Q"] if "removed" in data else []))
+        if lo in data and hi in data and data[lo].notna().any():
+            band = alt.Chart(data[data[lo].notna() & data[hi].notna()]).mark_area(opacity=0.2).encode(
+                x=x, y=alt.Y(f"{lo}:Q", title=y_title), y2=f"{hi}:Q", color=colour)
+            chart = band + chart
+            label = f"{label} · random: mean ± sd over seeds (band)"
     return chart.properties(title=title or label, height=300)
 
 
 def flip_chart(flips: pd.DataFrame,
-               title: str = "Fraction of text tokens removed when the decision flips") -> alt.Chart:
-    """One dot per (document, ranking) at its flip fraction and a black tick at each ranking's median; rows with
-    flip_fraction NaN are 'no flip': not drawn, counted in the ranking's label ("Random (2 no flip)").
+               title: str = "First decision flip (exact scan): fraction of text tokens removed",
+               max_removed: float = 1.0) -> alt.Chart:
+    """One dot per row at its flip fraction (a random seed, or a document), a black tick at each ranking's mean
+    and a bar over mean -+ sd (population, over the rows that flipped); rows with flip_fraction NaN are 'no
+    flip': not drawn, counted in the ranking's label ("Random (2 no flip)", "... no flip within 20 %" when the
+    scan stopped at max_removed < 1).
 
-    flips: columns ranking, flip_fraction (NaN = no flip) and optionally doc."""
+    flips: columns ranking, flip_fraction (NaN = no flip) and optionally doc or seed
+    (FaithfulnessResult.flips(), DatasetFaithfulness.per_document)."""
     _require(flips, ["ranking", "flip_fraction"])
     data = flips.copy()
     no_flip = data["flip_fraction"].isna().groupby(data["ranking"], sort=False).sum()
-    names = {r: f"{r} ({int(k)} no flip)" if k else r for r, k in no_flip.items()}
+    within = f" within {100 * max_removed:g} %" if max_removed < 1 else ""
+    names = {r: f"{r} ({int(k)} no flip{within})" if k else r for r, k in no_flip.items()}
     data["row"] = data["ranking"].map(names)
     order = [names[r] for r in _order(data["ranking"])]
     drawn = data[data["flip_fraction"].notna()]
@@ -79,11 +94,15 @@ def flip_chart(flips: pd.DataFrame,
     dots = alt.Chart(drawn).mark_circle(size=60, opacity=0.6).encode(
         x=x, y=y, color=alt.Color("ranking:N", sort=_order(data["ranking"]), legend=None),
         tooltip=["ranking:N", alt.Tooltip("flip_fraction:Q", format=".3f", title="fraction removed")]
-        + (["doc:Q"] if "doc" in data else []))
-    ticks = alt.Chart(drawn).mark_tick(color="black", thickness=2, size=24).encode(
-        x=alt.X("median(flip_fraction):Q"), y=y,
-        tooltip=["ranking:N", alt.Tooltip("median(flip_fraction):Q", format=".3f", title="median")])
-    return (dots + ticks).properties(title=title, height=40 * max(1, len(order)))
+        + [f"{c}:Q" for c in ("doc", "seed") if c in data])
+    grouped = drawn.groupby("row", sort=False)["flip_fraction"]
+    stats = pd.DataFrame({"mean": grouped.mean(), "sd": grouped.std(ddof=0), "flipped": grouped.size()})
+    stats = stats.reset_index().assign(lo=lambda s: s["mean"] - s["sd"], hi=lambda s: s["mean"] + s["sd"])
+    tooltip = ["row:N", alt.Tooltip("mean:Q", format=".3f"), alt.Tooltip("sd:Q", format=".3f", title="sd"),
+               alt.Tooltip("flipped:Q", title="flipped")]
+    bars = alt.Chart(stats).mark_rule(color="black").encode(x="lo:Q", x2="hi:Q", y=y, tooltip=tooltip)
+    ticks = alt.Chart(stats).mark_tick(color="black", thickness=2, size=24).encode(x="mean:Q", y=y, tooltip=tooltip)
+    return (dots + bars + ticks).properties(title=title, height=40 * max(1, len(order)))
 
 
 def head_agreement_heatmap(grid, metric: str = "rbo", title: str | None = None) -> alt.Chart:
