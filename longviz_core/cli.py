@@ -1,6 +1,6 @@
 """Command line: `python -m longviz_core precompute ...` and `python -m longviz_core store-info DIR`.
 
-See README, "Precomputing a dataset", for the workflow (single machine, shards, Ray) and the store's layout."""
+See docs/dataset-scale.md for the workflow (single machine, shards, Ray) and the store's layout."""
 from __future__ import annotations
 
 import argparse
@@ -11,7 +11,7 @@ from .errors import LongvizError
 
 
 def _parser() -> argparse.ArgumentParser:
-    from .precompute import ALL_KINDS, Settings
+    from .dataset.kinds import ALL_KINDS, Settings
 
     d = Settings()
     p = argparse.ArgumentParser(prog="python -m longviz_core", description=__doc__.splitlines()[0])
@@ -52,7 +52,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _precompute(a) -> int:
-    from .precompute import Settings, parse_shard, precompute, run_on_ray
+    from .dataset.kinds import Settings
+    from .dataset.ray import run_on_ray
+    from .dataset.run import parse_shard, precompute
 
     settings = Settings(max_tokens=a.max_tokens, grid=a.grid, n_steps=a.n_steps, ig_method=a.ig_method,
                         target=a.target, precision=a.precision, importance_docs=a.importance_docs,
@@ -64,7 +66,7 @@ def _precompute(a) -> int:
     else:
         import torch
 
-        from .loading import load_dataset, load_model
+        from .model.loading import load_dataset, load_model
 
         if a.threads:
             torch.set_num_threads(a.threads)
@@ -81,7 +83,7 @@ def _precompute(a) -> int:
 
 
 def _store_info(a) -> int:
-    from .store import ResultStore
+    from .dataset.store import ResultStore
 
     store = ResultStore(a.path)
     m = store.manifest
@@ -104,7 +106,3 @@ def main(argv=None) -> int:
     except (LongvizError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

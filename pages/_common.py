@@ -169,13 +169,14 @@ def max_tokens(model: lv.LoadedModel) -> int:
 def attribution_after_click(model: lv.LoadedModel, analysis, steps: int, page: str, label: str, note: str = ""):
     """IG of the predicted class: from the disk cache, or after an honest time estimate and a click on `label`."""
     from longviz_core import attribution as attr
+    from longviz_core.progress import format_seconds
 
     hit = attr.cached_attribution(model, analysis, None, steps)
     if hit is not None:
         return hit
     seconds = attr.estimate_ig_seconds(model, analysis.n, steps, on_wait=queue_notice())
     st.info(f"Integrated Gradients with {steps} steps on {analysis.n:,} tokens takes about "
-            f"{attr.format_seconds(seconds)} on this machine ({model.device.type}).{note}")
+            f"{format_seconds(seconds)} on this machine ({model.device.type}).{note}")
     if not st.button(label, key=K.page(page, "run_ig")):
         st.stop()
     return attr.integrated_gradients(model, analysis, None, steps, progress=progress_bar("Integrated Gradients"),
