@@ -65,6 +65,14 @@ def test_a_name_loads_only_what_it_needs():
     assert loaded == "\n"
 
 
+def test_reading_a_store_needs_no_model_code():
+    # `store-info` and the app's store lookups open stores; the in-app dataset functions (torch) load on use
+    loaded = _run("import sys\n"
+                  "from longviz_core.dataset.store import ResultStore\n"
+                  f"print(','.join(m for m in {HEAVY!r} if m in sys.modules))")
+    assert set(loaded.strip().split(",")) <= {"pandas", ""}, loaded
+
+
 def test_every_public_name_resolves_to_its_module():
     import longviz_core as lv
 

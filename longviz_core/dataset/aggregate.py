@@ -183,9 +183,8 @@ def dataset_attributions(
 ) -> DatasetAttribution:
     """Dataset-wide attribution by token type (Fig 10e/f): every document's normalised scores summed per token
     type (views.attribution_tables.document_token_sums), then combine_token_sums: per type, the sum over
-    documents divided by
-    the number of documents (a mean over all of them), with documents containing it, occurrences and the
-    mean per occurrence. masked: apply the paper's mask; min_docs: hide types found in fewer documents.
+    documents divided by the number of documents (a mean over all of them), with documents containing it,
+    occurrences and the mean per occurrence. masked: apply the paper's mask; min_docs: hide types found in fewer documents.
 
     Each document's IG result goes through the per-document cache, so an interrupted run resumes where it
     stopped; the per-type sums are cached too (keyed by model, texts and settings; both mask choices)."""

@@ -22,7 +22,9 @@ merging shards needs no step of its own: the reader unions the files.
 
 Arrays are .npy (np.save / np.load with allow_pickle=False), tables Parquet: nothing is ever unpickled.
 Every table row of a unit is mirrored into the index table "<kind>__<table>" with a doc_id column, so the
-dataset-wide views are SQL queries plus the pure aggregation functions of dataset.aggregate.
+dataset-wide views are SQL queries plus the pure aggregation functions of dataset.aggregate. Those (and the view
+types) are imported where they are used: aggregate also holds the in-app dataset functions, which bring torch,
+and reading a store (`store-info`) needs none of it.
 """
 from __future__ import annotations
 
@@ -45,19 +47,6 @@ import pandas as pd
 
 from .._disk import atomic_write, bytes_digest, file_lock, fsync_dir
 from ..errors import CacheCorruptError, ManifestMismatchError, StoreError
-from ..views.pooling import PooledAttention
-from .aggregate import (
-    DatasetAgreement,
-    DatasetAttribution,
-    DatasetFaithfulness,
-    combine_head_means,
-    combine_set_counts,
-    combine_token_sums,
-    mean_arrays,
-    summarise_agreement,
-    summarise_faithfulness,
-    with_doc,
-)
 
 FORMAT = 1
 MANIFEST = "manifest.json"
@@ -467,6 +456,9 @@ class ResultStore:
     def pooled_attention(self, doc_ids: Iterable[str] | None = None):
         """The dataset-wide heatmap grid as views.pooling.PooledAttention: the mean of the documents'
         relative-position pooled maps, cells (layers, heads, g, g), exactly what pooling.pool_dataset gives."""
+        from ..views.pooling import PooledAttention
+        from .aggregate import mean_arrays
+
         ids = list(doc_ids) if doc_ids is not None else self.doc_ids("attention")
         cells = mean_arrays(self.array(d, "attention", "pooled") for d in ids)
         return PooledAttention(cells, np.linspace(0.0, 1.0, cells.shape[-1] + 1), len(ids), relative=True)
@@ -488,6 +480,8 @@ class ResultStore:
         class is the negation (p0 = 1 - p1), so those documents' sums change sign. masked=True leaves out
         the instances views.masking.build_mask masks (special, non-alphanumeric, stopwords); min_docs hides
         types found in fewer documents."""
+        from .aggregate import combine_token_sums
+
         value, count = ("attribution_unmasked", "count_unmasked") if masked else ("attribution", "count")
         t, s = table_name("attribution", "by_token"), table_name("attribution", "summary")
         params: tuple = ()
@@ -510,6 +504,8 @@ class ResultStore:
 
     def dataset_attributions(self, target: int, masked: bool = False, min_docs: int = 1):
         """The store's answer to aggregate.dataset_attributions(target=...), as its DatasetAttribution."""
+        from .aggregate import DatasetAttribution
+
         table = self.attribution_by_token_type(target, masked, min_docs)
         return DatasetAttribution(table, int(target), int(self.settings("attribution")["n_steps"]),
                                   self.count("attribution"), f"store:{self.content_key()}", masked=bool(masked),
@@ -517,6 +513,8 @@ class ResultStore:
 
     def head_agreement(self, metric: str = "rbo", masked: str = "no") -> np.ndarray:
         """Mean over documents of every head's agreement (layers, heads); NaN values (dead heads) skipped."""
+        from .aggregate import combine_head_means
+
         t = table_name("agreement", "heads")
         partial = self.query("agreement", f'SELECT layer, head, SUM(value) AS total, COUNT(value) AS n FROM "{t}" '
                              f'WHERE doc_id IN (SELECT doc_id FROM owned) AND metric = ? AND masked = ? '
@@ -527,6 +525,8 @@ class ResultStore:
     def top_set_counts(self, source: str, scaled: bool, masked: str) -> pd.DataFrame:
         """Token types in the top-5 % sets summed over documents for one configuration: token, attention only,
         attribution only, both, total (descending)."""
+        from .aggregate import combine_set_counts
+
         t = table_name("agreement", "sets")
         partial = self.query("agreement", f'SELECT token, SUM(attention_only) AS a, SUM(attribution_only) AS b, '
                              f'SUM(both) AS c FROM "{t}" WHERE doc_id IN (SELECT doc_id FROM owned) AND source = ? '
@@ -537,6 +537,8 @@ class ResultStore:
         """The store's answer to aggregate.dataset_agreement (default configuration: every mask kind, no
         layer range, the default p and top), as its DatasetAgreement: Tables 1-2 by summarise_agreement,
         per-head grids and top-set counts summed in SQL."""
+        from .aggregate import DatasetAgreement, summarise_agreement, with_doc
+
         rows = self.table("agreement", "rows")
         if rows.empty:
             raise StoreError("The store has no agreement results.")
@@ -559,6 +561,8 @@ class ResultStore:
         """The store's answer to aggregate.dataset_faithfulness (default settings: every ranking, all
         layers unscaled, the exact first-flip scan, the random ranking over its default seeds), as its
         DatasetFaithfulness."""
+        from .aggregate import DatasetFaithfulness, summarise_faithfulness, with_doc
+
         rows = self.table("faithfulness", "rows")
         if rows.empty:
             raise StoreError("The store has no faithfulness results.")
