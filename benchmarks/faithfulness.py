@@ -25,9 +25,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 import longviz_core as lv  # noqa: E402
-from longviz_core import agreement as ag  # noqa: E402
-from longviz_core import faithfulness as fa  # noqa: E402
 from longviz_core.attribution import ConvergenceWarning, integrated_gradients  # noqa: E402
+from longviz_core.runtime import default_device  # noqa: E402
+from longviz_core.views import agreement as ag  # noqa: E402
+from longviz_core.views import faithfulness as fa  # noqa: E402
 
 
 def main() -> None:
@@ -41,8 +42,7 @@ def main() -> None:
     args = parser.parse_args()
     warnings.simplefilter("ignore", ConvergenceWarning)
     print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch threads "
-          f"{torch.get_num_threads()}, device {lv.runtime.default_device()}, load average "
-          f"{os.getloadavg()[0]:.1f}")
+          f"{torch.get_num_threads()}, device {default_device()}, load average {os.getloadavg()[0]:.1f}")
     model = lv.load_model("demo")
     df = lv.load_dataset("demo", id2label=model.id2label)
     for text in df["text"].iloc[[int(d) for d in args.docs.split(",")]]:

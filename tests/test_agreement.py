@@ -11,10 +11,11 @@ import pandas as pd
 import pytest
 
 import longviz_core as lv
-from longviz_core import agreement as ag
+from longviz_core.dataset import aggregate
 from longviz_core.figures import agreement as fig
-from longviz_core.figures.text import token_label
-from longviz_core.similarity import METRICS, compare
+from longviz_core.tokens import token_label
+from longviz_core.views import agreement as ag
+from longviz_core.views.similarity import METRICS, compare
 from tiny import text_of
 
 
@@ -155,7 +156,7 @@ def test_dataset_agreement_means_and_cache(tiny_longformer, tmp_path):
     importance = np.array([[0.5, 1.0], [1.0, 0.25]])
     kwargs = dict(max_tokens=128, ig_steps=4, importance=importance, layer_range=(0, 0), cache_dir=tmp_path)
     seen = []
-    result = ag.dataset_agreement(tiny_longformer, texts, progress=lambda f, m: seen.append(f), **kwargs)
+    result = aggregate.dataset_agreement(tiny_longformer, texts, progress=lambda f, m: seen.append(f), **kwargs)
     assert result.n_documents == 3 and result.from_cache == 0 and seen[-1] == 1.0
     # oracle: the single-document functions with the same (disk-cached) IG
     docs = []
@@ -185,7 +186,7 @@ def test_dataset_agreement_means_and_cache(tiny_longformer, tmp_path):
         total.update(ag.top_sets(a.tokens, a.attention.received(), s, m, "zero").both["token"])
     assert {t: int(counts.loc[t, "both"]) for t in total} == dict(total)
     # second run from the disk cache
-    again = ag.dataset_agreement(tiny_longformer, texts, **kwargs)
+    again = aggregate.dataset_agreement(tiny_longformer, texts, **kwargs)
     assert again.from_cache == 3
     pd.testing.assert_frame_equal(again.table, result.table)
     shown = ag.mean_std_table(result.table, ag.TABLE1_METRICS)

@@ -13,19 +13,20 @@ import pytest
 import torch
 
 from longviz_core import analyze, encode, load_model
-from longviz_core import attribution as A
 from longviz_core.attribution import (
     Attribution,
     ConvergenceWarning,
-    attribution_by_token,
     cached_attribution,
-    dataset_attributions,
     estimate_ig_seconds,
     integrated_gradients,
     internal_batch_size_for,
-    token_detail,
-    top_attributions,
 )
+from longviz_core.attribution import cost
+from longviz_core.attribution import ig as A
+from longviz_core.attribution._inputs import padded_length
+from longviz_core.dataset.aggregate import cached_dataset_attributions, dataset_attributions
+from longviz_core.errors import CacheCorruptError
+from longviz_core.views.attribution_tables import attribution_by_token, token_detail, top_attributions
 from tiny import make_tiny_longformer, text_of
 
 # Low step counts keep the tests fast; their convergence warnings are expected (one test checks them).
@@ -341,7 +342,7 @@ def test_corrupt_cache_is_recomputed_not_fatal(steep, doc, cache_dir, monkeypatc
     np.testing.assert_allclose(again.scores, first.scores, atol=1e-9)
     assert "unreadable" in caplog.text
     assert cached_attribution(steep, doc, n_steps=3, cache_dir=cache_dir) is not None  # rewritten whole
-    with pytest.raises(A.CacheCorruptError):
+    with pytest.raises(CacheCorruptError):
         path.write_bytes(b"")
         A._read_cache(path, first.key, doc.n)
 
@@ -370,25 +371,25 @@ def test_concurrent_writers_leave_one_whole_file(steep, doc, cache_dir):
 
 # ------------------------------------------------------------------------------------ sizes and estimates
 def test_internal_batch_size_formula(steep, monkeypatch):
-    monkeypatch.setattr(A, "_free_memory_bytes", lambda device: 10**9)
+    monkeypatch.setattr(cost, "_free_memory_bytes", lambda device: 10**9)
     cfg = steep.model.config
     n_pad = 48  # 45 tokens padded to a multiple of 2w = 8
     per_step = cfg.num_hidden_layers * n_pad * 4 * (
         12 * cfg.hidden_size + 2 * cfg.intermediate_size + 3 * cfg.num_attention_heads * (2 * 4 + 2)
     )
-    assert A._bytes_per_step(steep, 45, "fp32") == per_step
-    assert A._bytes_per_step(steep, 45, "bf16") == per_step / 2
+    assert cost._bytes_per_step(steep, 45, "fp32") == per_step
+    assert cost._bytes_per_step(steep, 45, "bf16") == per_step / 2
     assert internal_batch_size_for(steep, 45, 500) == 50  # memory is plentiful: capped for progress updates
     assert internal_batch_size_for(steep, 45, 4) == 1
-    monkeypatch.setattr(A, "_free_memory_bytes", lambda device: int(per_step * 6.5))
+    monkeypatch.setattr(cost, "_free_memory_bytes", lambda device: int(per_step * 6.5))
     assert internal_batch_size_for(steep, 45, 500) == 3  # half of the free memory holds 3 steps
-    monkeypatch.setattr(A, "_free_memory_bytes", lambda device: 1)
+    monkeypatch.setattr(cost, "_free_memory_bytes", lambda device: 1)
     assert internal_batch_size_for(steep, 45, 500) == 1
 
 
 def test_estimate_is_cached_linear_and_refined_by_runs(steep, doc, cache_dir, monkeypatch):
     timed = []
-    monkeypatch.setattr(A, "_time_passes", lambda model, enc, precision: timed.append(enc.n) or (0.5, 2.0))
+    monkeypatch.setattr(cost, "time_passes", lambda model, enc, precision: timed.append(enc.n) or (0.5, 2.0))
     # the tiny model's max is 128 tokens: every length falls in the 128 bucket (padded 128)
     assert estimate_ig_seconds(steep, 128, 10, cache_dir=cache_dir) == pytest.approx(10 * 2.0 + 2 * 0.5)
     assert estimate_ig_seconds(steep, 64, 10, cache_dir=cache_dir) == pytest.approx((10 * 2.0 + 2 * 0.5) / 2)
@@ -396,7 +397,7 @@ def test_estimate_is_cached_linear_and_refined_by_runs(steep, doc, cache_dir, mo
     with pytest.raises(ValueError, match="exceed"):
         estimate_ig_seconds(steep, 10_000, 10, cache_dir=cache_dir)
     attr = integrated_gradients(steep, doc, n_steps=4, cache_dir=cache_dir)
-    scale = A._padded(steep, doc.n) / 128
+    scale = padded_length(steep, doc.n) / 128
     factor = attr.seconds / (scale * (4 * 2.0 + 2 * 0.5))  # measured / predicted for that run
     assert estimate_ig_seconds(steep, 128, 10, cache_dir=cache_dir) == pytest.approx((10 * 2.0 + 2 * 0.5) * factor)
     # the refined estimate predicts the run it learned from, however quick or slow it was
@@ -404,7 +405,7 @@ def test_estimate_is_cached_linear_and_refined_by_runs(steep, doc, cache_dir, mo
 
 
 def test_time_passes_measures_the_real_model(steep, doc):
-    passes = A._time_passes(steep, doc.encoded, "fp32")
+    passes = cost.time_passes(steep, doc.encoded, "fp32")
     assert all(t > 0 for t in passes) and passes.step == passes[1]
 
 
@@ -450,7 +451,7 @@ def test_dataset_attributions_is_a_mean_over_all_documents(steep, cache_dir, mon
     """Oracle: a loop over the documents and their tokens (issue 13 item 4): a type's score in a document is the
     sum of its normalised scores there; its dataset score is the sum over documents / the number of documents
     (absent = 0). "compiler" is absent from the last document; the mask drops stopwords such as "the"."""
-    from longviz_core.figures.text import token_label
+    from longviz_core.tokens import token_label
     from longviz_core.views.masking import build_mask
 
     texts = [text_of(12), text_of(20), "neural network trains on data"]
@@ -504,7 +505,7 @@ def test_dataset_attributions_is_a_mean_over_all_documents(steep, cache_dir, mon
     again = dataset_attributions(steep, texts, target=1, n_steps=3, max_tokens=64, cache_dir=cache_dir)
     assert again.from_cache and calls == []
     pd.testing.assert_frame_equal(again.table, first.table)
-    cached = A.cached_dataset_attributions(steep, texts, target=1, n_steps=3, max_tokens=64, cache_dir=cache_dir,
+    cached = cached_dataset_attributions(steep, texts, target=1, n_steps=3, max_tokens=64, cache_dir=cache_dir,
                                            masked=True, min_docs=2)
     assert cached.masked and cached.min_docs == 2 and (cached.table["n_docs"] >= 2).all() and calls == []
     with pytest.raises(ValueError, match="min_docs"):

@@ -21,7 +21,7 @@ from streamlit.testing.v1 import AppTest
 
 import longviz_core as lv
 from longviz_core import attribution as ig
-from longviz_core import store as st_store
+from longviz_core.dataset import store as st_store
 from test_links import app_test, page
 from tiny import text_of
 
@@ -346,7 +346,7 @@ def test_ui_8_a_corrupted_attribution_cache_file_is_recomputed(app, demo_model, 
     analysis = lv.analyze(demo_model, demo_dataset["text"].iloc[0], 256)
     cached = ig.cached_attribution(demo_model, analysis, n_steps=3)
     assert cached is not None and f"{cached.total:+.3f}" == score
-    from longviz_core.demo import cache_root
+    from longviz_core._disk import cache_root
 
     path = cache_root() / "attributions" / f"{cached.key}.npz"
     path.write_bytes(path.read_bytes()[:100])  # truncated by a full disk or a killed copy

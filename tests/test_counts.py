@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from longviz_core import analyze
-from longviz_core.bands import AttentionBands
+from longviz_core.model.bands import AttentionBands
 from longviz_core.figures import attention as fig
 from longviz_core.views.counts import (
     COUNT_MEANINGS,
@@ -35,7 +35,7 @@ from longviz_core.views.counts import (
     type_counts,
 )
 from longviz_core.errors import LongvizError
-from longviz_core.views.masking import normalise_tokens
+from longviz_core.tokens import normalise_tokens
 from tiny import make_tiny_longformer, text_of
 
 
@@ -425,7 +425,7 @@ def test_two_threads_count_the_same_as_one(monkeypatch, analysis, topk64):
 
 
 def test_tables_by_type_and_by_position_share_one_pass(monkeypatch, analysis, topk64):
-    from longviz_core import _kernels
+    from longviz_core.model import _kernels
 
     calls = []
     real = _kernels.count_sets
@@ -594,7 +594,7 @@ def test_compiled_loops_cache_under_the_longviz_cache_folder(tmp_path):
     instead of compiling them again."""
     script = (
         "import numpy as np\n"
-        "from longviz_core import _kernels\n"
+        "from longviz_core.model import _kernels\n"
         "from tests.test_counts import synthetic_bands\n"
         "from longviz_core.views.counts import topk_indices\n"
         "topk_indices(synthetic_bands(n=40, w=6, gidx=(0,)), k=3)\n"

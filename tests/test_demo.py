@@ -23,7 +23,8 @@ import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 import longviz_core.demo as demo_module
-from longviz_core.demo import DEMO_VERSION, DemoPaths, build_demo, cache_root, ensure_demo, generate_corpus
+from longviz_core._disk import cache_root
+from longviz_core.demo import DEMO_VERSION, DemoPaths, build_demo, ensure_demo, generate_corpus
 
 ROOT = Path(__file__).resolve().parents[1]
 

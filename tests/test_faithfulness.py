@@ -12,7 +12,8 @@ import pytest
 import torch
 
 import longviz_core as lv
-from longviz_core import faithfulness as fa
+from longviz_core.dataset import aggregate
+from longviz_core.views import faithfulness as fa
 from tiny import make_tiny_longformer, text_of
 
 
@@ -445,7 +446,7 @@ def test_dataset_summary_and_disk_cache(tiny_longformer, tmp_path):
     kwargs = dict(max_tokens=128, ig_steps=4, rankings=("attention", "ig", "random"), seeds=(0, 1, 2),
                   cache_dir=tmp_path)
     seen = []
-    first = fa.dataset_faithfulness(tiny_longformer, texts, [0, 1, 0], progress=lambda f, m: seen.append(f),
+    first = aggregate.dataset_faithfulness(tiny_longformer, texts, [0, 1, 0], progress=lambda f, m: seen.append(f),
                                     **kwargs)
     assert first.n_documents == 3 and first.from_cache == 0
     assert seen[-1] == 1.0 and all(0.0 <= f <= 1.0 for f in seen)
@@ -470,17 +471,17 @@ def test_dataset_summary_and_disk_cache(tiny_longformer, tmp_path):
     for col in ("aopc", "aopc sd", "flip_fraction", "flip_rate"):
         np.testing.assert_allclose(per_doc[per_doc["doc"] == 1][col].to_numpy(), single[col].to_numpy())
     # second run: every document from the disk cache, same numbers; a corrupt file is recomputed
-    again = fa.dataset_faithfulness(tiny_longformer, texts, [0, 1, 0], **kwargs)
+    again = aggregate.dataset_faithfulness(tiny_longformer, texts, [0, 1, 0], **kwargs)
     assert again.from_cache == 3
     np.testing.assert_allclose(again.per_document["aopc"], per_doc["aopc"])
     files = sorted((tmp_path / "faithfulness").glob("*.json"))
     assert len(files) == 3
     files[0].write_text("{not json")
-    third = fa.dataset_faithfulness(tiny_longformer, texts, [0, 1, 0], **kwargs)
+    third = aggregate.dataset_faithfulness(tiny_longformer, texts, [0, 1, 0], **kwargs)
     assert third.from_cache == 2
     np.testing.assert_allclose(third.per_document["aopc"], per_doc["aopc"])
     assert len(first.long_curves()) == 3 * 3 * len(fa.KS)
-    fourth = fa.dataset_faithfulness(tiny_longformer, texts, [0, 1, 0], **{**kwargs, "seeds": (0, 1)})
+    fourth = aggregate.dataset_faithfulness(tiny_longformer, texts, [0, 1, 0], **{**kwargs, "seeds": (0, 1)})
     assert fourth.from_cache == 0  # the seeds are part of the key
 
 

@@ -12,6 +12,7 @@ from nltk.corpus.reader import StopwordsCorpusReader
 from nltk.corpus.util import LazyCorpusLoader
 from tokenizers import ByteLevelBPETokenizer, decoders
 
+from longviz_core import tokens as tk
 from longviz_core.views import masking
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -52,11 +53,7 @@ def test_stopwords_load_offline_through_nltk_in_a_clean_interpreter():
         nltk.download = no_network
         socket.socket = no_network
         nltk.data.path[:] = []
-        # Load the module alone: the package's front door imports torch/transformers, irrelevant here and slow.
-        import importlib.util
-        spec = importlib.util.spec_from_file_location("masking", "longviz_core/views/masking.py")
-        masking = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(masking)
+        from longviz_core.views import masking  # the lazy front door imports no torch/transformers on the way
         words = masking.english_stopwords()
         masking.register_nltk_data(); masking.register_nltk_data()
         assert nltk.data.path.count(str(masking.NLTK_DATA_DIR)) == 1, nltk.data.path
@@ -110,12 +107,12 @@ def test_group_writable_copy_is_refused_by_nltk_and_read_directly(tmp_path, monk
 
 
 def test_normalise_strips_markers_and_lowercases():
-    assert masking.normalise_tokens(["ĠThe", "Ċ", "ĊĊ", "Ġ", "Ġ2048", "Ã©", "âĢ", "<s>"]) == [
+    assert tk.normalise_tokens(["ĠThe", "Ċ", "ĊĊ", "Ġ", "Ġ2048", "Ã©", "âĢ", "<s>"]) == [
         "the", "", "", "", "2048", "é", "", "<s>",
     ]
-    assert masking.normalise_tokens(["▁The", "▁", "s"]) == ["the", "", "s"]
+    assert tk.normalise_tokens(["▁The", "▁", "s"]) == ["the", "", "s"]
     wordpiece = ["[CLS]", "The", "##ing", "##", "Don’t"]
-    assert masking.normalise_tokens(wordpiece) == ["[cls]", "the", "ing", "##", "don't"]
+    assert tk.normalise_tokens(wordpiece) == ["[cls]", "the", "ing", "##", "don't"]
 
 
 @pytest.fixture(scope="module")
@@ -133,16 +130,18 @@ def test_byte_level_decoding_matches_the_tokenizers_decoder(byte_level_tokens):
     # the decoder shows a lone byte fragment as U+FFFD; normalisation drops it (no text of its own)
     expected = [decoder.decode([t]).replace("\ufffd", "").strip().lower().replace("’", "'")
                 for t in byte_level_tokens]
-    assert masking.detect_scheme(byte_level_tokens) == "byte_level"
-    assert masking.normalise_tokens(byte_level_tokens) == expected
+    assert tk.detect_scheme(byte_level_tokens) == "byte_level"
+    assert tk.normalise_tokens(byte_level_tokens) == expected
     assert any(t.startswith("âĢ") for t in byte_level_tokens)  # the fixture does contain byte fragments
 
 
 def test_byte_table_inverts_gpt2_bytes_to_unicode():
     from transformers.convert_slow_tokenizer import bytes_to_unicode
 
-    for byte, char in bytes_to_unicode().items():
-        assert char.translate(masking._BYTE_LEVEL_TABLE).encode("latin-1") == bytes([byte])
+    table = bytes_to_unicode()
+    assert len(tk.byte_decoder()) == len(table) == 256
+    for byte, char in table.items():
+        assert tk.byte_decoder()[char] == byte
 
 
 def test_nonalnum_mask():

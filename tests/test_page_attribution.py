@@ -11,8 +11,9 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from longviz_core import attribution as A
-from longviz_core import load_model
+from longviz_core import _disk, load_model
+from longviz_core.attribution import ig as A
+from longviz_core.dataset.aggregate import cached_dataset_attributions
 from pages._common import K
 
 TIMEOUT = 300
@@ -24,7 +25,7 @@ P = "attribution"
 @pytest.fixture()
 def calls(tmp_path, monkeypatch):
     """Every IG computation the page triggers, in a private cache folder."""
-    monkeypatch.setattr(A, "_cache_root", lambda cache_dir: tmp_path / "attributions")
+    monkeypatch.setattr(_disk, "cache_folder", lambda name, cache_dir=None: tmp_path / name)
     seen = []
     real = A._compute
 
@@ -117,7 +118,7 @@ def test_dataset_wide_table(demo, calls):
     assert sum(title in m.value for m in at.markdown) == 2  # the positive and the negative table
     model = load_model("demo")
     target = next(i for i, n in model.id2label.items() if n == class_name)
-    full = A.cached_dataset_attributions(model, _demo_texts(2), target, 2, max_tokens=128).table
+    full = cached_dataset_attributions(model, _demo_texts(2), target, 2, max_tokens=128).table
     pd.testing.assert_frame_equal(tables[0].reset_index(drop=True),
                                   full[full["mean_attribution"] > 0].head(10).reset_index(drop=True))
 

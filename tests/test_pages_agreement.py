@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from longviz_core import agreement as ag
-from longviz_core import faithfulness as fa
+from longviz_core.views import agreement as ag
+from longviz_core.views import faithfulness as fa
 from longviz_core.attribution import STEP_PRESETS
 from longviz_core.views.importance import IMPORTANCE_METHODS
 from pages._common import K

@@ -3,7 +3,6 @@ uninterrupted run; two shards merge into the single-shard store; the store's dat
 in-app dataset functions (one code path); manifests refuse to mix settings."""
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import sqlite3
@@ -20,17 +19,10 @@ import pytest
 import torch
 
 from longviz_core import ManifestMismatchError, StoreError, analyze, load_dataset, load_model
-from longviz_core.precompute import (
-    KINDS,
-    Kind,
-    Settings,
-    parse_shard,
-    precompute,
-    read_logs,
-    resolve_kinds,
-    shard_rows,
-)
-from longviz_core.store import ResultStore
+from longviz_core.cli import main
+from longviz_core.dataset.kinds import KINDS, Kind, Settings, resolve_kinds
+from longviz_core.dataset.run import parse_shard, precompute, read_logs, shard_rows
+from longviz_core.dataset.store import ResultStore
 from test_store import assert_stores_equal
 from tiny import WORDS, make_tiny_longformer
 
@@ -75,13 +67,45 @@ def reference(setup, tmp_path_factory):
 
 
 # ----------------------------------------------------------------------------------------- kill and resume
+# The command line with a fault point: StoreWriter.publish (the rename that makes a staged unit exist) is wrapped
+# so that its nth call stops there, "staged" just before the rename (the unit's files written and fsync'ed) or
+# "renamed" just after it (in place, not yet indexed), writes "<point> <doc_id> <kind>" to the flag file and
+# sleeps until the test SIGKILLs the process.
+_FAULT_RUN = """
+import sys, time
+from pathlib import Path
+from longviz_core.cli import main
+from longviz_core.dataset.store import StoreWriter
+
+point, nth, flag = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])
+publish, seen = StoreWriter.publish, [0]
+
+def reach(final):
+    seen[0] += 1
+    if seen[0] == nth:
+        doc_id = "None" if final.parent.name == "dataset" else final.parent.name
+        flag.write_text(f"{point} {doc_id} {final.name}")
+        time.sleep(3600)
+
+def publish_with_fault(self, stage, final):
+    if point == "staged":
+        reach(final)
+    done = publish(self, stage, final)
+    if point == "renamed" and done:
+        reach(final)
+    return done
+
+StoreWriter.publish = publish_with_fault
+sys.exit(main(sys.argv[4:]))
+"""
+
+
 def _cli(model_dir, csv, out, fault=None, flag=None):
-    env = dict(os.environ)
-    env.pop("LONGVIZ_STORE_FAULT", None)
-    if fault:
-        env.update(LONGVIZ_STORE_FAULT=fault, LONGVIZ_STORE_FAULT_FLAG=str(flag))
-    return subprocess.Popen([sys.executable, "-m", "longviz_core", *_args(model_dir, csv, out)], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    """The precompute command in a subprocess; fault = "<point>:<n>" stops it at the nth passage (see _FAULT_RUN)."""
+    run = ([sys.executable, "-c", _FAULT_RUN, *fault.split(":"), str(flag)] if fault
+           else [sys.executable, "-m", "longviz_core"])
+    return subprocess.Popen([*run, *_args(model_dir, csv, out)], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
 
 
 def _args(model_dir, csv, out) -> list[str]:
@@ -124,8 +148,6 @@ def test_killed_runs_resume_to_the_uninterrupted_result(setup, reference, tmp_pa
     assert renamed_doc in ResultStore(out).doc_ids(renamed_kind)
 
     # 3: runs to the end (in this process: the same command, without another start-up)
-    from longviz_core.__main__ import main
-
     assert main(_args(model_dir, csv, out)) == 0
     assert "already done" in capsys.readouterr().err  # the summary line
 
@@ -169,9 +191,7 @@ def test_shard_split_is_deterministic_and_complete():
 
 # ----------------------------------------------------------------------------------------- one code path
 def test_store_numbers_equal_the_in_app_dataset_functions(setup, reference, tmp_path):
-    from longviz_core.agreement import dataset_agreement
-    from longviz_core.attribution import dataset_attributions
-    from longviz_core.faithfulness import dataset_faithfulness
+    from longviz_core.dataset.aggregate import dataset_agreement, dataset_attributions, dataset_faithfulness
     from longviz_core.views.importance import head_importance
     from longviz_core.views.pooling import pool_dataset
 
@@ -212,7 +232,7 @@ def test_faithfulness_settings_and_an_earlier_store(reference, tmp_path):
     search is refused with a clear message instead of being summarised with missing columns."""
     import json
 
-    from longviz_core.faithfulness import DEFAULT_SEEDS
+    from longviz_core.views.faithfulness import DEFAULT_SEEDS
 
     settings = ResultStore(reference).settings("faithfulness")
     assert settings["flip"] == "exact scan" and settings["max_removed"] == 1.0
@@ -233,12 +253,8 @@ def test_faithfulness_settings_and_an_earlier_store(reference, tmp_path):
 def test_attribution_by_token_type_equals_dataset_attributions(setup, tmp_path):
     """Both routes to the dataset-wide table (the store's SQL sums, the in-app loop) give the same numbers for
     every mask and min_docs choice; the store keeps the normalised scores and the raw sums of each document."""
-    from longviz_core.attribution import (
-        ConvergenceWarning,
-        dataset_attributions,
-        integrated_gradients,
-        normalise_scores,
-    )
+    from longviz_core.attribution import ConvergenceWarning, integrated_gradients, normalise_scores
+    from longviz_core.dataset.aggregate import dataset_attributions
 
     _, _, model, df = setup
     precompute(model, df, tmp_path / "s", "attribution", Settings(max_tokens=MAX_TOKENS, n_steps=STEPS, target="1"))
@@ -269,7 +285,7 @@ def test_attribution_by_token_type_equals_dataset_attributions(setup, tmp_path):
 
 
 def test_local_store_is_the_in_app_path(setup, reference, tmp_path):
-    from longviz_core.precompute import local_store
+    from longviz_core.dataset.run import local_store
 
     _, _, model, df = setup
     calls = []
@@ -282,8 +298,6 @@ def test_local_store_is_the_in_app_path(setup, reference, tmp_path):
 
 # ----------------------------------------------------------------------------------------- refusals
 def test_refuses_to_mix_settings_and_names_missing_kinds(setup, reference, tmp_path, capsys, monkeypatch):
-    from longviz_core.__main__ import main
-
     model_dir, csv, model, df = setup
     copy = tmp_path / "copy"
     shutil.copytree(reference, copy)
@@ -311,7 +325,6 @@ def test_app_shows_the_dataset_grid_from_a_store_made_by_the_command(demo, tmp_p
     """The heatmap grid's dataset scope reads a store found through LONGVIZ_STORE_DIR instead of computing."""
     from streamlit.testing.v1 import AppTest
 
-    from longviz_core.__main__ import main
     from longviz_core.views import pooling
 
     stores = tmp_path / "stores"
@@ -338,10 +351,7 @@ def test_dataset_pages_read_a_store_made_by_the_command(demo, demo_dataset, tmp_
     dataset functions are never called. A setting the store was not made with falls back to computing."""
     from test_links import app_test, page
 
-    from longviz_core import agreement as ag
-    from longviz_core import attribution as ig
-    from longviz_core import faithfulness as fa
-    from longviz_core.__main__ import main
+    from longviz_core.dataset import aggregate
     from pages._common import K
 
     stores = tmp_path / "stores"
@@ -354,9 +364,8 @@ def test_dataset_pages_read_a_store_made_by_the_command(demo, demo_dataset, tmp_
     def no_computing(*args, **kwargs):
         raise AssertionError("the page computed a dataset-wide view instead of reading the store")
 
-    for module, name in ((ag, "dataset_agreement"), (fa, "dataset_faithfulness"), (ig, "dataset_attributions"),
-                         (ig, "cached_dataset_attributions")):
-        monkeypatch.setattr(module, name, no_computing)
+    for name in ("dataset_agreement", "dataset_faithfulness", "dataset_attributions", "cached_dataset_attributions"):
+        monkeypatch.setattr(aggregate, name, no_computing)
 
     at = app_test()
     at.run()
@@ -369,7 +378,7 @@ def test_dataset_pages_read_a_store_made_by_the_command(demo, demo_dataset, tmp_
     at.radio(key="similarity.scope").set_value("dataset").run()
     assert not at.exception and not at.error, (at.exception, at.error)
     assert read in captions(), captions()[-600:]
-    expected = ag.summarise(store.table("agreement", "rows"))
+    expected = aggregate.summarise_agreement(store.table("agreement", "rows"))
     shown = at.dataframe[0].value  # Table 1 (dataset), as fig.table1 formats it
     assert len(shown) == len(expected)  # every configuration, scaled rows included (scaling is on)
     at.checkbox(key="similarity.scale").set_value(False).run()

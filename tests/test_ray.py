@@ -5,8 +5,10 @@ from __future__ import annotations
 import ray
 import torch
 
-from longviz_core.precompute import Settings, precompute, run_on_ray
-from longviz_core.store import ResultStore
+from longviz_core.dataset.kinds import Settings
+from longviz_core.dataset.ray import run_on_ray
+from longviz_core.dataset.run import precompute
+from longviz_core.dataset.store import ResultStore
 from test_store import assert_stores_equal
 
 SETTINGS = Settings(max_tokens=512, n_steps=2)

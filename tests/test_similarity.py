@@ -1,4 +1,4 @@
-"""Agreement metrics between attention and attribution (longviz_core.similarity), checked against direct scipy /
+"""Agreement metrics between attention and attribution (longviz_core.views.similarity), checked against direct scipy /
 numpy / rbo computations and against the paper notebook's own code where the two should agree."""
 import numpy as np
 import pandas as pd
@@ -6,7 +6,7 @@ import pytest
 import rbo
 import scipy.stats
 
-from longviz_core import similarity as sim
+from longviz_core.views import similarity as sim
 from longviz_core.errors import LongvizError
 
 # Fixed vectors with ties in both (attention 0.3 x3, 0.0 x2; |attribution| 0.2 x3, 0.0 x2).

@@ -10,19 +10,14 @@ import pandas as pd
 import pytest
 
 from longviz_core.errors import CacheCorruptError, ManifestMismatchError, StoreError
-from longviz_core.store import (
-    NUMERIC_PACKAGES,
+from longviz_core.dataset.aggregate import (
     TOKEN_TABLE_COLUMNS,
-    Record,
-    ResultStore,
-    StoreWriter,
     combine_head_means,
     combine_set_counts,
     combine_token_sums,
-    doc_id_of,
     mean_arrays,
-    open_manifest,
 )
+from longviz_core.dataset.store import NUMERIC_PACKAGES, Record, ResultStore, StoreWriter, doc_id_of, open_manifest
 
 VERSIONS = {p: "1.0" for p in NUMERIC_PACKAGES}
 
@@ -333,7 +328,7 @@ def test_mean_arrays_matches_numpy_and_refuses_mixed_shapes():
 
 
 def test_find_store_picks_the_matching_sub_directory(tmp_path):
-    from longviz_core.precompute import find_store
+    from longviz_core.dataset.run import find_store
 
     open_manifest(tmp_path / "a", manifest(model="m1", dataset="d1"))
     open_manifest(tmp_path / "b", manifest(model="m2", dataset="d1"))

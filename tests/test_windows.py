@@ -13,10 +13,11 @@ import pytest
 import torch
 
 from longviz_core import ModelLoadError, analyze, export, load_dataset, load_model
-from longviz_core import attribution as A
-from longviz_core.attribution import integrated_gradients
-from longviz_core.precompute import Settings, precompute
-from longviz_core.store import ResultStore, doc_id_of
+from longviz_core.attribution import cost, integrated_gradients
+from longviz_core.attribution._inputs import padded_length
+from longviz_core.dataset.kinds import Settings
+from longviz_core.dataset.run import precompute
+from longviz_core.dataset.store import ResultStore, doc_id_of
 from longviz_core.views.counts import topk_indices
 from longviz_core.views.pooling import pool_attention, pool_dataset
 from test_bands import _oracle_longformer
@@ -137,7 +138,7 @@ def test_integrated_gradients_match_the_notebooks_captum_call(layered_longformer
         internal_batch_size=8,
     )
     padded = -(-enc.n // max(_full_windows(model))) * max(_full_windows(model))
-    assert ref.shape[1] == padded == A._padded(model, enc.n) > enc.n
+    assert ref.shape[1] == padded == padded_length(model, enc.n) > enc.n
     ref_scores = ref.sum(dim=-1)[0].double().numpy()  # (n_padded,)
     assert not ref_scores[enc.n:].any()  # the padding has the same embedding in the input and the baseline
     ref_scores = ref_scores[: enc.n]
@@ -162,7 +163,7 @@ def test_memory_per_step_sums_each_layers_band(layered_longformer):
     d, f, heads = cfg.hidden_size, cfg.intermediate_size, cfg.num_attention_heads
     # per layer: a dozen (n, d), two (n, f) and three copies of its own (n, heads, w_full + 2) scores
     per_layer = [n_pad * 4 * (12 * d + 2 * f + 3 * heads * (w + 2)) for w in full]
-    assert A._bytes_per_step(layered_longformer, 45, "fp32") == sum(per_layer)
+    assert cost._bytes_per_step(layered_longformer, 45, "fp32") == sum(per_layer)
 
 
 # ------------------------------------------------------------------------------------------ store

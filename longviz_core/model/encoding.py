@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import InputTextError
+from ..errors import InputTextError
 
 DEFAULT_MAX_TOKENS = 2048
 
@@ -54,6 +54,8 @@ class Encoded:
 
 
 def text_hash(text: str) -> str:
+    """The document's id in analyses and in a store's `document` table: a SHA-256 prefix. Kept as it is (the
+    cache keys use `_disk.text_digest`) because stores record it and a resumed store must not mix two ids."""
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 

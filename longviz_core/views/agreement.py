@@ -7,9 +7,8 @@ For one document:
   - `top_sets`: the positions in the top 5 % of attention only, of attribution only, and of both (the notebook's
     "Examining the Specifics"), with normalised values and ranks, and counts per token type.
   - `head_agreement`: one metric between each head's received attention and |IG|, (layers, heads).
-Dataset-wide: `dataset_agreement` runs every document (analysis, IG, the three views above for every
-configuration), caches each document's numbers on disk and returns mean and std per configuration, mean
-per-head grids and summed token-type counts.
+`document_numbers` is one document's share of the dataset-wide numbers (every configuration, JSON-ready);
+dataset.aggregate turns them into means and sums over documents.
 
 Head-importance scaling multiplies each head's received attention by its importance before the heads are
 summed (the notebook's scale_by_importance). It does not apply to the per-head grid: every metric min-max
@@ -19,18 +18,26 @@ from __future__ import annotations
 
 import json
 import math
-import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 import pandas as pd
 
-from .analysis import DocumentAnalysis
-from .faithfulness import JsonStore, array_digest, document_key, eta_text
-from .loading import LoadedModel
-from .similarity import DEFAULT_P, DEFAULT_TOP, METRICS, SimilarityError, compare, compare_many, minmax, rank_order
-from .types import Progress, report
+from ..model.analysis import DocumentAnalysis
+from ..tokens import token_label
+from .masking import build_mask
+from .similarity import (
+    DEFAULT_P,
+    DEFAULT_TOP,
+    METRICS,
+    SimilarityError,
+    compare,
+    compare_many,
+    minmax,
+    rank_order,
+    top_set,
+)
 
 MASK_MODES: tuple[str, ...] = ("no", "zero", "drop")
 MASK_KINDS: tuple[str, ...] = ("special", "nonalnum", "stopwords")
@@ -38,7 +45,6 @@ HEAD_METRICS: tuple[str, ...] = ("rbo", "kendall_tau")
 TABLE1_METRICS: tuple[str, ...] = ("cosine", "kendall_tau", "rbo")
 TABLE2_METRICS: tuple[str, ...] = ("jaccard_top",)
 SET_NAMES: tuple[str, ...] = ("attention only", "attribution only", "both")
-_CACHE_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -65,8 +71,6 @@ def attention_sources(num_layers: int, layer_range: tuple[int, int] | None = Non
 
 def mask_for(tokens: Sequence[str], kinds: Sequence[str]) -> np.ndarray | None:
     """build_mask over the chosen kinds (any of MASK_KINDS), True = masked; None when no kind is chosen."""
-    from .views.masking import build_mask
-
     unknown = set(kinds) - set(MASK_KINDS)
     if unknown:
         raise ValueError(f"unknown mask kind(s) {sorted(unknown)}; choose from {list(MASK_KINDS)}")
@@ -133,9 +137,6 @@ def top_sets(tokens: Sequence[str], attention, attribution, mask=None, mode: str
     / both, normalised and thresholded exactly as `compare` does for the same mask and mode ('no', 'zero',
     'drop'). Ranks are 1 = highest among the compared tokens (ties: lower position first); masked tokens have
     no value or rank in 'drop' mode (NaN)."""
-    from .figures.text import token_label
-    from .similarity import top_set
-
     attribution = _attribution(attribution, len(tokens))
     attention = _attribution(attention, len(tokens))
     if mode not in MASK_MODES:
@@ -190,124 +191,13 @@ def head_agreement(analysis: DocumentAnalysis, attribution, metric: str = "rbo",
                         mask=None if mode == "no" else mask, mode="zero" if mode == "no" else mode, p=p, top=top)
 
 
-# ------------------------------------------------------------------------------------------- dataset
-@dataclass(frozen=True)
-class DatasetAgreement:
-    per_document: pd.DataFrame  # agreement_table rows of every document, plus a `doc` column
-    table: pd.DataFrame  # source, scaled, masked, documents, "<metric> mean", "<metric> std" for every METRICS key
-    head_grids: dict  # (metric, mask mode) -> (layers, heads) mean over documents (NaN-aware)
-    set_counts: dict  # (source, scaled, masked) -> DataFrame like TopSets.counts(), summed over documents
-    n_documents: int
-    from_cache: int  # documents read from the disk cache
-
-
-def without_scaled(result: DatasetAgreement) -> DatasetAgreement:
-    """The same dataset result without its head-importance-scaled rows and top-set configurations: what
-    dataset_agreement returns when no importance is given (a precomputed store holds both)."""
-    if not isinstance(result, DatasetAgreement):
-        raise ValueError(f"expected a DatasetAgreement, got {type(result).__name__}")
-    unscaled = lambda df: df[~df["scaled"].astype(bool)].reset_index(drop=True)  # noqa: E731
-    return replace(result, per_document=unscaled(result.per_document), table=unscaled(result.table),
-                   set_counts={key: v for key, v in result.set_counts.items() if not key[1]})
-
-
-def dataset_agreement(
-    model: LoadedModel,
-    texts,
-    *,
-    max_tokens: int,
-    ig_steps: int = 50,
-    importance=None,
-    mask_kinds: Sequence[str] = MASK_KINDS,
-    layer_range: tuple[int, int] | None = None,
-    p: float = DEFAULT_P,
-    top: float = DEFAULT_TOP,
-    cache_dir=None,
-    progress: Progress | None = None,
-    on_wait=None,
-) -> DatasetAgreement:
-    """Tables 1-2, the top-set token counts (every configuration) and the per-head grids (HEAD_METRICS x
-    MASK_MODES) for every document, then mean +- std. IG explains the predicted class with `ig_steps` steps;
-    the mask is rebuilt per document from `mask_kinds`. Each document's numbers are cached on disk."""
-    import warnings
-
-    from .analysis import analyze
-    from .attribution import ConvergenceWarning, integrated_gradients
-
-    texts = list(texts)
-    if not texts:
-        raise ValueError("No documents to compare.")
-    settings = {"v": _CACHE_VERSION, "model": model.fingerprint, "max_tokens": int(max_tokens),
-                "ig_steps": int(ig_steps), "importance": array_digest(importance), "mask": sorted(mask_kinds),
-                "layer_range": None if layer_range is None else [int(v) for v in layer_range], "p": float(p),
-                "top": float(top)}
-    store = JsonStore("agreement", cache_dir)
-    rows, grids, counts, hits, started = [], {}, {}, 0, time.monotonic()
-    for i, text in enumerate(texts):
-        key = document_key(settings, text)
-        doc = store.get(key)
-        if doc is None:
-            lo, eta = i / len(texts), eta_text(started, i, len(texts))
-            analysis = analyze(model, text, max_tokens, on_wait=on_wait)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", ConvergenceWarning)  # few steps are the dataset-wide compromise
-                ig = integrated_gradients(
-                    model, analysis, None, ig_steps, cache_dir=cache_dir, on_wait=on_wait,
-                    progress=lambda f, msg, lo=lo, i=i, eta=eta: report(
-                        progress, lo + 0.9 * f / len(texts), f"Document {i + 1}/{len(texts)}{eta}: IG {msg}"))
-            doc = document_numbers(analysis, ig.scores, importance, mask_for(analysis.tokens, mask_kinds),
-                                    layer_range, p, top)
-            store.put(key, doc)
-        else:
-            hits += 1
-        rows.extend({"doc": i, **r} for r in doc["table"])
-        for name, grid in doc["grids"].items():
-            grids.setdefault(name, []).append(np.asarray(grid, dtype=np.float64))
-        for config, table in doc["counts"].items():
-            acc = counts.setdefault(config, {})
-            for token, values in table.items():
-                acc[token] = np.add(acc.get(token, 0), values)
-        report(progress, (i + 1) / len(texts), f"Document {i + 1}/{len(texts)} done")
-    per_doc = pd.DataFrame(rows)
-    return DatasetAgreement(
-        per_document=per_doc,
-        table=summarise(per_doc),
-        head_grids={tuple(name.split("|")): _nanmean(stack) for name, stack in grids.items()},
-        set_counts={_config_key(config): _counts_from_sums(acc) for config, acc in counts.items()},
-        n_documents=len(texts),
-        from_cache=hits,
-    )
-
-
-def summarise(per_document: pd.DataFrame) -> pd.DataFrame:
-    """Mean and std (population, NaN-aware) over documents of every metric, per (source, scaled, masked)."""
-    out = []
-    for (source, scaled, masked), group in per_document.groupby(["source", "scaled", "masked"], sort=False):
-        row = {"source": source, "scaled": bool(scaled), "masked": masked,
-               "documents": int(group[list(METRICS)].notna().all(axis=1).sum())}
-        for name in METRICS:
-            values = group[name].to_numpy(dtype=np.float64)
-            finite = np.isfinite(values).any()
-            row[f"{name} mean"] = float(np.nanmean(values)) if finite else math.nan
-            row[f"{name} std"] = float(np.nanstd(values)) if finite else math.nan
-        out.append(row)
-    return pd.DataFrame(out)
-
-
-def mean_std_table(summary: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
-    """The summary with one 'mean ± std' text column per metric, for display."""
-    out = summary[["source", "scaled", "masked", "documents"]].copy()
-    for name in metrics:
-        out[name] = [f"{m:.3f} ± {s:.3f}" if np.isfinite(m) else "—"
-                     for m, s in zip(summary[f"{name} mean"], summary[f"{name} std"])]
-    return out
-
-
+# ------------------------------------------------------------------------------------------- per document, for the dataset
 def document_numbers(analysis, attribution, importance, mask, layer_range, p, top) -> dict:
     """Everything the dataset view needs from one document, as JSON-ready lists and dicts: `table` (the
     agreement_table rows), `grids` ("metric|masked" -> (layers, heads) nested lists, None for NaN) and
     `counts` ("source|scaled|masked" -> token -> counts per top-5 % set). The per-document unit of
-    dataset_agreement, shared with the precompute CLI so both produce the same numbers."""
+    dataset.aggregate.dataset_agreement and of the precompute's "agreement" kind, so both produce the same
+    numbers."""
     table = agreement_table(analysis, attribution, importance=importance, mask=mask, layer_range=layer_range,
                             p=p, top=top)
     bands = analysis.attention
@@ -335,6 +225,16 @@ def document_numbers(analysis, attribution, importance, mask, layer_range, p, to
     return {"table": records, "grids": grids, "counts": counts}
 
 
+def mean_std_table(summary: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
+    """A dataset summary (dataset.aggregate.summarise_agreement) with one 'mean ± std' text column per metric,
+    for display."""
+    out = summary[["source", "scaled", "masked", "documents"]].copy()
+    for name in metrics:
+        out[name] = [f"{m:.3f} ± {s:.3f}" if np.isfinite(m) else "—"
+                     for m, s in zip(summary[f"{name} mean"], summary[f"{name} std"])]
+    return out
+
+
 # ------------------------------------------------------------------------------------------- workers
 def _attribution(values, n: int) -> np.ndarray:
     v = np.asarray(values, dtype=np.float64)
@@ -351,31 +251,8 @@ def _counts(sets: dict) -> pd.DataFrame:
     return frame.sort_values(["total", "token"], ascending=[False, True], kind="stable").reset_index(drop=True)
 
 
-def _counts_from_sums(acc: dict) -> pd.DataFrame:
-    if not acc:
-        return pd.DataFrame(columns=["token", *SET_NAMES, "total"])
-    values = np.asarray(list(acc.values()), dtype=np.int64).reshape(len(acc), len(SET_NAMES))
-    frame = pd.DataFrame(values, columns=list(SET_NAMES))
-    frame.insert(0, "token", list(acc))
-    frame["total"] = frame[list(SET_NAMES)].sum(axis=1)
-    return frame.sort_values(["total", "token"], ascending=[False, True], kind="stable").reset_index(drop=True)
-
-
-def _config_key(config: str) -> tuple[str, bool, str]:
-    source, scaled, masked = config.split("|")
-    return source, bool(int(scaled)), masked
-
-
-def _nanmean(stack: list[np.ndarray]) -> np.ndarray:
-    arr = np.asarray([np.asarray(g, dtype=np.float64) for g in stack])  # (documents, layers, heads)
-    with np.errstate(invalid="ignore"):
-        counts = np.isfinite(arr).sum(axis=0)
-        total = np.where(np.isfinite(arr), arr, 0.0).sum(axis=0)
-    return np.where(counts > 0, total / np.maximum(counts, 1), np.nan)
-
-
 __all__ = [
-    "AttentionSource", "DatasetAgreement", "HEAD_METRICS", "MASK_KINDS", "MASK_MODES", "SET_NAMES",
-    "TABLE1_METRICS", "TABLE2_METRICS", "TopSets", "agreement_table", "attention_sources", "dataset_agreement",
-    "document_numbers", "head_agreement", "mask_for", "mean_std_table", "summarise", "top_sets", "without_scaled",
+    "AttentionSource", "HEAD_METRICS", "MASK_KINDS", "MASK_MODES", "SET_NAMES", "TABLE1_METRICS", "TABLE2_METRICS",
+    "TopSets", "agreement_table", "attention_sources", "document_numbers", "head_agreement", "mask_for",
+    "mean_std_table", "top_sets",
 ]

@@ -23,12 +23,12 @@ import os
 
 import numpy as np
 
-from .demo import cache_root
+from .._disk import cache_folder
 
 # numba caches compiled code next to this file, else in the user's cache folder, and fails on import when
 # neither is writable ("no locator available", numba issue #4908: read-only installs on lab servers);
 # longviz's own cache folder is writable by design.
-os.environ.setdefault("NUMBA_CACHE_DIR", str(cache_root() / "numba"))
+os.environ.setdefault("NUMBA_CACHE_DIR", str(cache_folder("numba")))
 
 import numba  # noqa: E402  (reads NUMBA_CACHE_DIR when first imported)
 

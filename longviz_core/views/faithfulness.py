@@ -32,34 +32,27 @@ costs one forward per removable token; `max_removed` caps the scan (a fraction o
 With resume=True each scan's position is kept on disk (LONGVIZ_CACHE_DIR/flip-scans/), so an interrupted run goes
 on where its scans stopped.
 
-Dataset-wide: `dataset_faithfulness` runs every document (analysis, IG via longviz_core.attribution, deletion)
-and keeps one JSON file per document under LONGVIZ_CACHE_DIR/faithfulness/, so an interrupted run resumes.
+Dataset-wide means and sds over documents: dataset.aggregate.dataset_faithfulness and the precompute's
+"faithfulness" kind.
 """
 from __future__ import annotations
 
-import hashlib
-import json
-import logging
 import math
-import os
-import tempfile
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 import pandas as pd
 import torch
 
-from .analysis import DocumentAnalysis
-from .encoding import Encoded
-from .errors import LongvizError, finite_vector
-from .loading import LoadedModel
-from .runtime import COMPUTE
-from .types import Progress, report
-
-log = logging.getLogger(__name__)
+from .._disk import JsonStore, array_digest, digest
+from ..errors import LongvizError, finite_vector
+from ..model.analysis import DocumentAnalysis
+from ..model.encoding import Encoded
+from ..model.loading import LoadedModel
+from ..progress import Progress, format_seconds, report
+from ..runtime import COMPUTE
 
 KS: tuple[float, ...] = (0.01, 0.05, 0.10, 0.20, 0.50)
 RANKINGS: tuple[str, ...] = ("attention", "ig", "ig_x_attention", "random")
@@ -72,7 +65,6 @@ RANKING_LABELS = {
 REPLACEMENTS: tuple[str, ...] = ("mask", "pad")
 DEFAULT_SEEDS: tuple[int, ...] = (0, 1, 2, 3, 4)
 BATCH_SIZE = 8
-_CACHE_VERSION = 2
 _REPORT_EVERY_S = 0.25  # progress reports during a scan: one per batch, at most this often
 
 
@@ -292,8 +284,8 @@ def faithfulness(
     token ids, the replacement and the ranking's order: only for models whose fingerprint identifies them.
     progress: told the scan's position and an estimate of the time left if no flip comes sooner."""
     started = time.monotonic()
-    ks = _check_ks(ks)
-    seeds = _check_settings(rankings, batch_size, seeds, max_removed)
+    ks = check_ks(ks)
+    seeds = check_settings(rankings, batch_size, seeds, max_removed)
     n = analysis.n
     attribution = _vector(attribution, n, "attribution")  # checked even when only the random ranking uses none
     scored = [r for r in rankings if r != "random"]
@@ -336,181 +328,6 @@ def faithfulness(
         random=RandomBaseline(tuple(seeds), randoms) if randoms else None, forward_passes=runner.passes,
         seconds=time.monotonic() - started,
     )
-
-
-# ------------------------------------------------------------------------------------------- dataset
-@dataclass(frozen=True)
-class DatasetFaithfulness:
-    per_document: pd.DataFrame  # one row per (document, ranking): doc, label, predicted, n, p_original, table()
-    summary: pd.DataFrame  # one row per ranking: mean and std of every number, flips and no-flip counts
-    n_documents: int
-    from_cache: int  # documents read from the disk cache
-    ks: tuple[float, ...] = KS
-
-    def long_curves(self) -> pd.DataFrame:
-        """Tidy curves of every document for charts: doc, ranking, k, aopc, lodds."""
-        rows = []
-        for rec in self.per_document.to_dict("records"):
-            for k in self.ks:
-                rows.append({"doc": rec["doc"], "ranking": rec["ranking"], "k": k,
-                             "aopc": rec[f"aopc@{_pct(k)}"], "lodds": rec[f"lodds@{_pct(k)}"]})
-        return pd.DataFrame(rows)
-
-
-def dataset_faithfulness(
-    model: LoadedModel,
-    texts,
-    labels=None,
-    *,
-    max_tokens: int,
-    ig_steps: int = 50,
-    layers=None,
-    scale=None,
-    rankings: Sequence[str] = RANKINGS,
-    ks: Sequence[float] = KS,
-    replacement: str = "mask",
-    seeds: Sequence[int] = DEFAULT_SEEDS,
-    max_removed: float = 1.0,
-    batch_size: int | None = None,
-    cache_dir=None,
-    progress: Progress | None = None,
-    on_wait=None,
-) -> DatasetFaithfulness:
-    """`faithfulness` on every document (IG with `ig_steps` steps on the predicted class), then mean and std per
-    ranking. Each document's rows (its table(): the random row holds the means and sds over the seeds) are cached
-    on disk, keyed by model, token ids and every setting."""
-    import warnings
-
-    from .analysis import analyze
-    from .attribution import ConvergenceWarning, integrated_gradients
-
-    texts = list(texts)
-    if not texts:
-        raise FaithfulnessError("No documents to evaluate.")
-    labels = [None] * len(texts) if labels is None else [None if v is None else int(v) for v in labels]
-    ks = _check_ks(ks)
-    seeds = _check_settings(rankings, batch_size, seeds, max_removed)
-    settings = {"v": _CACHE_VERSION, "model": model.fingerprint, "max_tokens": int(max_tokens),
-                "ig_steps": int(ig_steps), "layers": _jsonable(layers), "scale": array_digest(scale),
-                "rankings": list(rankings), "ks": list(ks), "replacement": replacement,
-                "flip": "exact scan", "max_removed": float(max_removed), "seeds": list(seeds)}
-    store = JsonStore("faithfulness", cache_dir)
-    rows, hits, started = [], 0, time.monotonic()
-    for i, text in enumerate(texts):
-        done = i / len(texts)
-        eta = eta_text(started, i, len(texts))
-        key = document_key(settings, text)
-        doc_rows = store.get(key)
-        if doc_rows is None:
-            def sub(f, msg, lo=done, i=i, eta=eta):
-                report(progress, lo + f / len(texts), f"Document {i + 1}/{len(texts)}{eta}: {msg}")
-
-            analysis = analyze(model, text, max_tokens, on_wait=on_wait)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", ConvergenceWarning)  # few steps are the dataset-wide compromise
-                ig = integrated_gradients(model, analysis, None, ig_steps, cache_dir=cache_dir,
-                                          progress=lambda f, msg: sub(0.5 * f, f"IG {msg}"), on_wait=on_wait)
-            result = faithfulness(model, analysis, ig.scores, layers=layers, scale=scale, rankings=rankings, ks=ks,
-                                  replacement=replacement, seeds=seeds, max_removed=max_removed,
-                                  batch_size=batch_size, resume=True, cache_dir=cache_dir,
-                                  progress=lambda f, msg: sub(0.5 + 0.5 * f, msg), on_wait=on_wait)
-            doc_rows = [{"predicted": result.predicted, "n": result.n, "p_original": result.p_original, **r}
-                        for r in result.table().to_dict("records")]
-            store.put(key, doc_rows)
-        else:
-            hits += 1
-        for r in doc_rows:
-            rows.append({"doc": i, "label": labels[i], **r})
-        report(progress, (i + 1) / len(texts), f"Document {i + 1}/{len(texts)} done")
-    per_doc = pd.DataFrame(rows)
-    return DatasetFaithfulness(per_doc, summarise(per_doc, ks), len(texts), hits, ks)
-
-
-def summarise(per_document: pd.DataFrame, ks: Sequence[float] = KS) -> pd.DataFrame:
-    """Per ranking: mean and std (population) over documents of AOPC@k, LOdds@k, AOPC, LOdds and flip_rate; the
-    flip fraction's mean and std over the documents that flipped, how many flipped and how many did not ('no
-    flip'). The random ranking's per-document numbers are already its means over seeds (a document counts as
-    flipped when at least one seed flipped)."""
-    out = []
-    for ranking, group in per_document.groupby("ranking", sort=False):
-        row = {"ranking": ranking, "documents": len(group)}
-        for col in _numbers(ks) + ["flip_fraction", "flip_rate"]:
-            values = group[col].to_numpy(dtype=np.float64)
-            row[f"{col} mean"] = float(np.nanmean(values)) if np.isfinite(values).any() else math.nan
-            row[f"{col} std"] = float(np.nanstd(values)) if np.isfinite(values).any() else math.nan
-        row["flipped"] = int(group["flip_fraction"].notna().sum())
-        row["no flip"] = int(group["flip_fraction"].isna().sum())
-        out.append(row)
-    return pd.DataFrame(out)
-
-
-# ------------------------------------------------------------------------------------------- disk store
-class JsonStore:
-    """One JSON file per key under <cache root>/<kind>/. Writes go to a temporary file in the same folder and
-    are renamed over the target, so a reader never sees half a file; an unreadable file counts as missing."""
-
-    def __init__(self, kind: str, cache_dir=None) -> None:
-        from .demo import cache_root
-
-        self.root = cache_root(cache_dir) / kind
-
-    def path(self, key: str) -> Path:
-        return self.root / f"{key}.json"
-
-    def get(self, key: str):
-        path = self.path(key)
-        try:
-            payload = json.loads(path.read_text(encoding="utf-8"))
-            if payload.get("key") != key:
-                raise ValueError("key mismatch")
-            return payload["value"]
-        except FileNotFoundError:
-            return None
-        except Exception as exc:  # json, unicode, key errors all mean one thing: recompute
-            log.warning("Unreadable cache file %s (%s); recomputing.", path, exc)
-            return None
-
-    def put(self, key: str, value) -> None:
-        data = json.dumps({"key": key, "value": value}, allow_nan=True).encode("utf-8")
-        self.root.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.root, prefix=f"{key}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-            os.replace(tmp, self.path(key))
-        except OSError as exc:  # a full or read-only disk costs the cache, not the result
-            Path(tmp).unlink(missing_ok=True)
-            log.warning("Could not write cache file %s: %s", self.path(key), exc)
-
-
-def digest(obj) -> str:
-    """A short stable hash of a JSON-able object (cache keys)."""
-    return hashlib.blake2b(json.dumps(obj, sort_keys=True).encode(), digest_size=16).hexdigest()
-
-
-def document_key(settings: dict, text: str) -> str:
-    """Cache key of one document's results under `settings` (model fingerprint and every number-changing option)."""
-    text_digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
-    return digest({**settings, "text": text_digest})
-
-
-def array_digest(a) -> str | None:
-    """Hash of an optional array's values and shape (e.g. head importance) for cache keys."""
-    if a is None:
-        return None
-    a = np.ascontiguousarray(np.asarray(a, dtype=np.float64))
-    return hashlib.blake2b(a.tobytes() + str(a.shape).encode(), digest_size=12).hexdigest()
-
-
-def eta_text(started: float, done: int, total: int) -> str:
-    """' (about N s left)' from the mean time per finished item; '' before the first one."""
-    if not done:
-        return ""
-    return f" (about {_duration((time.monotonic() - started) / done * (total - done))} left)"
-
-
-def _duration(seconds: float) -> str:
-    return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
 
 
 # ------------------------------------------------------------------------------------------- workers
@@ -634,7 +451,7 @@ class _ScanProgress:
         done = self.done + count
         scored = self.runner.passes - self.passes
         left = (now - self.started) / scored * (self.total - done) if scored else math.nan
-        eta = f"; at most about {_duration(left)} left" if scored else ""
+        eta = f"; at most about {format_seconds(left)} left" if scored else ""
         report(self.progress, done / self.total, f"Decision flips (exact scan), {label}: {count:,} removals "
                f"scored{eta}")
 
@@ -653,12 +470,14 @@ def _replacement_id(tokenizer, replacement: str) -> int:
     return int(token_id)
 
 
-def _numbers(ks: Sequence[float]) -> list[str]:
-    return [f"aopc@{_pct(k)}" for k in ks] + ["aopc"] + [f"lodds@{_pct(k)}" for k in ks] + ["lodds"]
+# ------------------------------------------------------------------------------------------- tables and checks
+def metric_columns(ks: Sequence[float]) -> list[str]:
+    """The numeric columns of table(): AOPC@k for every k, AOPC, LOdds@k for every k, LOdds."""
+    return [f"aopc@{k_label(k)}" for k in ks] + ["aopc"] + [f"lodds@{k_label(k)}" for k in ks] + ["lodds"]
 
 
 def _columns(ks: Sequence[float]) -> list[str]:
-    numbers = _numbers(ks) + ["flip_fraction"]
+    numbers = metric_columns(ks) + ["flip_fraction"]
     return ["ranking", *numbers, "flip_removed", "flip_rate", "runs", *(f"{c} sd" for c in numbers)]
 
 
@@ -666,7 +485,7 @@ def _row(curve: RankingCurve, ks: Sequence[float]) -> dict:
     flipped = curve.flip_removed is not None
     values = [*curve.aopc_k, curve.aopc, *curve.lodds_k, curve.lodds, curve.flip_fraction if flipped else math.nan]
     row = {"ranking": RANKING_LABELS.get(curve.name, curve.name)}
-    row.update({c: float(v) for c, v in zip(_numbers(ks) + ["flip_fraction"], values)})
+    row.update({c: float(v) for c, v in zip(metric_columns(ks) + ["flip_fraction"], values)})
     row.update({"flip_removed": float(curve.flip_removed) if flipped else math.nan,
                 "flip_rate": float(flipped), "runs": 1})
     return row
@@ -680,7 +499,7 @@ def _random_row(random: RandomBaseline, ks: Sequence[float]) -> dict:
              nan if flip_mean is None else flip_mean]
     sds = [*random.sd("aopc_k"), random.aopc.std(), *random.sd("lodds_k"), random.lodds.std(),
            nan if flip_sd is None else flip_sd]
-    names = _numbers(ks) + ["flip_fraction"]
+    names = metric_columns(ks) + ["flip_fraction"]
     row = {"ranking": RANKING_LABELS["random"]}
     row.update({c: float(v) for c, v in zip(names, means)})
     row.update({"flip_removed": nan if removed_mean is None else removed_mean, "flip_rate": random.flip_rate,
@@ -689,7 +508,8 @@ def _random_row(random: RandomBaseline, ks: Sequence[float]) -> dict:
     return row
 
 
-def _pct(k: float) -> str:
+def k_label(k: float) -> str:
+    """A fraction as the column names write it: 0.05 -> '5%'."""
     return f"{100 * k:g}%"
 
 
@@ -702,7 +522,8 @@ def _vector(values, n: int | None, what: str) -> np.ndarray:
     return v
 
 
-def _check_ks(ks) -> tuple[float, ...]:
+def check_ks(ks) -> tuple[float, ...]:
+    """The fractions `ks` as a tuple; FaithfulnessError unless increasing, distinct and in (0, 1]."""
     ks = tuple(float(k) for k in ks)
     if not ks or any(not (0.0 < k <= 1.0) for k in ks):
         raise FaithfulnessError(f"ks must be fractions in (0, 1], got {ks}")
@@ -711,8 +532,9 @@ def _check_ks(ks) -> tuple[float, ...]:
     return ks
 
 
-def _check_settings(rankings, batch_size, seeds, max_removed) -> tuple[int, ...]:
-    """Validates the options shared by faithfulness and dataset_faithfulness; returns the seeds as ints."""
+def check_settings(rankings, batch_size, seeds, max_removed) -> tuple[int, ...]:
+    """Validates the options shared by faithfulness and dataset.aggregate.dataset_faithfulness; returns the seeds
+    as ints."""
     if not rankings:
         raise FaithfulnessError("choose at least one ranking")
     unknown = [r for r in rankings if r not in RANKINGS]
@@ -728,15 +550,8 @@ def _check_settings(rankings, batch_size, seeds, max_removed) -> tuple[int, ...]
     return seeds
 
 
-def _jsonable(layers):
-    if layers is None:
-        return None
-    return [int(v) for v in np.atleast_1d(np.asarray(layers))]
-
-
 __all__ = [
-    "BATCH_SIZE", "DEFAULT_SEEDS", "DatasetFaithfulness", "FaithfulnessError", "FaithfulnessResult", "JsonStore",
-    "KS", "RANKINGS", "RANKING_LABELS", "REPLACEMENTS", "RandomBaseline", "RankingCurve", "array_digest",
-    "dataset_faithfulness", "default_batch_size", "digest", "document_key", "eta_text", "faithfulness",
-    "random_order", "ranking_scores", "removal_order", "removed_count", "summarise",
+    "BATCH_SIZE", "DEFAULT_SEEDS", "FaithfulnessError", "FaithfulnessResult", "KS", "RANKINGS", "RANKING_LABELS",
+    "REPLACEMENTS", "RandomBaseline", "RankingCurve", "check_ks", "check_settings", "default_batch_size",
+    "faithfulness", "k_label", "metric_columns", "random_order", "ranking_scores", "removal_order", "removed_count",
 ]

@@ -178,8 +178,8 @@ class AttentionBands:
 
 def head_weights(num_layers: int, num_heads: int, layers=None, heads=None, scale=None) -> np.ndarray:
     """(layers, heads) weights: 1 on the selected heads (times `scale`), 0 elsewhere; validated."""
-    sel_l = _selection(layers, num_layers, "layer")
-    sel_h = _selection(heads, num_heads, "head")
+    sel_l = selection(layers, num_layers, "layer")
+    sel_h = selection(heads, num_heads, "head")
     weights = np.zeros((num_layers, num_heads), dtype=np.float64)
     weights[np.ix_(sel_l, sel_h)] = 1.0
     if scale is not None:
@@ -192,7 +192,8 @@ def head_weights(num_layers: int, num_heads: int, layers=None, heads=None, scale
     return weights
 
 
-def _selection(chosen, size: int, what: str) -> np.ndarray:
+def selection(chosen, size: int, what: str) -> np.ndarray:
+    """The chosen layer or head indices (None = all of `size`), validated; `what` names them in errors."""
     if chosen is None:
         return np.arange(size)
     idx = np.atleast_1d(np.asarray(chosen, dtype=np.int64))

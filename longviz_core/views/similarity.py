@@ -14,8 +14,8 @@ import numpy as np
 import rbo
 import scipy.stats
 
-from .errors import LongvizError, finite_vector
-from .types import Progress, report
+from ..errors import LongvizError, finite_vector
+from ..progress import Progress, report
 
 Mode = Literal["zero", "drop"]
 MODES: tuple[Mode, ...] = ("zero", "drop")

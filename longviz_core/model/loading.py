@@ -17,7 +17,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .errors import (
+from .._disk import texts_hasher
+from ..errors import (
     DatasetError,
     HubUnreachableError,
     ModelLoadError,
@@ -25,8 +26,8 @@ from .errors import (
     NoAttentionError,
     NotAClassifierError,
 )
-from .runtime import default_device
-from .types import Progress, report
+from ..progress import Progress, report
+from ..runtime import default_device
 
 DEMO = "demo"
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
@@ -66,7 +67,7 @@ def load_model(source: str, device=None, progress: Progress | None = None) -> Lo
         raise ModelNotFoundError("No model given: choose 'demo', a local checkpoint directory or a Hub id.")
     source = source.strip()
     if source == DEMO:
-        from .demo import ensure_demo
+        from ..demo import ensure_demo
 
         path = str(ensure_demo(progress=progress).model_dir)
     else:
@@ -229,7 +230,7 @@ def load_dataset(
     `source`: "demo", a CSV/TSV/Parquet/JSONL path, uploaded bytes (with `filename` for the format), or a
     `datasets` Hub name. String labels are mapped through the model's `id2label`."""
     if isinstance(source, str) and source == DEMO:
-        from .demo import ensure_demo
+        from ..demo import ensure_demo
 
         df = pd.read_parquet(ensure_demo().dataset_path)
         df = df[df["split"] == "test"].reset_index(drop=True) if "split" in df else df
@@ -353,10 +354,8 @@ def _normalise_labels(col: pd.Series, id2label: dict | None) -> pd.Series:
 
 
 def dataset_fingerprint(df: pd.DataFrame) -> str:
-    h = hashlib.blake2b(digest_size=12)
-    for t in df["text"]:
-        h.update(t.encode("utf-8", "surrogatepass"))
-        h.update(b"\x1e")
+    """The texts (in order) and labels: what a store's manifest and the dataset-level caches are keyed by."""
+    h = texts_hasher(df["text"])
     if "label" in df:
         h.update(np.asarray(df["label"], dtype=np.int64).tobytes())
     return h.hexdigest()

@@ -6,10 +6,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from ..progress import report
+from ..runtime import COMPUTE
 from .bands import AttentionBands
 from .encoding import DEFAULT_MAX_TOKENS, Encoded, encode, text_hash
 from .loading import LoadedModel
-from .runtime import COMPUTE
 
 
 @dataclass(frozen=True)
@@ -76,8 +77,6 @@ def analyze(model: LoadedModel, text: str, max_tokens: int = DEFAULT_MAX_TOKENS,
 
 def predict_probs(model: LoadedModel, texts, max_tokens: int = DEFAULT_MAX_TOKENS, progress=None) -> np.ndarray:
     """Class probabilities for many documents, (documents, classes): one forward each, no attentions."""
-    from .types import report
-
     texts = list(texts)
     out = np.zeros((len(texts), model.num_labels), dtype=np.float32)  # (documents, classes)
     for i, text in enumerate(texts):

@@ -9,7 +9,6 @@ loads through exactly the same code path as a hub checkpoint.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import math
 import os
@@ -19,13 +18,15 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
+
+from .._disk import cache_root, file_lock
+from ..progress import Progress
 
 DEMO_VERSION = "3"
 
@@ -49,8 +50,6 @@ _EPOCHS = 10
 _LR = 1e-3
 _AUX_WEIGHT = 1.0
 
-Progress = Callable[[float, str], None]
-
 
 @dataclass(frozen=True)
 class DemoPaths:
@@ -58,16 +57,6 @@ class DemoPaths:
     model_dir: Path  # save_pretrained output: config, safetensors weights, tokenizer files
     dataset_path: Path  # parquet: text, label, split ('train' | 'test')
     metrics: dict  # accuracy_2048, accuracy_4096, build_seconds, n_docs, token length stats, ...
-
-
-def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
-    """Where longviz caches its artefacts: the argument, else $LONGVIZ_CACHE_DIR, else ~/.cache/longviz."""
-    if cache_dir is not None:
-        return Path(cache_dir).expanduser()
-    env = os.environ.get("LONGVIZ_CACHE_DIR")
-    if env:
-        return Path(env).expanduser()
-    return Path.home() / ".cache" / "longviz"
 
 
 # --------------------------------------------------------------------------------------------
@@ -728,21 +717,17 @@ def ensure_demo(cache_dir: str | os.PathLike | None = None, progress: Progress |
         return done
     with _THREAD_LOCK:
         base.mkdir(parents=True, exist_ok=True)
-    with open(base / f"demo-{DEMO_VERSION}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with file_lock(base / f"demo-{DEMO_VERSION}.lock"):
+        done = _load_complete(root)  # another builder may have finished while we waited
+        if done is not None:
+            return done
+        tmp = Path(tempfile.mkdtemp(prefix=f".demo-{DEMO_VERSION}-build-", dir=base))
         try:
-            done = _load_complete(root)  # another builder may have finished while we waited
-            if done is not None:
-                return done
-            tmp = Path(tempfile.mkdtemp(prefix=f".demo-{DEMO_VERSION}-build-", dir=base))
-            try:
-                build_demo(tmp, progress)
-                (tmp / _COMPLETE).write_text(DEMO_VERSION)
-                if root.exists():  # a stale, incomplete directory (e.g. copied by hand)
-                    shutil.rmtree(root)
-                os.rename(tmp, root)
-            finally:
-                shutil.rmtree(tmp, ignore_errors=True)
-            return _load_complete(root)
+            build_demo(tmp, progress)
+            (tmp / _COMPLETE).write_text(DEMO_VERSION)
+            if root.exists():  # a stale, incomplete directory (e.g. copied by hand)
+                shutil.rmtree(root)
+            os.rename(tmp, root)
         finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+            shutil.rmtree(tmp, ignore_errors=True)
+        return _load_complete(root)

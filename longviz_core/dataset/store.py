@@ -22,7 +22,9 @@ merging shards needs no step of its own: the reader unions the files.
 
 Arrays are .npy (np.save / np.load with allow_pickle=False), tables Parquet: nothing is ever unpickled.
 Every table row of a unit is mirrored into the index table "<kind>__<table>" with a doc_id column, so the
-dataset-wide views are SQL queries plus the pure aggregation functions at the end of this module.
+dataset-wide views are SQL queries plus the pure aggregation functions of dataset.aggregate. Those (and the view
+types) are imported where they are used: aggregate also holds the in-app dataset functions, which bring torch,
+and reading a store (`store-info`) needs none of it.
 """
 from __future__ import annotations
 
@@ -36,15 +38,15 @@ import shutil
 import sqlite3
 import threading
 import uuid
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable
 
 import numpy as np
 import pandas as pd
 
-from .errors import CacheCorruptError, ManifestMismatchError, StoreError
+from .._disk import atomic_write, bytes_digest, file_lock, fsync_dir
+from ..errors import CacheCorruptError, ManifestMismatchError, StoreError
 
 FORMAT = 1
 MANIFEST = "manifest.json"
@@ -118,7 +120,7 @@ def open_manifest(root, manifest: dict, allow_version_change: bool = False) -> d
     file lock so concurrent shards agree on one manifest."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
-    with _file_lock(root / ".manifest.lock"):
+    with file_lock(root / ".manifest.lock"):
         old = read_manifest(root)
         if old is None:
             merged = dict(manifest, format=FORMAT)
@@ -135,7 +137,7 @@ def open_manifest(root, manifest: dict, allow_version_change: bool = False) -> d
             merged["kinds"] = {**old.get("kinds", {}), **manifest.get("kinds", {})}
             if merged == old:
                 return old
-        _atomic_write_bytes(root / MANIFEST, json.dumps(merged, indent=2, sort_keys=True).encode())
+        atomic_write(root / MANIFEST, json.dumps(merged, indent=2, sort_keys=True).encode())
         return merged
 
 
@@ -186,7 +188,8 @@ class StoreWriter:
 
     # ---- writing
     def commit(self, doc_id: str | None, kind: str, record: Record) -> bool:
-        """Write one unit atomically (doc_id None: a dataset-level unit), then index it.
+        """Write one unit atomically (doc_id None: a dataset-level unit): stage its files, publish the staged
+        folder (the atomic step), then index it.
 
         Returns False when the unit already exists (another writer finished it first); nothing changes then."""
         _check_name(kind)
@@ -195,6 +198,15 @@ class StoreWriter:
         final = _unit_dir(self.root, doc_id, kind)
         if (final / _META).is_file():
             return False
+        stage, meta = self._stage_unit(doc_id, kind, record)
+        if not self.publish(stage, final):
+            return False
+        if doc_id is not None:
+            _index_unit(self.conn, doc_id, kind, meta, record.tables)
+        return True
+
+    def _stage_unit(self, doc_id: str | None, kind: str, record: Record) -> tuple[Path, dict]:
+        """The unit's files in a fresh folder of the staging area, each and the folder fsync'ed; (folder, meta)."""
         stage = self._stage / f"{doc_id or 'dataset'}-{kind}-{uuid.uuid4().hex[:8]}"
         stage.mkdir()
         meta = {"format": FORMAT, "doc_id": doc_id, "kind": kind, "scalars": _jsonable(record.scalars),
@@ -211,11 +223,15 @@ class StoreWriter:
             df.reset_index(drop=True).to_parquet(buf, index=False)
             meta["tables"][name] = _write_file(stage / f"{name}.parquet", buf.getvalue())
         _write_file(stage / _META, json.dumps(meta, indent=1, sort_keys=True).encode())
-        _fsync_dir(stage)
-        _fault_point("staged", f"{doc_id} {kind}")
+        fsync_dir(stage)
+        return stage, meta
+
+    def publish(self, stage: Path, final: Path) -> bool:
+        """Rename a staged unit folder into place (atomic on POSIX) and fsync its parent: from here on the unit
+        exists, indexed or not. False when another writer published the unit first (theirs stands)."""
         if not final.parent.is_dir():
             final.parent.mkdir(parents=True, exist_ok=True)
-            _fsync_dir(final.parent.parent)  # the new docs/<doc_id> entry survives a power cut too
+            fsync_dir(final.parent.parent)  # the new docs/<doc_id> entry survives a power cut too
         try:
             os.rename(stage, final)
         except OSError:
@@ -223,10 +239,7 @@ class StoreWriter:
                 shutil.rmtree(stage, ignore_errors=True)
                 return False
             raise
-        _fsync_dir(final.parent)
-        _fault_point("renamed", f"{doc_id} {kind}")
-        if doc_id is not None:
-            _index_unit(self.conn, doc_id, kind, meta, record.tables)
+        fsync_dir(final.parent)
         return True
 
     def index_from_files(self, doc_id: str, kind: str) -> None:
@@ -318,7 +331,7 @@ class ResultStore:
     def _refresh(self) -> "ResultStore":
         self.close()
         self.manifest = read_manifest(self.root) or self.manifest
-        on_disk = _scan(self.root)  # {(doc_id, kind)}
+        on_disk = scan_units(self.root)  # {(doc_id, kind)}
         owner: dict[tuple[str, str], int] = {}
         for path in sorted((self.root / _INDEX).glob("*.sqlite")):
             conn = _connect_read(path)
@@ -443,7 +456,8 @@ class ResultStore:
     def pooled_attention(self, doc_ids: Iterable[str] | None = None):
         """The dataset-wide heatmap grid as views.pooling.PooledAttention: the mean of the documents'
         relative-position pooled maps, cells (layers, heads, g, g), exactly what pooling.pool_dataset gives."""
-        from .views.pooling import PooledAttention
+        from ..views.pooling import PooledAttention
+        from .aggregate import mean_arrays
 
         ids = list(doc_ids) if doc_ids is not None else self.doc_ids("attention")
         cells = mean_arrays(self.array(d, "attention", "pooled") for d in ids)
@@ -459,13 +473,15 @@ class ResultStore:
     def attribution_by_token_type(self, target: int | None = None, masked: bool = False,
                                   min_docs: int = 1) -> pd.DataFrame:
         """Dataset-wide attribution by token type (Fig 10e/f) over every document with an attribution unit,
-        see `combine_token_sums` (the in-app attribution.dataset_attributions goes through it too).
+        see `aggregate.combine_token_sums` (the in-app aggregate.dataset_attributions goes through it too).
 
         target: the class the attributions should explain; None takes them as stored. A store whose IG
         explains each document's predicted class serves either class of a binary classifier: IG of the other
         class is the negation (p0 = 1 - p1), so those documents' sums change sign. masked=True leaves out
         the instances views.masking.build_mask masks (special, non-alphanumeric, stopwords); min_docs hides
         types found in fewer documents."""
+        from .aggregate import combine_token_sums
+
         value, count = ("attribution_unmasked", "count_unmasked") if masked else ("attribution", "count")
         t, s = table_name("attribution", "by_token"), table_name("attribution", "summary")
         params: tuple = ()
@@ -487,8 +503,8 @@ class ResultStore:
         return combine_token_sums(partial, n, min_docs)
 
     def dataset_attributions(self, target: int, masked: bool = False, min_docs: int = 1):
-        """The store's answer to attribution.dataset_attributions(target=...), as its DatasetAttribution."""
-        from .attribution import DatasetAttribution
+        """The store's answer to aggregate.dataset_attributions(target=...), as its DatasetAttribution."""
+        from .aggregate import DatasetAttribution
 
         table = self.attribution_by_token_type(target, masked, min_docs)
         return DatasetAttribution(table, int(target), int(self.settings("attribution")["n_steps"]),
@@ -497,6 +513,8 @@ class ResultStore:
 
     def head_agreement(self, metric: str = "rbo", masked: str = "no") -> np.ndarray:
         """Mean over documents of every head's agreement (layers, heads); NaN values (dead heads) skipped."""
+        from .aggregate import combine_head_means
+
         t = table_name("agreement", "heads")
         partial = self.query("agreement", f'SELECT layer, head, SUM(value) AS total, COUNT(value) AS n FROM "{t}" '
                              f'WHERE doc_id IN (SELECT doc_id FROM owned) AND metric = ? AND masked = ? '
@@ -507,6 +525,8 @@ class ResultStore:
     def top_set_counts(self, source: str, scaled: bool, masked: str) -> pd.DataFrame:
         """Token types in the top-5 % sets summed over documents for one configuration: token, attention only,
         attribution only, both, total (descending)."""
+        from .aggregate import combine_set_counts
+
         t = table_name("agreement", "sets")
         partial = self.query("agreement", f'SELECT token, SUM(attention_only) AS a, SUM(attribution_only) AS b, '
                              f'SUM(both) AS c FROM "{t}" WHERE doc_id IN (SELECT doc_id FROM owned) AND source = ? '
@@ -514,10 +534,10 @@ class ResultStore:
         return combine_set_counts(partial)
 
     def dataset_agreement(self):
-        """The store's answer to agreement.dataset_agreement (default configuration: every mask kind, no
-        layer range, the default p and top), as its DatasetAgreement: Tables 1-2 by agreement.summarise,
+        """The store's answer to aggregate.dataset_agreement (default configuration: every mask kind, no
+        layer range, the default p and top), as its DatasetAgreement: Tables 1-2 by summarise_agreement,
         per-head grids and top-set counts summed in SQL."""
-        from .agreement import DatasetAgreement, summarise
+        from .aggregate import DatasetAgreement, summarise_agreement, with_doc
 
         rows = self.table("agreement", "rows")
         if rows.empty:
@@ -528,8 +548,8 @@ class ResultStore:
                              f'"{table_name("agreement", "sets")}" WHERE doc_id IN (SELECT doc_id FROM owned)')
         n = rows["doc_id"].nunique()
         return DatasetAgreement(
-            per_document=_with_doc(rows),
-            table=summarise(rows),
+            per_document=with_doc(rows),
+            table=summarise_agreement(rows),
             head_grids={(m, k): self.head_agreement(m, k) for m, k in
                         sorted(set(grids.itertuples(index=False, name=None)))},
             set_counts={(src, bool(sc), k): self.top_set_counts(src, bool(sc), k) for src, sc, k in
@@ -538,10 +558,10 @@ class ResultStore:
         )
 
     def dataset_faithfulness(self):
-        """The store's answer to faithfulness.dataset_faithfulness (default settings: every ranking, all
+        """The store's answer to aggregate.dataset_faithfulness (default settings: every ranking, all
         layers unscaled, the exact first-flip scan, the random ranking over its default seeds), as its
         DatasetFaithfulness."""
-        from .faithfulness import DatasetFaithfulness, summarise
+        from .aggregate import DatasetFaithfulness, summarise_faithfulness, with_doc
 
         rows = self.table("faithfulness", "rows")
         if rows.empty:
@@ -553,93 +573,13 @@ class ResultStore:
         ks = tuple(settings["ks"])
         docs = self.documents()
         labels = dict(zip(docs["doc_id"], docs["label"])) if not docs.empty else {}
-        per_doc = _with_doc(rows)
+        per_doc = with_doc(rows)
         per_doc.insert(1, "label", [labels.get(d) for d in rows["doc_id"]])
         n = rows["doc_id"].nunique()
-        return DatasetFaithfulness(per_doc, summarise(per_doc, ks), n, n, ks)
-
-
-# ================================================================================= aggregation (one code path)
-def mean_arrays(arrays: Iterable[np.ndarray]) -> np.ndarray:
-    """Element-wise mean of equally shaped arrays, accumulated in float64 one array at a time."""
-    total, n = None, 0
-    for a in arrays:
-        a = np.asarray(a, dtype=np.float64)
-        if total is None:
-            total = a.copy()
-        elif a.shape != total.shape:
-            raise StoreError(f"cannot average arrays of shapes {total.shape} and {a.shape}")
-        else:
-            total += a
-        n += 1
-    if n == 0:
-        raise StoreError("No documents to average.")
-    return (total / n).astype(np.float32)
-
-
-TOKEN_TABLE_COLUMNS = ["token", "mean_attribution", "n_docs", "occurrences", "mean_per_occurrence",
-                       "total_attribution"]
-
-
-def combine_token_sums(partial: pd.DataFrame, n_documents: int, min_docs: int = 1) -> pd.DataFrame:
-    """The dataset-wide table by token type (Fig 10e/f), from partial sums with columns token,
-    total_attribution (the type's summed normalised scores), n_docs (documents containing it) and occurrences:
-    one row per document (attribution.dataset_attributions) or per index (the store's SQL sums); rows of one
-    type add up. Per type:
-        mean_attribution    = total_attribution / n_documents   (mean over ALL documents, absent = 0)
-        mean_per_occurrence = total_attribution / occurrences
-    Types found in fewer than `min_docs` documents are left out (the others' means do not change). Columns
-    TOKEN_TABLE_COLUMNS, sorted by mean_attribution (descending), then token."""
-    if not isinstance(n_documents, (int, np.integer)) or n_documents < 1:
-        raise ValueError(f"n_documents must be a positive integer, got {n_documents!r}")
-    if not isinstance(min_docs, (int, np.integer)) or min_docs < 1:
-        raise ValueError(f"min_docs must be a positive integer, got {min_docs!r}")
-    if partial.empty:
-        return pd.DataFrame({c: pd.Series(dtype=object if c == "token" else
-                                          np.int64 if c in ("n_docs", "occurrences") else np.float64)
-                             for c in TOKEN_TABLE_COLUMNS})
-    out = partial.groupby("token", sort=False)[["total_attribution", "n_docs", "occurrences"]].sum().reset_index()
-    out = out.astype({"total_attribution": np.float64, "n_docs": np.int64, "occurrences": np.int64})
-    if int(out["n_docs"].max()) > n_documents:
-        raise ValueError(f"a type is found in {int(out['n_docs'].max())} documents, more than the {n_documents} "
-                         "averaged over")
-    out = out[out["n_docs"] >= int(min_docs)]
-    out["mean_attribution"] = out["total_attribution"] / int(n_documents)
-    out["mean_per_occurrence"] = out["total_attribution"] / out["occurrences"]
-    out = out.sort_values(["mean_attribution", "token"], ascending=[False, True], kind="stable")
-    return out[TOKEN_TABLE_COLUMNS].reset_index(drop=True)
-
-
-def combine_head_means(partial: pd.DataFrame, num_layers: int, num_heads: int) -> np.ndarray:
-    """(layers, heads) means from per-index partial sums and counts; NaN where no document has a value."""
-    total = np.zeros((num_layers, num_heads))
-    n = np.zeros((num_layers, num_heads))
-    for layer, head, s, c in partial[["layer", "head", "total", "n"]].itertuples(index=False) if len(partial) else []:
-        total[int(layer), int(head)] += 0.0 if s is None or pd.isna(s) else s
-        n[int(layer), int(head)] += c
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(n > 0, total / np.maximum(n, 1), np.nan)
-
-
-def combine_set_counts(partial: pd.DataFrame) -> pd.DataFrame:
-    """Per-index sums of top-set memberships (columns token, a, b, c) combined and sorted as
-    agreement.TopSets.counts() sorts them: total descending, then token."""
-    cols = ["token", "attention only", "attribution only", "both", "total"]
-    if partial.empty:
-        return pd.DataFrame(columns=cols)
-    out = partial.groupby("token", sort=False)[["a", "b", "c"]].sum().astype(np.int64).reset_index()
-    out.columns = cols[:4]
-    out["total"] = out[cols[1:4]].sum(axis=1)
-    return out.sort_values(["total", "token"], ascending=[False, True], kind="stable").reset_index(drop=True)
+        return DatasetFaithfulness(per_doc, summarise_faithfulness(per_doc, ks), n, n, ks)
 
 
 # ================================================================================================== workers
-def _with_doc(rows: pd.DataFrame) -> pd.DataFrame:
-    """Per-document rows with the dataset row number `doc` first, as the in-app dataset functions give them."""
-    return rows.drop(columns="doc_id").assign(doc=rows["doc_id"].astype(int))[
-        ["doc", *[c for c in rows.columns if c != "doc_id"]]]
-
-
 def _unit_dir(root: Path, doc_id: str | None, kind: str) -> Path:
     return root / _DATASET / kind if doc_id is None else root / _DOCS / doc_id / kind
 
@@ -649,7 +589,8 @@ def _check_name(name: str) -> None:
         raise ValueError(f"names of kinds, arrays and tables must match {_NAME.pattern}, got {name!r}")
 
 
-def _scan(root: Path) -> set[tuple[str, str]]:
+def scan_units(root: Path) -> set[tuple[str, str]]:
+    """Every per-document unit on disk, (doc_id, kind), read from the files (the truth), not from an index."""
     units = set()
     docs = root / _DOCS
     if not docs.is_dir():
@@ -670,35 +611,7 @@ def _write_file(path: Path, data: bytes) -> dict:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
-    return {"bytes": len(data), "blake2b": hashlib.blake2b(data, digest_size=16).hexdigest()}
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        _write_file(tmp, data)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    _fsync_dir(path.parent)
-
-
-@contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
-    with open(path, "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    return {"bytes": len(data), "blake2b": bytes_digest(data)}
 
 
 def _jsonable(d: dict) -> dict:
@@ -724,7 +637,7 @@ def _read_checked(path: Path, info: dict, verify: bool) -> bytes:
         data = path.read_bytes()
     except OSError as exc:
         raise CacheCorruptError(f"{path} is missing or unreadable ({exc}); delete {path.parent} and re-run the precompute.") from exc
-    if len(data) != info["bytes"] or (verify and hashlib.blake2b(data, digest_size=16).hexdigest() != info["blake2b"]):
+    if len(data) != info["bytes"] or (verify and bytes_digest(data) != info["blake2b"]):
         raise CacheCorruptError(f"{path} is damaged (size or checksum differs from meta.json); "
                                 f"delete {path.parent} and re-run the precompute to recompute it.")
     return data
@@ -826,21 +739,3 @@ def _py(v):
     if isinstance(v, float) and np.isnan(v):
         return None
     return v
-
-
-def _fault_point(name: str, detail: str = "") -> None:
-    """Test hook: LONGVIZ_STORE_FAULT="<point>:<k>" stops the k-th passage through <point> (staged: a unit's
-    files written, not renamed; renamed: in place, not indexed) so a test can SIGKILL the process exactly
-    there. It writes "<point> <detail>" to the file named by LONGVIZ_STORE_FAULT_FLAG, then sleeps."""
-    spec = os.environ.get("LONGVIZ_STORE_FAULT", "")
-    if not spec.startswith(name + ":"):
-        return
-    _FAULT_COUNT[name] = _FAULT_COUNT.get(name, 0) + 1
-    if _FAULT_COUNT[name] == int(spec.split(":", 1)[1]):
-        import time
-
-        Path(os.environ["LONGVIZ_STORE_FAULT_FLAG"]).write_text(f"{name} {detail}".strip())
-        time.sleep(3600)
-
-
-_FAULT_COUNT: dict[str, int] = {}
