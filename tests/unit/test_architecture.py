@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CORE = "longviz_core"
 
 # Lowest first. A module may import modules of its own layer and of the layers it lists, never any other.

@@ -15,7 +15,7 @@ from tokenizers import ByteLevelBPETokenizer, decoders
 from longviz_core import tokens as tk
 from longviz_core.views import masking
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # The classic 179-word NLTK list (nltk_data before 2025) must be contained in the shipped one.
 CLASSIC_179 = """

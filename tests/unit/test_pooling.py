@@ -5,29 +5,21 @@ import numpy as np
 import pytest
 
 from longviz_core import analyze
-from longviz_core.views.pooling import block_tokens, normalised_maps, pool_attention, pool_dataset
-from test_counts import synthetic_bands
+from longviz_core.views.pooling import (
+    block_tokens,
+    normalised_maps,
+    pool_attention,
+    pool_dataset,
+)
+from support.oracles import assert_cells_are_block_means, synthetic_bands
 from tiny import text_of
-
-
-def _block_means(dense: np.ndarray, edges: np.ndarray) -> np.ndarray:
-    e = edges.astype(int)
-    g = len(e) - 1
-    return np.array([[dense[e[a] : e[a + 1], e[b] : e[b + 1]].mean() for b in range(g)] for a in range(g)])
-
-
-def _assert_cells_are_block_means(bands, pooled):
-    for layer in range(bands.num_layers):
-        for head in range(bands.num_heads):
-            expected = _block_means(bands.dense(layer, head), pooled.edges)
-            np.testing.assert_allclose(pooled.cells[layer, head], expected, rtol=1e-5, atol=1e-8)
 
 
 @pytest.mark.parametrize("grid", [8, 13, 64])
 def test_cells_are_block_means_on_a_model(tiny_longformer, grid):
     doc = analyze(tiny_longformer, text_of(90), max_tokens=100)
     pooled = pool_attention(doc.attention, grid)
-    _assert_cells_are_block_means(doc.attention, pooled)
+    assert_cells_are_block_means(doc.attention, pooled)
     block = -(-doc.n // grid)
     assert pooled.grid == -(-doc.n // block)
     assert pooled.edges[0] == 0 and pooled.edges[-1] == doc.n
@@ -40,12 +32,12 @@ def test_cells_are_block_means_on_a_model(tiny_longformer, grid):
                                            (90, 10, (), 9)])
 def test_cells_are_block_means_with_several_global_tokens(n, w, gidx, grid):
     bands = synthetic_bands(n=n, w=w, gidx=gidx, levels=50)
-    _assert_cells_are_block_means(bands, pool_attention(bands, grid))
+    assert_cells_are_block_means(bands, pool_attention(bands, grid))
 
 
 def test_full_attention_model(tiny_bert):
     doc = analyze(tiny_bert, text_of(40), max_tokens=50)
-    _assert_cells_are_block_means(doc.attention, pool_attention(doc.attention, 10))
+    assert_cells_are_block_means(doc.attention, pool_attention(doc.attention, 10))
 
 
 def test_normalised_maps_and_importance_scale():

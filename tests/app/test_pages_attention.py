@@ -10,7 +10,7 @@ from streamlit.testing.v1 import AppTest
 from longviz_core.views.importance import IMPORTANCE_METHODS
 from pages._common import K
 
-APP = Path(__file__).resolve().parents[1] / "app.py"
+APP = Path(__file__).resolve().parents[2] / "app.py"
 TIMEOUT = 300
 MAX_TOKENS = 512  # keeps the dataset-wide grid and head importance quick on the demo
 IMPORTED = K.page("attention", "imported_importance")

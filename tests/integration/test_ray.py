@@ -9,7 +9,7 @@ from longviz_core.dataset.kinds import Settings
 from longviz_core.dataset.ray import run_on_ray
 from longviz_core.dataset.run import precompute
 from longviz_core.dataset.store import ResultStore
-from test_store import assert_stores_equal
+from support.oracles import assert_stores_equal
 
 SETTINGS = Settings(max_tokens=512, n_steps=2)
 WHAT, LIMIT = "attention,attribution", 3

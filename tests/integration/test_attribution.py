@@ -17,16 +17,23 @@ from longviz_core.attribution import (
     Attribution,
     ConvergenceWarning,
     cached_attribution,
+    cost,
     estimate_ig_seconds,
     integrated_gradients,
     internal_batch_size_for,
 )
-from longviz_core.attribution import cost
 from longviz_core.attribution import ig as A
 from longviz_core.attribution._inputs import padded_length
-from longviz_core.dataset.aggregate import cached_dataset_attributions, dataset_attributions
+from longviz_core.dataset.aggregate import (
+    cached_dataset_attributions,
+    dataset_attributions,
+)
 from longviz_core.errors import CacheCorruptError
-from longviz_core.views.attribution_tables import attribution_by_token, token_detail, top_attributions
+from longviz_core.views.attribution_tables import (
+    attribution_by_token,
+    token_detail,
+    top_attributions,
+)
 from tiny import make_tiny_longformer, text_of
 
 # Low step counts keep the tests fast; their convergence warnings are expected (one test checks them).

@@ -17,8 +17,10 @@ import pytest
 import torch
 
 from longviz_core import analyze
-from longviz_core.model.bands import AttentionBands
+from longviz_core.errors import LongvizError
 from longviz_core.figures import attention as fig
+from longviz_core.model.bands import AttentionBands
+from longviz_core.tokens import normalise_tokens
 from longviz_core.views.counts import (
     COUNT_MEANINGS,
     COUNT_RULES,
@@ -34,20 +36,8 @@ from longviz_core.views.counts import (
     topk_indices,
     type_counts,
 )
-from longviz_core.errors import LongvizError
-from longviz_core.tokens import normalise_tokens
+from support.oracles import brute_topk, synthetic_bands
 from tiny import make_tiny_longformer, text_of
-
-
-# ------------------------------------------------------------------------------------------ brute force
-def brute_topk(matrix: np.ndarray, k: int) -> list[list[int]]:
-    """Algorithm 1 on one dense head: per row, the k positive entries with the largest values, ties to the
-    lower position (Python's stable sort on (-value, position))."""
-    out = []
-    for row in matrix:
-        ranked = sorted((j for j in range(len(row)) if row[j] > 0), key=lambda j: (-row[j], j))
-        out.append(ranked[:k])
-    return out
 
 
 def dense_lists(dense: dict, k: int, direction: str) -> dict:
@@ -163,26 +153,6 @@ def model_lists(analysis):
         return cache[k, direction]
 
     return get
-
-
-def synthetic_bands(n=120, w=30, gidx=(0, 41), levels=3, seed=0, layers=2, heads=2, narrow=None) -> AttentionBands:
-    """Random bands quantised to a few levels, so ties are everywhere; Longformer's zero conventions kept
-    (outside the document, band columns at global keys, band rows and global columns of global queries).
-    `narrow` {layer: w'}: that layer's band is zero beyond w' < w, as a layer with a narrower window padded to
-    the widest one."""
-    rng = np.random.default_rng(seed)
-    gidx = np.asarray(gidx, dtype=np.int64)
-    width = 2 * w + 1
-    local = np.ceil(rng.random((layers, heads, n, width)) * levels).astype(np.float32) / levels
-    gcols = np.ceil(rng.random((layers, heads, n, len(gidx))) * levels).astype(np.float32) / levels
-    grows = np.ceil(rng.random((layers, heads, len(gidx), n)) * levels).astype(np.float32) / levels
-    keys = np.arange(n)[:, None] - w + np.arange(width)[None, :]
-    local[:, :, (keys < 0) | (keys >= n) | np.isin(keys, gidx)] = 0.0
-    local[:, :, gidx] = 0.0
-    gcols[:, :, gidx] = 0.0
-    for layer, w_layer in (narrow or {}).items():
-        local[layer, :, :, np.abs(np.arange(width) - w) > w_layer] = 0.0
-    return AttentionBands(local, gcols, grows, gidx, w)
 
 
 class Doc(SimpleNamespace):
@@ -602,7 +572,7 @@ def test_compiled_loops_cache_under_the_longviz_cache_folder(tmp_path):
     )
     env = {**os.environ, "LONGVIZ_CACHE_DIR": str(tmp_path)}
     env.pop("NUMBA_CACHE_DIR", None)
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     env["PYTHONPATH"] = os.pathsep.join([str(root), str(root / "tests")])
 
     def hits() -> int:

@@ -20,9 +20,7 @@ from longviz_core.dataset.run import precompute
 from longviz_core.dataset.store import ResultStore, doc_id_of
 from longviz_core.views.counts import topk_indices
 from longviz_core.views.pooling import pool_attention, pool_dataset
-from test_bands import _oracle_longformer
-from test_counts import brute_topk
-from test_pooling import _assert_cells_are_block_means
+from support.oracles import assert_cells_are_block_means, brute_topk, oracle_longformer
 from tiny import WORDS, text_of
 
 pytestmark = pytest.mark.filterwarnings("ignore::longviz_core.attribution.ConvergenceWarning")
@@ -89,7 +87,7 @@ def test_topk_lists_equal_brute_force(doc, k):
 
 @pytest.mark.parametrize("grid", [7, 64])
 def test_pooled_cells_are_block_means(doc, grid):
-    _assert_cells_are_block_means(doc.attention, pool_attention(doc.attention, grid))
+    assert_cells_are_block_means(doc.attention, pool_attention(doc.attention, grid))
 
 
 def test_views_see_each_layers_own_window(doc, layered_longformer):
@@ -98,7 +96,7 @@ def test_views_see_each_layers_own_window(doc, layered_longformer):
     n = doc.n
     far = np.abs(np.arange(n)[:, None] - np.arange(n)[None, :])  # (n, n) distance query - key
     for layer, w_l in enumerate(doc.attention.windows):
-        ref = _oracle_longformer(layered_longformer, doc, layer)  # (heads, n, n)
+        ref = oracle_longformer(layered_longformer, doc, layer)  # (heads, n, n)
         for head in range(doc.attention.num_heads):
             dense = doc.attention.dense(layer, head)
             beyond = (far > w_l)
@@ -185,7 +183,7 @@ def test_precompute_attention_store(layered_longformer, tmp_path):
         np.testing.assert_array_equal(store.array(doc_id_of(row), "attention", "input_ids"), analysis.input_ids)
         received = store.array(doc_id_of(row), "attention", "received")  # (layers, heads, n)
         for layer in range(model.num_layers):
-            ref = _oracle_longformer(model, analysis, layer).sum(axis=1)  # (heads, n) column sums
+            ref = oracle_longformer(model, analysis, layer).sum(axis=1)  # (heads, n) column sums
             np.testing.assert_allclose(received[layer], ref, rtol=1e-5)
     np.testing.assert_array_equal(store.pooled_attention().cells,
                                   pool_dataset((a.attention for a in analyses), 16).cells)
@@ -196,9 +194,9 @@ def test_attention_pages_on_a_per_layer_window_model(layered_longformer, tmp_pat
     """The heatmap grid (document and dataset scope), token counts and overlay pages run on the model, and
     the grid names the selected layer's own window."""
     from streamlit.testing.v1 import AppTest
+    from test_pages_attention import APP, _ok
 
     from pages._common import K
-    from test_pages_attention import APP, _ok
 
     csv = tmp_path / "data.csv"
     pd.DataFrame({"text": [text_of(37), text_of(90)], "label": [0, 1]}).to_csv(csv, index=False)

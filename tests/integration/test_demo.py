@@ -24,9 +24,15 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 import longviz_core.demo as demo_module
 from longviz_core._disk import cache_root
-from longviz_core.demo import DEMO_VERSION, DemoPaths, build_demo, ensure_demo, generate_corpus
+from longviz_core.demo import (
+    DEMO_VERSION,
+    DemoPaths,
+    build_demo,
+    ensure_demo,
+    generate_corpus,
+)
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 AI_WORDS = ("neural", "learning", "agent", "training", "reward")
 PL_WORDS = ("compiler", "type", "parser", "semantics", "programming")

@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from longviz_core.attribution import STEP_PRESETS
 from longviz_core.views import agreement as ag
 from longviz_core.views import faithfulness as fa
-from longviz_core.attribution import STEP_PRESETS
 from longviz_core.views.importance import IMPORTANCE_METHODS
 from pages._common import K
 
-APP = str(Path(__file__).resolve().parents[1] / "app.py")
+APP = str(Path(__file__).resolve().parents[2] / "app.py")
 TIMEOUT = 300
 MAX_TOKENS = 256  # short documents keep IG and the deletion test quick
 

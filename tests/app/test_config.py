@@ -10,7 +10,7 @@ from streamlit.testing.v1 import AppTest
 import longviz_core as lv
 from longviz_core.config import ConfigError, config_path, from_argv_or_env, load_config
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "docs" / "longviz.example.toml"
 
 

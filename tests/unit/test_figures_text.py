@@ -8,7 +8,11 @@ from html.parser import HTMLParser
 import numpy as np
 import pytest
 
-from longviz_core.figures.text import attribution_header_html, legend_html, token_overlay_html
+from longviz_core.figures.text import (
+    attribution_header_html,
+    legend_html,
+    token_overlay_html,
+)
 from longviz_core.tokens import readable_token, token_label
 
 

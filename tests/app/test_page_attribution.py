@@ -18,7 +18,7 @@ from pages._common import K
 
 TIMEOUT = 300
 pytestmark = pytest.mark.filterwarnings("ignore::longviz_core.attribution.ConvergenceWarning")
-APP = str(Path(__file__).resolve().parents[1] / "app.py")
+APP = str(Path(__file__).resolve().parents[2] / "app.py")
 P = "attribution"
 
 
@@ -159,6 +159,7 @@ def _demo_texts(n):
 def test_tiny_model_pasted_text_and_file_dataset(calls, tmp_path):
     """Without the demo: a tiny checkpoint, a pasted document and a CSV dataset (fast; same widgets)."""
     import pandas as pd
+
     from tiny import make_tiny_longformer, text_of
 
     model_dir = make_tiny_longformer(tmp_path / "tiny", initializer_range=0.3)

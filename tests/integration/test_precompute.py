@@ -18,15 +18,21 @@ import pandas as pd
 import pytest
 import torch
 
-from longviz_core import ManifestMismatchError, StoreError, analyze, load_dataset, load_model
+from longviz_core import (
+    ManifestMismatchError,
+    StoreError,
+    analyze,
+    load_dataset,
+    load_model,
+)
 from longviz_core.cli import main
 from longviz_core.dataset.kinds import KINDS, Kind, Settings, resolve_kinds
 from longviz_core.dataset.run import parse_shard, precompute, read_logs, shard_rows
 from longviz_core.dataset.store import ResultStore
-from test_store import assert_stores_equal
+from support.oracles import assert_stores_equal
 from tiny import WORDS, make_tiny_longformer
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 WHAT = "attention,attribution,head-importance,agreement,faithfulness"
 MAX_TOKENS, STEPS = 64, 4
 SETTINGS = Settings(max_tokens=MAX_TOKENS, n_steps=STEPS)
@@ -191,7 +197,11 @@ def test_shard_split_is_deterministic_and_complete():
 
 # ----------------------------------------------------------------------------------------- one code path
 def test_store_numbers_equal_the_in_app_dataset_functions(setup, reference, tmp_path):
-    from longviz_core.dataset.aggregate import dataset_agreement, dataset_attributions, dataset_faithfulness
+    from longviz_core.dataset.aggregate import (
+        dataset_agreement,
+        dataset_attributions,
+        dataset_faithfulness,
+    )
     from longviz_core.views.importance import head_importance
     from longviz_core.views.pooling import pool_dataset
 
@@ -253,7 +263,11 @@ def test_faithfulness_settings_and_an_earlier_store(reference, tmp_path):
 def test_attribution_by_token_type_equals_dataset_attributions(setup, tmp_path):
     """Both routes to the dataset-wide table (the store's SQL sums, the in-app loop) give the same numbers for
     every mask and min_docs choice; the store keeps the normalised scores and the raw sums of each document."""
-    from longviz_core.attribution import ConvergenceWarning, integrated_gradients, normalise_scores
+    from longviz_core.attribution import (
+        ConvergenceWarning,
+        integrated_gradients,
+        normalise_scores,
+    )
     from longviz_core.dataset.aggregate import dataset_attributions
 
     _, _, model, df = setup
@@ -349,10 +363,9 @@ def test_dataset_pages_read_a_store_made_by_the_command(demo, demo_dataset, tmp_
     """The agreement, faithfulness and attribution pages' dataset-wide views come from a store found through
     LONGVIZ_STORE_DIR when it was made with the page's settings (here the defaults, at 256 tokens); the in-app
     dataset functions are never called. A setting the store was not made with falls back to computing."""
-    from test_links import app_test, page
-
     from longviz_core.dataset import aggregate
     from pages._common import K
+    from support.apps import app_test, page
 
     stores = tmp_path / "stores"
     assert main(["precompute", "--model", "demo", "--dataset", "demo", "--what", "agreement,faithfulness",

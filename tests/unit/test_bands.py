@@ -7,42 +7,14 @@ import pytest
 import torch
 
 from longviz_core import AttentionBands, analyze, head_weights
+from support.oracles import hidden_states, oracle_longformer
 from tiny import text_of
-
-
-def _hidden_states(model, analysis):
-    inputs = analysis.encoded.torch_inputs(model.device)
-    if not model.is_longformer:
-        inputs.pop("global_attention_mask")
-    with torch.no_grad():
-        out = model.model(**inputs, output_hidden_states=True)
-    return [h[0].double() for h in out.hidden_states]  # entering layer l: hidden_states[l]
-
-
-@torch.no_grad()
-def _oracle_longformer(model, analysis, layer):
-    """Dense (heads, n, n) attention of one Longformer layer, from its weights."""
-    att = model.model.longformer.encoder.layer[layer].attention.self
-    x = _hidden_states(model, analysis)[layer]
-    n, H = x.shape[0], att.num_heads
-    d = att.head_dim
-    w = att.one_sided_attn_window_size
-    lin = lambda m: (x @ m.weight.double().T + m.bias.double()).view(n, H, d).transpose(0, 1)  # noqa: E731
-    q, k, qg, kg = lin(att.query), lin(att.key), lin(att.query_global), lin(att.key_global)
-    glob = torch.as_tensor(analysis.encoded.global_mask.astype(bool))
-    i = torch.arange(n)
-    allowed = ((i[:, None] - i[None, :]).abs() <= w) | glob[None, :]  # band + global keys
-    scores = torch.where(allowed, q @ k.transpose(1, 2) / d**0.5, torch.tensor(float("-inf"), dtype=torch.double))
-    dense = torch.softmax(scores, dim=-1)
-    g_scores = qg @ kg.transpose(1, 2) / d**0.5  # global queries see every key
-    dense[:, glob] = torch.softmax(g_scores, dim=-1)[:, glob]
-    return dense.detach().numpy()
 
 
 @torch.no_grad()
 def _oracle_bert(model, analysis, layer):
     att = model.model.bert.encoder.layer[layer].attention.self
-    x = _hidden_states(model, analysis)[layer]
+    x = hidden_states(model, analysis)[layer]
     n = x.shape[0]
     H, d = att.num_attention_heads, att.attention_head_size
     lin = lambda m: (x @ m.weight.double().T + m.bias.double()).view(n, H, d).transpose(0, 1)  # noqa: E731
@@ -72,7 +44,7 @@ def test_tiny_longformer_matches_dense_oracle(tiny_longformer):
     analysis = analyze(tiny_longformer, text_of(67), max_tokens=100)
     assert analysis.n % window != 0, "sequence length must not be a multiple of the window"
     assert analysis.attention.window == tiny_longformer.attention_window
-    _check_against_oracle(tiny_longformer, analysis, _oracle_longformer, range(tiny_longformer.num_layers))
+    _check_against_oracle(tiny_longformer, analysis, oracle_longformer, range(tiny_longformer.num_layers))
 
 
 @pytest.mark.parametrize("n_words", [1, 37, 300], ids=["one-text-token", "odd-length", "max-length"])
@@ -96,7 +68,7 @@ def test_per_layer_windows_match_dense_oracle(layered_longformer, n_words):
     for layer, w_l in enumerate(bands.windows):
         outside = np.r_[0 : w - w_l, w + w_l + 1 : 2 * w + 1]  # band columns beyond this layer's window
         assert not bands.local[layer][..., outside].any()
-    _check_against_oracle(model, analysis, _oracle_longformer, range(model.num_layers))
+    _check_against_oracle(model, analysis, oracle_longformer, range(model.num_layers))
     assert bands.received().sum() == pytest.approx(n * bands.num_layers * bands.num_heads, rel=1e-5)
 
 
@@ -114,7 +86,7 @@ def test_per_layer_windows_are_validated():
 def test_demo_model_matches_dense_oracle(demo_model, demo_dataset):
     analysis = analyze(demo_model, demo_dataset["text"].iloc[0], max_tokens=700)
     assert analysis.n % (2 * demo_model.attention_window) != 0
-    _check_against_oracle(demo_model, analysis, _oracle_longformer, [0, demo_model.num_layers - 1])
+    _check_against_oracle(demo_model, analysis, oracle_longformer, [0, demo_model.num_layers - 1])
 
 
 def test_full_attention_encoder_uses_the_same_interface(tiny_bert):

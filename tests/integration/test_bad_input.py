@@ -22,11 +22,11 @@ from streamlit.testing.v1 import AppTest
 import longviz_core as lv
 from longviz_core import attribution as ig
 from longviz_core.dataset import store as st_store
-from test_links import app_test, page
+from support.apps import app_test, page
 from tiny import text_of
 
 TIMEOUT = 300
-APP = str(Path(__file__).resolve().parents[1] / "app.py")
+APP = str(Path(__file__).resolve().parents[2] / "app.py")
 
 
 def _mlm_checkpoint(tmp_path: Path, classifier_dir: Path) -> Path:
@@ -368,7 +368,7 @@ def test_ui_9_two_sessions_write_the_same_entry_at_once(demo, tmp_path, monkeypa
     """Two real browser sessions (the WebSocket protocol) ask for the same attribution at the same moment."""
     import os
 
-    from test_load import Session, serve
+    from support.servers import Session, serve
 
     cache_dir = tmp_path / "cache"
     cache_dir.mkdir()

@@ -9,7 +9,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from longviz_core.errors import CacheCorruptError, ManifestMismatchError, StoreError
 from longviz_core.dataset.aggregate import (
     TOKEN_TABLE_COLUMNS,
     combine_head_means,
@@ -17,42 +16,17 @@ from longviz_core.dataset.aggregate import (
     combine_token_sums,
     mean_arrays,
 )
-from longviz_core.dataset.store import NUMERIC_PACKAGES, Record, ResultStore, StoreWriter, doc_id_of, open_manifest
+from longviz_core.dataset.store import (
+    NUMERIC_PACKAGES,
+    Record,
+    ResultStore,
+    StoreWriter,
+    doc_id_of,
+    open_manifest,
+)
+from longviz_core.errors import CacheCorruptError, ManifestMismatchError, StoreError
 
 VERSIONS = {p: "1.0" for p in NUMERIC_PACKAGES}
-
-
-def assert_stores_equal(a, b, rtol=1e-6, atol=1e-9) -> None:
-    """Two stores hold the same units (files and index) and give the same dataset-wide numbers."""
-    sa, sb = ResultStore(a), ResultStore(b)
-    kinds = sa.manifest["kinds"]
-    assert kinds == sb.manifest["kinds"]
-    for kind in kinds:
-        if kind == "head-importance":
-            np.testing.assert_allclose(sa.head_importance(), sb.head_importance(), rtol=rtol)
-            continue
-        assert sa.doc_ids(kind) == sb.doc_ids(kind) and sa.doc_ids(kind), kind
-        names = set()
-        for doc_id in sa.doc_ids(kind):
-            ra, rb = sa.load(doc_id, kind, verify=True), sb.load(doc_id, kind, verify=True)
-            assert ra.arrays.keys() == rb.arrays.keys() and ra.tables.keys() == rb.tables.keys()
-            for name in ra.arrays:
-                np.testing.assert_allclose(ra.arrays[name], rb.arrays[name], rtol=rtol, atol=atol)
-            for name in ra.tables:
-                pd.testing.assert_frame_equal(ra.tables[name], rb.tables[name], rtol=rtol, atol=atol)
-            names |= set(ra.tables)
-        for name in names:  # the SQLite indexes agree too
-            pd.testing.assert_frame_equal(sa.table(kind, name), sb.table(kind, name), rtol=rtol, atol=atol)
-    if "attention" in kinds:
-        np.testing.assert_allclose(sa.pooled_attention().cells, sb.pooled_attention().cells, rtol=rtol)
-    if "attribution" in kinds:
-        pd.testing.assert_frame_equal(sa.attribution_by_token_type(), sb.attribution_by_token_type(), rtol=rtol)
-    if "agreement" in kinds:
-        pd.testing.assert_frame_equal(sa.dataset_agreement().table, sb.dataset_agreement().table, rtol=rtol, atol=atol)
-    if "faithfulness" in kinds:
-        pd.testing.assert_frame_equal(sa.dataset_faithfulness().summary, sb.dataset_faithfulness().summary,
-                                      rtol=rtol, atol=atol)
-    assert not sa.verify() and not sb.verify()
 
 
 def manifest(model="m1", dataset="d1", max_tokens=64, kinds=None, versions=VERSIONS):

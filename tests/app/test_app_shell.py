@@ -9,7 +9,7 @@ from streamlit.testing.v1 import AppTest
 from pages._common import DOC_MODES, K
 
 TIMEOUT = 180
-APP = str(Path(__file__).resolve().parents[1] / "app.py")
+APP = str(Path(__file__).resolve().parents[2] / "app.py")
 
 
 @pytest.fixture()

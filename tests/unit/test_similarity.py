@@ -6,8 +6,8 @@ import pytest
 import rbo
 import scipy.stats
 
-from longviz_core.views import similarity as sim
 from longviz_core.errors import LongvizError
+from longviz_core.views import similarity as sim
 
 # Fixed vectors with ties in both (attention 0.3 x3, 0.0 x2; |attribution| 0.2 x3, 0.0 x2).
 ATT = np.array([0.1, 0.3, 0.3, 0.0, 0.9, 0.3, 0.05, 0.0, 0.6, 0.2, 0.45, 0.7])

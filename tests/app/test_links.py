@@ -12,25 +12,11 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from pages._common import K
-from test_e2e_browser import app_server, browser  # noqa: F401 - the browser fixtures live with the e2e test
+from support.apps import app_test
 
 TIMEOUT = 300
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 APP = str(ROOT / "app.py")
-
-
-def app_test() -> AppTest:
-    """app.py run through a two-line wrapper in a temporary directory. AppTest takes a main script with a
-    pages/ folder beside it for an old-style multipage app: from the second run on it runs the page file
-    alone, so the sidebar (drawn by app.py) vanishes and its widget values are lost. The wrapper's directory
-    has no pages/ folder; app.py still builds its st.navigation from absolute paths."""
-    return AppTest.from_string(f"import runpy\nrunpy.run_path({APP!r}, run_name='__main__')\n",
-                               default_timeout=TIMEOUT)
-
-
-def page(name: str) -> str:
-    """A page's path for AppTest.switch_page (absolute: the wrapper lives elsewhere)."""
-    return str(ROOT / "pages" / f"{name}.py")
 
 
 def _bound(at) -> bool:
@@ -98,7 +84,16 @@ def test_values_a_widget_would_refuse_are_dropped(fresh):
 def test_a_copied_url_reopens_the_same_view_in_a_new_session(app_server, browser):
     from selenium.webdriver.common.by import By
 
-    from test_e2e_browser import _title, click_label, nav_links, open_app, options, problems, set_number, wait_idle
+    from support.browser import (
+        click_label,
+        link_title,
+        nav_links,
+        open_app,
+        options,
+        problems,
+        set_number,
+        wait_idle,
+    )
 
     base, _log = app_server
     open_app(browser, base)
@@ -109,7 +104,7 @@ def test_a_copied_url_reopens_the_same_view_in_a_new_session(app_server, browser
     target = next((t for t in ("Attention overlay", "Token counts", "Heatmap grid") if t in links), None)
     assert target is not None, links
     next(a for a in browser.find_elements(By.CSS_SELECTOR, '[data-testid="stSidebarNav"] a')
-         if _title(a) == target).click()
+         if link_title(a) == target).click()
     wait_idle(browser)
     option = options(browser)[0]
     click_label(browser, option)
@@ -147,8 +142,8 @@ def test_a_link_to_a_page_works_as_the_first_request_a_server_gets(demo, browser
     helper modules listed as pages). The pages hand over to app.py instead (_common.run_through_app)."""
     from selenium.webdriver.common.by import By
 
-    from test_e2e_browser import nav_links, open_app
-    from test_load import serve
+    from support.browser import nav_links, open_app
+    from support.servers import serve
 
     env = {key: value for key, value in os.environ.items() if key != "LONGVIZ_CONFIG"}
     proc, port = serve(ROOT / "app.py", env, tmp_path / "server.log")  # nobody has opened its root
