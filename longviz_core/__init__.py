@@ -12,9 +12,9 @@ from ._version import __version__  # noqa: F401  (the package version, here as e
 
 # module (relative to this package) -> the public names it provides here
 _EXPORTS: dict[str, tuple[str, ...]] = {
-    "errors": ("CacheCorruptError", "DatasetError", "HubUnreachableError", "InputTextError", "LongvizError",
-        "ManifestMismatchError", "ModelLoadError", "ModelNotFoundError", "NoAttentionError", "NotAClassifierError",
-        "StoreError"),
+    "errors": ("AttributionError", "CacheCorruptError", "DatasetError", "HubUnreachableError", "InputTextError",
+        "LongvizError", "ManifestMismatchError", "ModelLoadError", "ModelNotFoundError", "NoAttentionError",
+        "NotAClassifierError", "SelectionError", "SettingsError", "StoreError"),
     "progress": ("Progress",),
     "runtime": ("BudgetLRU", "COMPUTE", "ComputeQueue"),
     "model.loading": ("DEMO", "LoadedModel", "dataset_fingerprint", "load_dataset", "load_model",
@@ -26,7 +26,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "attribution.cost": ("estimate_ig_seconds",),
     "views.counts": ("COUNT_MEANINGS", "COUNT_RULES", "CountsError", "TOPK_MAX", "Tallies", "TopK",
         "count_intersection", "dataset_type_counts", "instance_counts", "tally", "token_counts", "topk_indices"),
-    "views.pooling": ("PooledAttention", "normalised_maps", "pool_attention", "pool_dataset"),
+    "views.pooling": ("PoolingError", "PooledAttention", "normalised_maps", "pool_attention", "pool_dataset"),
     "views.masking": ("build_mask", "nonalnum_mask", "special_mask", "stopword_mask"),
     "views.importance": ("HeadImportanceError", "IMPORTANCE_METHODS", "cached_head_importance", "head_importance",
         "load_head_importance", "normalise_importance"),

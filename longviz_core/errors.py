@@ -34,6 +34,20 @@ class InputTextError(LongvizError, ValueError):
     """A document text that cannot be analysed (empty, whitespace only, not text)."""
 
 
+class SettingsError(LongvizError, ValueError):
+    """An option or argument outside what the function accepts (an unknown mode, a count out of range, a value
+    of the wrong kind); the message names what is accepted."""
+
+
+class SelectionError(SettingsError):
+    """A layer, head, token position or grid cell that the model or document does not have."""
+
+
+class AttributionError(LongvizError, ValueError):
+    """Integrated Gradients cannot run as asked: its settings, the class to explain, or an analysis or
+    attribution that belongs to another model or document."""
+
+
 class CacheCorruptError(LongvizError):
     """A cache or store file exists but cannot be read back."""
 

@@ -29,6 +29,8 @@ from typing import Literal, NamedTuple
 
 import numpy as np
 
+from .errors import SettingsError
+
 Scheme = Literal["byte_level", "sentencepiece", "wordpiece"]
 SCHEMES: tuple[Scheme, ...] = ("byte_level", "sentencepiece", "wordpiece")
 
@@ -122,11 +124,12 @@ def detect_scheme(tokens: Sequence[str]) -> Scheme:
 def as_token_list(tokens: Sequence[str]) -> list[str]:
     """`tokens` as a list of strings; ValueError naming the first token that is not one."""
     if isinstance(tokens, (str, bytes)) or not isinstance(tokens, (Sequence, np.ndarray)):
-        raise ValueError(f"tokens must be a list of strings, got {type(tokens).__name__}")
+        raise SettingsError(f"tokens must be a list of strings (e.g. analyze(model, text).tokens), got "
+                            f"{type(tokens).__name__}.")
     tokens = list(tokens)
     for i, t in enumerate(tokens):
         if not isinstance(t, str):
-            raise ValueError(f"tokens must be a list of strings; token {i} is {type(t).__name__}: {t!r}")
+            raise SettingsError(f"tokens must be a list of strings; token {i} is {type(t).__name__}: {t!r}.")
     return tokens
 
 
@@ -136,7 +139,7 @@ def with_scheme(tokens: Sequence[str], scheme: Scheme | None) -> tuple[list[str]
     if scheme is None:
         scheme = detect_scheme(tokens)
     elif scheme not in SCHEMES:
-        raise ValueError(f"scheme must be one of {SCHEMES} or None, got {scheme!r}")
+        raise SettingsError(f"scheme must be one of {', '.join(SCHEMES)}, or None to detect it; got {scheme!r}.")
     return tokens, scheme
 
 

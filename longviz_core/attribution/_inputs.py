@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from .. import _disk
+from ..errors import AttributionError
 from ..model.encoding import Encoded
 
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -49,7 +50,9 @@ def embeddings_layer(net):
     """The module IG attributes to: the whole embeddings layer of the encoder."""
     layer = getattr(getattr(net, "base_model", net), "embeddings", None)
     if layer is None:
-        raise ValueError(f"{type(net).__name__} has no `embeddings` module to attribute to")
+        raise AttributionError(f"{type(net).__name__} has no `embeddings` module: Integrated Gradients attributes "
+                               "to the encoder's embeddings layer, so use a BERT-, RoBERTa- or Longformer-style "
+                               "classifier.")
     return layer
 
 

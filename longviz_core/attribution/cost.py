@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from .._disk import digest, write_cache
+from ..errors import AttributionError
 from ..model.encoding import DEFAULT_MAX_TOKENS, Encoded
 from ..model.loading import LoadedModel
 from ..progress import Progress, report
@@ -64,9 +65,10 @@ def estimate_ig_seconds(
     disk per model + bucket + precision, and refined by every finished run. The first call for a bucket
     runs the model (seconds at base dimensions); later calls are instant."""
     if n_tokens < 3 or n_steps < 2:
-        raise ValueError(f"need n_tokens >= 3 and n_steps >= 2, got {n_tokens}, {n_steps}")
+        raise AttributionError(f"An estimate needs n_tokens >= 3 (<s>, one token, </s>) and n_steps >= 2 (captum's "
+                               f"minimum), got {n_tokens} tokens and {n_steps} steps.")
     if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {sorted(PRECISIONS)}, got {precision!r}")
+        raise AttributionError(f"precision must be one of {', '.join(sorted(PRECISIONS))}; got {precision!r}.")
     bucket = _bucket(model, n_tokens)
     timing = _read_timing(model, bucket, precision, cache_dir)
     if timing is None:
@@ -199,7 +201,8 @@ def record_timing(model, n_tokens, precision, result, cache_dir=None) -> None:
 
 def _bucket(model, n_tokens: int) -> int:
     if n_tokens > model.max_tokens:
-        raise ValueError(f"{n_tokens} tokens exceed what this model accepts ({model.max_tokens})")
+        raise AttributionError(f"{n_tokens} tokens exceed what this model accepts ({model.max_tokens}): "
+                               f"ask for at most {model.max_tokens} tokens.")
     b = 512
     while b < n_tokens:
         b *= 2

@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from .._disk import bytes_digest, digest, write_cache
-from ..errors import CacheCorruptError
+from ..errors import AttributionError, CacheCorruptError
 from ..model.analysis import DocumentAnalysis
 from ..model.encoding import Encoded
 from ..model.loading import LoadedModel
@@ -394,34 +394,41 @@ def _try_read(path: Path, key: str, n: int) -> Attribution | None:
 # ----------------------------------------------------------------------------------------- helpers
 def _resolve(model, analysis, target) -> tuple[Encoded, int]:
     if not isinstance(model, LoadedModel):
-        raise ValueError("model must be a LoadedModel (see load_model)")
+        raise AttributionError(f"model must be a LoadedModel, got {type(model).__name__}: load it with "
+                               "load_model('demo' or a checkpoint).")
     if isinstance(analysis, DocumentAnalysis):
         if analysis.model_fingerprint != model.fingerprint:
-            raise ValueError("this analysis was made with another model")
+            raise AttributionError("This analysis was made with another model: analyze the text with this model "
+                                   "(analyze(model, text)) and attribute that analysis.")
         enc = analysis.encoded
         target = analysis.predicted if target is None else target
     elif isinstance(analysis, Encoded):
         enc = analysis
         if target is None:
-            raise ValueError("give the target class when attributing an Encoded input")
+            raise AttributionError("Give the target class (target=...) when attributing an Encoded input, or pass "
+                                   "the DocumentAnalysis to explain its predicted class.")
     else:
-        raise ValueError(f"expected a DocumentAnalysis or Encoded, got {type(analysis).__name__}")
+        raise AttributionError(f"Expected a DocumentAnalysis (from analyze) or an Encoded input, got "
+                               f"{type(analysis).__name__}.")
     if not isinstance(target, (int, np.integer)) or not 0 <= int(target) < model.num_labels:
-        raise ValueError(f"target must be a class index in [0, {model.num_labels - 1}], got {target!r}")
+        raise AttributionError(f"target must be a class index in [0, {model.num_labels - 1}] (this model's "
+                               f"classes: {model.id2label}), got {target!r}.")
     return enc, int(target)
 
 
 def validate_settings(n_steps, method, precision, batch_size, tolerance, max_steps) -> None:
-    """ValueError naming the first setting integrated_gradients cannot run with."""
+    """AttributionError naming the first setting integrated_gradients cannot run with, and what it accepts."""
     if not isinstance(n_steps, (int, np.integer)) or n_steps < 2:
-        raise ValueError(f"n_steps must be an integer of at least 2 (captum's minimum), got {n_steps!r}")
+        raise AttributionError(f"n_steps must be an integer of at least 2 (captum's minimum), got {n_steps!r}.")
     if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+        raise AttributionError(f"method must be one of {', '.join(METHODS)}; got {method!r}.")
     if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {sorted(PRECISIONS)}, got {precision!r}")
+        raise AttributionError(f"precision must be one of {', '.join(sorted(PRECISIONS))}; got {precision!r}.")
     if batch_size is not None and (not isinstance(batch_size, (int, np.integer)) or batch_size < 1):
-        raise ValueError(f"internal_batch_size must be a positive integer, got {batch_size!r}")
+        raise AttributionError(f"internal_batch_size must be a positive integer (or None for automatic), got "
+                               f"{batch_size!r}.")
     if not tolerance > 0:
-        raise ValueError(f"tolerance must be positive, got {tolerance!r}")
+        raise AttributionError(f"tolerance must be a positive number (e.g. 0.05), got {tolerance!r}.")
     if max_steps < n_steps:
-        raise ValueError(f"max_steps ({max_steps}) must be at least n_steps ({n_steps})")
+        raise AttributionError(f"max_steps ({max_steps}) must be at least n_steps ({n_steps}): raise max_steps or "
+                               "lower n_steps.")

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from ..errors import DatasetError, SettingsError
 from ..progress import report
 from ..runtime import COMPUTE
 from .bands import AttentionBands
@@ -92,22 +93,27 @@ def predict_probs(model: LoadedModel, texts, max_tokens: int = DEFAULT_MAX_TOKEN
     return out
 
 
+DOCUMENT_CHOICES = ("false negative", "false positive", "most confident positive")
+
+
 def pick_document(probs: np.ndarray, labels, how: str, positive: int = 1, seed: int = 0) -> int | None:
     """The paper's appendix A.2 choices: 'false negative' / 'false positive' (random, seeded) or
-    'most confident positive'. Returns None when no document qualifies."""
+    'most confident positive'. Returns None when no document qualifies. A false negative or positive needs
+    labels: DatasetError without them."""
+    if how not in DOCUMENT_CHOICES:
+        raise SettingsError(f"Unknown document choice {how!r}: choose one of {', '.join(map(repr, DOCUMENT_CHOICES))}.")
     probs = np.asarray(probs)
     predicted = probs.argmax(axis=1)
     if how == "most confident positive":
         return int(np.argmax(probs[:, positive]))
     if labels is None:
-        raise ValueError(f"'{how}' needs a labelled dataset")
+        raise DatasetError(f"A {how} needs a labelled dataset (a label column), and this one has no labels: choose "
+                           "a labelled dataset, or pick the document by index or as the most confident positive.")
     labels = np.asarray(labels)
     if how == "false negative":
         pool = np.flatnonzero((labels == positive) & (predicted != positive))
-    elif how == "false positive":
-        pool = np.flatnonzero((labels != positive) & (predicted == positive))
     else:
-        raise ValueError(f"unknown document choice {how!r}")
+        pool = np.flatnonzero((labels != positive) & (predicted == positive))
     if pool.size == 0:
         return None
     return int(np.random.default_rng(seed).choice(pool))

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..errors import SelectionError, SettingsError
 from . import _kernels
 
 
@@ -109,9 +110,8 @@ class AttentionBands:
     # ---- one head -------------------------------------------------------------------------------------
     def _check(self, layer: int, head: int) -> None:
         if not (0 <= layer < self.num_layers and 0 <= head < self.num_heads):
-            raise ValueError(
-                f"layer {layer} / head {head} out of range ({self.num_layers} layers x {self.num_heads} heads)"
-            )
+            raise SelectionError(f"Layer {layer} / head {head} is out of range: this model has layers "
+                                 f"0..{self.num_layers - 1} and heads 0..{self.num_heads - 1} (0-based).")
 
     def dense(self, layer: int, head: int) -> np.ndarray:
         """The (n, n) attention matrix of one head (rows = queries, sum to 1)."""
@@ -185,9 +185,11 @@ def head_weights(num_layers: int, num_heads: int, layers=None, heads=None, scale
     if scale is not None:
         scale = np.asarray(scale, dtype=np.float64)
         if scale.shape != (num_layers, num_heads):
-            raise ValueError(f"scale must have shape ({num_layers}, {num_heads}), got {scale.shape}")
+            raise SettingsError(f"scale (e.g. head importance) must have one weight per layer and head, shape "
+                                f"({num_layers}, {num_heads}), got {scale.shape}: compute it for this model.")
         if not np.all(np.isfinite(scale)):
-            raise ValueError("scale contains NaN or infinite values")
+            raise SettingsError("scale (e.g. head importance) contains NaN or infinite values: every head needs a "
+                                "finite weight.")
         weights *= scale
     return weights
 
@@ -198,9 +200,10 @@ def selection(chosen, size: int, what: str) -> np.ndarray:
         return np.arange(size)
     idx = np.atleast_1d(np.asarray(chosen, dtype=np.int64))
     if idx.size == 0:
-        raise ValueError(f"select at least one {what}")
+        raise SelectionError(f"Select at least one {what} (or None for all {size}).")
     if idx.min() < 0 or idx.max() >= size:
-        raise ValueError(f"{what} index out of range 0..{size - 1}: {idx.tolist()}")
+        raise SelectionError(f"Selected {what} index out of range: this model has {what}s 0..{size - 1} "
+                             f"(0-based), got {idx.tolist()}.")
     return idx
 
 

@@ -24,6 +24,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from ..errors import SelectionError
 from ..model.analysis import DocumentAnalysis
 from ..tokens import token_label
 from .masking import build_mask
@@ -56,13 +57,14 @@ class AttentionSource:
 def attention_sources(num_layers: int, layer_range: tuple[int, int] | None = None) -> list[AttentionSource]:
     """The final layer, all layers and, when given, the 0-based inclusive `layer_range` (lo, hi)."""
     if num_layers < 1:
-        raise ValueError(f"num_layers must be positive, got {num_layers}")
+        raise SimilarityError(f"num_layers must be positive, got {num_layers}.")
     out = [AttentionSource(f"layer {num_layers} (final)", (num_layers - 1,)),
            AttentionSource("all layers", tuple(range(num_layers)))]
     if layer_range is not None:
         lo, hi = (int(v) for v in layer_range)
         if not (0 <= lo <= hi < num_layers):
-            raise ValueError(f"layer range must satisfy 0 <= lo <= hi < {num_layers}, got ({lo}, {hi})")
+            raise SelectionError(f"The layer range must satisfy 0 <= lo <= hi < {num_layers} (0-based, inclusive), "
+                                 f"got ({lo}, {hi}).")
         layers = tuple(range(lo, hi + 1))
         if layers not in {s.layers for s in out}:
             out.append(AttentionSource(f"layers {lo + 1}-{hi + 1}" if hi > lo else f"layer {lo + 1}", layers))
@@ -73,7 +75,7 @@ def mask_for(tokens: Sequence[str], kinds: Sequence[str]) -> np.ndarray | None:
     """build_mask over the chosen kinds (any of MASK_KINDS), True = masked; None when no kind is chosen."""
     unknown = set(kinds) - set(MASK_KINDS)
     if unknown:
-        raise ValueError(f"unknown mask kind(s) {sorted(unknown)}; choose from {list(MASK_KINDS)}")
+        raise SimilarityError(f"Unknown mask kind(s) {sorted(unknown)}; choose from {list(MASK_KINDS)}.")
     if not kinds:
         return None
     return build_mask(tokens, special="special" in kinds, nonalnum="nonalnum" in kinds,
@@ -139,8 +141,7 @@ def top_sets(tokens: Sequence[str], attention, attribution, mask=None, mode: str
     no value or rank in 'drop' mode (NaN)."""
     attribution = _attribution(attribution, len(tokens))
     attention = _attribution(attention, len(tokens))
-    if mode not in MASK_MODES:
-        raise ValueError(f"mode must be one of {MASK_MODES}, got {mode!r}")
+    _check_mode(mode)
     n = len(tokens)
     keep = np.arange(n)
     excluded = None
@@ -148,7 +149,8 @@ def top_sets(tokens: Sequence[str], attention, attribution, mask=None, mode: str
     if mode != "no" and mask is not None:
         mask = np.asarray(mask, dtype=bool)
         if mask.shape != (n,):
-            raise ValueError(f"mask must have shape ({n},), got {mask.shape}")
+            raise SimilarityError(f"The mask must have one entry per token, shape ({n},), got {mask.shape}: build "
+                                  "it from these tokens (mask_for or build_mask).")
         if mode == "zero":
             att[mask], attr[mask], excluded = 0.0, 0.0, mask
         else:
@@ -184,8 +186,7 @@ def head_agreement(analysis: DocumentAnalysis, attribution, metric: str = "rbo",
                    p: float = DEFAULT_P, top: float = DEFAULT_TOP) -> np.ndarray:
     """(layers, heads): `metric` between each head's received attention and |attribution|; NaN for a head whose
     attention is constant after masking. mode: 'no', 'zero' or 'drop'."""
-    if mode not in MASK_MODES:
-        raise ValueError(f"mode must be one of {MASK_MODES}, got {mode!r}")
+    _check_mode(mode)
     attribution = _attribution(attribution, analysis.n)
     return compare_many(analysis.attention.received_per_head(), attribution, metric=metric,
                         mask=None if mode == "no" else mask, mode="zero" if mode == "no" else mode, p=p, top=top)
@@ -239,8 +240,14 @@ def mean_std_table(summary: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFram
 def _attribution(values, n: int) -> np.ndarray:
     v = np.asarray(values, dtype=np.float64)
     if v.shape != (n,):
-        raise ValueError(f"expected one value per token ({n},), got shape {v.shape}")
+        raise SimilarityError(f"Expected one value per token of this document, shape ({n},), got {v.shape}: "
+                              "compare an attribution of the same analysis.")
     return v
+
+
+def _check_mode(mode) -> None:
+    if mode not in MASK_MODES:
+        raise SimilarityError(f"mode must be one of {', '.join(MASK_MODES)}; got {mode!r}.")
 
 
 def _counts(sets: dict) -> pd.DataFrame:

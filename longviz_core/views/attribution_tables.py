@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from ..attribution.ig import Attribution
+from ..errors import AttributionError, SelectionError, SettingsError
 from ..model.analysis import DocumentAnalysis
 from ..tokens import token_label
 from .masking import build_mask, special_mask
@@ -20,7 +21,7 @@ from .masking import build_mask, special_mask
 def top_attributions(tokens, scores, k: int = 10, sign: str = "positive", mask=None) -> pd.DataFrame:
     """The k most positive (or negative) single tokens: columns token, position, attribution (Fig 10a/b)."""
     if sign not in ("positive", "negative"):
-        raise ValueError(f"sign must be 'positive' or 'negative', got {sign!r}")
+        raise SettingsError(f"sign must be 'positive' or 'negative', got {sign!r}.")
     scores = _scores(tokens, scores)
     keep = _keep(len(scores), mask)
     pos = np.flatnonzero(keep & (scores > 0 if sign == "positive" else scores < 0))
@@ -61,9 +62,10 @@ def token_detail(analysis: DocumentAnalysis, attribution: Attribution, position:
     received attention (summed over all layers and heads unless `received` (n,) is given) and its rank."""
     n = analysis.n
     if attribution.n != n:
-        raise ValueError(f"the attribution has {attribution.n} tokens, the document {n}")
+        raise AttributionError(f"The attribution has {attribution.n} tokens, the document {n}: attribute this "
+                               "document's analysis (integrated_gradients(model, analysis)).")
     if not 0 <= int(position) < n:
-        raise ValueError(f"position must be in [0, {n - 1}], got {position}")
+        raise SelectionError(f"Token position {position} is out of range: this document has positions 0..{n - 1}.")
     position = int(position)
     att = analysis.attention.received() if received is None else np.asarray(received, dtype=np.float64)
     return {
@@ -82,7 +84,8 @@ def token_detail(analysis: DocumentAnalysis, attribution: Attribution, position:
 def _scores(tokens, scores) -> np.ndarray:
     s = np.asarray(scores, dtype=np.float64).reshape(-1)
     if s.shape[0] != len(tokens):
-        raise ValueError(f"{len(tokens)} tokens but {s.shape[0]} scores")
+        raise AttributionError(f"{len(tokens)} tokens but {s.shape[0]} scores: give the tokens and the "
+                               "attribution scores of one document.")
     return s
 
 
@@ -91,7 +94,8 @@ def _keep(n, mask) -> np.ndarray:
         return np.ones(n, dtype=bool)
     m = np.asarray(mask, dtype=bool).reshape(-1)
     if m.shape[0] != n:
-        raise ValueError(f"{n} tokens but a mask of {m.shape[0]}")
+        raise SettingsError(f"{n} tokens but a mask of {m.shape[0]}: build the mask from these tokens "
+                            "(build_mask(tokens)).")
     return ~m
 
 

@@ -330,7 +330,8 @@ def _labelled(dataset, max_examples, num_labels: int) -> tuple[list[str], list[i
     if "label" not in dataset.columns:
         raise HeadImportanceError("Head importance needs labelled documents: the dataset has no label column.")
     if max_examples is not None and int(max_examples) < 1:
-        raise ValueError(f"max_examples must be at least 1, got {max_examples}")
+        raise HeadImportanceError(f"max_examples (documents to score heads on) must be at least 1, got "
+                                  f"{max_examples}.")
     rows = dataset if max_examples is None else dataset.head(int(max_examples))
     if len(rows) == 0:
         raise HeadImportanceError("The dataset has no documents.")

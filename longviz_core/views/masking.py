@@ -19,6 +19,7 @@ from typing import NamedTuple
 import nltk
 import numpy as np
 
+from ..errors import SettingsError
 from ..tokens import Scheme, as_token_list, token_form, with_scheme
 
 DEFAULT_SPECIAL_TOKENS: tuple[str, ...] = ("<s>", "</s>", "<pad>", "<unk>", "<mask>", "[CLS]", "[SEP]", "[PAD]")
@@ -135,7 +136,8 @@ def build_mask(
 
 def _special(tokens: list[str], special_tokens: Sequence[str] | None) -> np.ndarray:
     if isinstance(special_tokens, str):
-        raise ValueError(f"special_tokens must be a list of strings, not the string {special_tokens!r}")
+        raise SettingsError(f"special_tokens must be a list of strings (e.g. tokenizer.all_special_tokens), not the "
+                            f"string {special_tokens!r}.")
     specials = frozenset(DEFAULT_SPECIAL_TOKENS if special_tokens is None else special_tokens)
     return np.fromiter((t in specials for t in tokens), dtype=bool, count=len(tokens))
 

@@ -19,12 +19,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import LongvizError, SelectionError
 from ..model import _kernels
 from ..model.bands import AttentionBands, by_layers
 from ..progress import Progress, report
 
 GRID_SIZES: tuple[int, ...] = (32, 64, 128)
 DEFAULT_GRID = 64
+
+
+class PoolingError(LongvizError, ValueError):
+    """Inputs the heatmap grid cannot pool or draw (not attention bands, a bad grid size or head scale, documents
+    from different models, none at all)."""
 
 
 @dataclass(frozen=True)
@@ -49,7 +55,8 @@ class PooledAttention:
 def pool_attention(bands: AttentionBands, grid: int = DEFAULT_GRID) -> PooledAttention:
     """Block means of every head's attention, from the bands: (layers, heads, g, g), g = ceil(n / B)."""
     if not isinstance(bands, AttentionBands):
-        raise ValueError(f"expected AttentionBands, got {type(bands).__name__}")
+        raise PoolingError(f"Expected AttentionBands, got {type(bands).__name__}: pass an analysis's attention "
+                           "(analyze(model, text).attention).")
     grid = _check_grid(grid)
     n = bands.n
     block = -(-n // grid)
@@ -83,12 +90,13 @@ def pool_dataset(
         if acc is None:
             acc = np.zeros(resampled.shape, dtype=np.float64)
         elif acc.shape != resampled.shape:
-            raise ValueError("documents come from models with different numbers of layers or heads")
+            raise PoolingError("The documents come from models with different numbers of layers or heads: "
+                               "average the analyses of one model.")
         acc += resampled
         count += 1
         report(progress, count / total if total else 0.0, f"pooled {count}{f'/{total}' if total else ''} documents")
     if count == 0:
-        raise ValueError("no documents to average")
+        raise PoolingError("Nothing to average: no documents were given; pass at least one analysis's attention.")
     return PooledAttention((acc / count).astype(np.float32), np.linspace(0.0, 1.0, grid + 1), count, relative=True)
 
 
@@ -102,9 +110,11 @@ def normalised_maps(pooled: PooledAttention, scale: np.ndarray | None = None) ->
     if scale is not None:
         scale = np.asarray(scale, dtype=np.float64)
         if scale.shape != cells.shape[:2]:
-            raise ValueError(f"scale must have shape {cells.shape[:2]}, got {scale.shape}")
+            raise PoolingError(f"scale (e.g. head importance) must have one weight per layer and head, shape "
+                               f"{cells.shape[:2]}, got {scale.shape}: compute it for this model.")
         if not np.all(np.isfinite(scale)) or np.any(scale < 0):
-            raise ValueError("scale must be finite and non-negative")
+            raise PoolingError("scale (e.g. head importance) must be finite and non-negative: normalise it "
+                               "(normalise_importance) or take its absolute value.")
         top = scale.max()
         out *= (scale / top if top > 0 else scale)[:, :, None, None].astype(np.float32)
     return out
@@ -113,9 +123,10 @@ def normalised_maps(pooled: PooledAttention, scale: np.ndarray | None = None) ->
 def block_tokens(pooled: PooledAttention, cell: int) -> tuple[int, int]:
     """Token range [start, stop) of a document block (for labels and selections)."""
     if pooled.relative:
-        raise ValueError("dataset-wide cells are relative positions, not token ranges")
+        raise PoolingError("Dataset-wide cells are relative positions (fractions of each document's length), not "
+                           "token ranges: ask for token ranges on one document's grid.")
     if not 0 <= cell < pooled.grid:
-        raise ValueError(f"cell {cell} out of range 0..{pooled.grid - 1}")
+        raise SelectionError(f"Cell {cell} is out of range: this grid has cells 0..{pooled.grid - 1}.")
     return int(pooled.edges[cell]), int(pooled.edges[cell + 1])
 
 
@@ -146,5 +157,5 @@ def _block_sums(local, global_cols, global_rows, gidx, w: int, block: int, g: in
 
 def _check_grid(grid) -> int:
     if isinstance(grid, bool) or not isinstance(grid, (int, np.integer)) or not 1 <= grid <= 1024:
-        raise ValueError(f"grid must be an integer in 1..1024, got {grid!r}")
+        raise PoolingError(f"grid (cells per axis) must be an integer in 1..1024, e.g. {DEFAULT_GRID}; got {grid!r}.")
     return int(grid)
