@@ -20,22 +20,64 @@ descending, then column (= position) ascending.
 from __future__ import annotations
 
 import os
+import threading
+from collections.abc import Callable
 
 import numpy as np
 
 from .._disk import cache_folder
 
-# numba caches compiled code next to this file, else in the user's cache folder, and fails on import when
-# neither is writable ("no locator available", numba issue #4908: read-only installs on lab servers);
-# longviz's own cache folder is writable by design.
-os.environ.setdefault("NUMBA_CACHE_DIR", str(cache_folder("numba")))
-
-import numba  # noqa: E402  (reads NUMBA_CACHE_DIR when first imported)
-
 _MAX_BITS = 0x7FFFFFFF
 
 
-@numba.njit(nogil=True, cache=True, boundscheck=False)
+# ------------------------------------------------------------------------------- compiled on first use
+# numba caches compiled code next to this file, else in the user's cache folder, and fails when neither is
+# writable ("no locator available", numba issue #4908: read-only installs on lab servers); longviz's own cache
+# folder ($LONGVIZ_CACHE_DIR/numba) is writable by design. numba fixes a function's cache folder when the
+# function is decorated, so the loops are decorated at their first call, not at import: by then a hosted
+# configuration's cache_dir (which reaches the core as LONGVIZ_CACHE_DIR) is in the environment, whenever
+# this module was imported. An explicit NUMBA_CACHE_DIR wins.
+_SOURCES: dict[str, tuple[Callable, dict]] = {}
+_COMPILED: dict[str, Callable] = {}
+_LOCK = threading.Lock()
+
+
+def _loop(**options):
+    """Register a loop for numba.njit(nogil=True, cache=True, **options), applied on first use (`compiled`)."""
+    def register(fn):
+        _SOURCES[fn.__name__] = (fn, options)
+        return _Deferred(fn.__name__)
+    return register
+
+
+class _Deferred:
+    """A loop's module attribute until the first call of any loop; then the attribute is numba's dispatcher."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __call__(self, *args):
+        return compiled()[self.name](*args)
+
+
+def compiled() -> dict[str, Callable]:
+    """The loops as numba dispatchers, caching under $NUMBA_CACHE_DIR, else $LONGVIZ_CACHE_DIR/numba as it is
+    now. Decorates every loop once per process and puts the dispatchers in this module's namespace, where the
+    loops that call one another find them when they compile."""
+    with _LOCK:
+        if not _COMPILED:
+            os.environ.setdefault("NUMBA_CACHE_DIR", str(cache_folder("numba")))
+            import numba
+            from numba.core import config
+
+            config.reload_config()  # numba may have been imported (and read the environment) before
+            for name, (fn, options) in _SOURCES.items():
+                _COMPILED[name] = numba.njit(nogil=True, cache=True, **options)(fn)
+            globals().update(_COMPILED)
+    return _COMPILED
+
+
+@_loop(boundscheck=False)
 def column_sums(band, w, out):
     """out[j] = attention key j receives from all queries through the band, (n,). Accumulated in float64,
     which also tells the compiler the accumulator and the band never overlap, so the row adds vectorise."""
@@ -49,7 +91,7 @@ def column_sums(band, w, out):
         out[j] = acc[j + w]
 
 
-@numba.njit(nogil=True, cache=True, boundscheck=False)
+@_loop(boundscheck=False)
 def block_sums(band, w, block, out):
     """out[a, b] = attention from query block a to key block b through the band (blocks of `block` tokens),
     (g, g) float64. A query block's rows are added into an accumulator shifted by one column per row, so that
@@ -68,7 +110,7 @@ def block_sums(band, w, block, out):
             out[a, (first + x - w) // block] += acc[x]
 
 
-@numba.njit(nogil=True, cache=True, boundscheck=False)
+@_loop(boundscheck=False)
 def chunk_maxima(band, chunks, out):
     """out[i, c] = max of band[i, c::chunks]: maxima of interleaved column chunks, (n, chunks)."""
     n, width = band.shape
@@ -83,7 +125,7 @@ def chunk_maxima(band, chunks, out):
             start += chunks
 
 
-@numba.njit(nogil=True, cache=True, boundscheck=False)
+@_loop(boundscheck=False)
 def collect(band, bits, maxima, threshold, col_bits, keys, counts):
     """Sort keys of every entry >= its row's threshold, row after row, into keys[:m]; counts[i] = row i's
     candidates; returns m. Only chunks whose maximum reaches the threshold are read. `keys` holds n x width."""
@@ -110,7 +152,7 @@ def collect(band, bits, maxima, threshold, col_bits, keys, counts):
     return m
 
 
-@numba.njit(nogil=True, cache=True, boundscheck=False)
+@_loop(boundscheck=False)
 def first_k(keys, counts, col_bits, w, extra, extra_bits, extra_pos, out):
     """out[i] = row i's first k band candidates (`keys` sorted) merged with its `extra` entries (value
     extra[i, e], float bits extra_bits[i, e], at position extra_pos[e]) by value descending, then position
@@ -148,13 +190,13 @@ def first_k(keys, counts, col_bits, w, extra, extra_bits, extra_pos, out):
         start += counts[i]
 
 
-@numba.njit(nogil=True, cache=True, inline="always")
+@_loop(inline="always")
 def _before(inverted, pos, other_inverted, other_pos):
     """(value, position) sorts before the other: larger value (smaller inverted bits), then lower position."""
     return inverted < other_inverted or (inverted == other_inverted and pos < other_pos)
 
 
-@numba.njit(nogil=True, cache=True, boundscheck=False)
+@_loop(boundscheck=False)
 def block_maxima(band, block, out):
     """out[b, x] = max over t < block with 0 <= x - t < width of band[b * block + t, x - t]: for key
     j = b * block + x - w, the largest attention it gets from the queries b * block ... b * block + block - 1.
@@ -169,7 +211,7 @@ def block_maxima(band, block, out):
                 acc[col + t] = max(acc[col + t], row[col])
 
 
-@numba.njit(nogil=True, cache=True, boundscheck=False)
+@_loop(boundscheck=False)
 def key_maxima(blocks, block, w, out):
     """out[j, m] = key j's maximum over its m-th block of queries (`block_maxima`), 0 past the document."""
     n, chunks = out.shape
@@ -181,7 +223,7 @@ def key_maxima(blocks, block, w, out):
             out[j, m] = blocks[b, x] if 0 <= b < nb and 0 <= x < span else 0.0
 
 
-@numba.njit(nogil=True, cache=True, boundscheck=False)
+@_loop(boundscheck=False)
 def collect_keys(band, bits, blocks, block, w, threshold, col_bits, keys, counts):
     """`collect` for the band's columns, read in place: sort keys (key j, value, c' = query - j + w) of
     every entry >= its key's threshold, into keys[:m] in no particular order; counts[j] = key j's candidates.
@@ -209,7 +251,7 @@ def collect_keys(band, bits, blocks, block, w, threshold, col_bits, keys, counts
     return m
 
 
-@numba.njit(nogil=True, cache=True, boundscheck=False)
+@_loop(boundscheck=False)
 def count_sets(lists, layers, heads, k, owners, pos_bin, type_bin, per_head, lo, hi, positions, types):
     """Algorithm 2 for the owners lo <= i < hi with owners[i] true: positions[p] += 1 for every owner whose
     lists[i, layers[a], heads[b]] (owner-major: (n, layers, heads, k)), first k entries, contain p, and

@@ -565,7 +565,7 @@ def test_compiled_loops_cache_under_the_longviz_cache_folder(tmp_path):
     script = (
         "import numpy as np\n"
         "from longviz_core.model import _kernels\n"
-        "from tests.test_counts import synthetic_bands\n"
+        "from support.oracles import synthetic_bands\n"
         "from longviz_core.views.counts import topk_indices\n"
         "topk_indices(synthetic_bands(n=40, w=6, gidx=(0,)), k=3)\n"
         "print(sum(map(len, (_kernels.collect.stats.cache_hits, _kernels.collect_keys.stats.cache_hits))))\n"
@@ -583,3 +583,37 @@ def test_compiled_loops_cache_under_the_longviz_cache_folder(tmp_path):
     assert hits() == 0  # compiled, and saved
     assert {p.suffix for p in (tmp_path / "numba").rglob("*") if p.is_file()} >= {".nbi", ".nbc"}
     assert hits() == 2  # both loaded from the cache
+
+
+def test_a_hosted_configurations_cache_dir_reaches_numba(tmp_path):
+    """A cache_dir named only in the hosting configuration reaches the core as LONGVIZ_CACHE_DIR when the app
+    applies the configuration, after the modules with compiled loops (and numba itself) are imported; the loops
+    still cache there, because they are compiled on first use."""
+    cache = tmp_path / "configured-cache"
+    config = tmp_path / "longviz.toml"
+    config.write_text(f'[server]\ncache_dir = "{cache}"\n\n[[models]]\nname = "demo"\nsource = "demo"\n')
+    script = (
+        "import os, sys\n"
+        "import numba\n"
+        "from longviz_core.model import _kernels\n"
+        "from longviz_core.views.counts import topk_indices\n"
+        "from longviz_core.views.pooling import pool_attention\n"
+        "from longviz_core.config import load_config\n"
+        "from support.oracles import synthetic_bands\n"
+        "os.environ.update(load_config(sys.argv[1]).environment())  # as pages/_hosting.apply_host_config\n"
+        "bands = synthetic_bands(n=40, w=6, gidx=(0,))\n"
+        "topk_indices(bands, k=3)\n"
+        "pool_attention(bands, 8)\n"
+        "print(numba.config.CACHE_DIR)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR", "LONGVIZ_CACHE_DIR", "LONGVIZ_CONFIG")}
+    env["HOME"] = str(tmp_path / "home")  # the default cache folder, ~/.cache/longviz, must stay unused
+    root = Path(__file__).resolve().parents[2]
+    env["PYTHONPATH"] = os.pathsep.join([str(root), str(root / "tests")])
+    done = subprocess.run([sys.executable, "-c", script, str(config)], env=env, cwd=root, timeout=300,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[-1] == str(cache / "numba")
+    saved = {p.name.split("-")[0] for p in (cache / "numba").rglob("*.nbi")}  # one index file per compiled loop
+    assert {"_kernels.collect", "_kernels.first_k", "_kernels.block_sums"} <= saved, saved
+    assert not (tmp_path / "home").exists()
