@@ -19,8 +19,8 @@ import pandas as pd
 from ._disk import package_versions
 
 # Packages whose versions decide the numbers and the pictures.
-PACKAGES = ("torch", "transformers", "captum", "tokenizers", "numpy", "pandas", "scipy", "rbo", "nltk",
-            "altair", "vl-convert-python", "streamlit")
+PACKAGES = ("torch", "transformers", "captum", "tokenizers", "numpy", "pandas", "scipy", "rbo", "altair",
+            "vl-convert-python", "streamlit")
 
 
 def chart_png(chart, scale: float = 2.0) -> bytes:

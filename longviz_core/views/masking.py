@@ -4,19 +4,17 @@ Every mask is a boolean array aligned with the model's tokens, True = masked (le
 Tokens are raw tokenizer strings in one of three schemes (byte-level BPE, SentencePiece, WordPiece), detected per
 token list unless given, and judged in the comparable form of `longviz_core.tokens` (decoded, lower-cased).
 
-The stopword list is NLTK's English list, shipped with the package in NLTK's corpus layout
-(longviz_core/data/nltk_data/corpora/stopwords/english) because `nltk.download` cannot reach the internet on
-many lab servers; see README, "Agreement metrics and masking", for the rules and how they differ from the paper's notebook.
+The stopword list is NLTK's English list, shipped as package data (longviz_core/data/stopwords/english, one word
+per line) because `nltk.download` cannot reach the internet on many lab servers; it is read directly, so nltk is
+not needed. docs/methods.md, "Masking", gives the rules and how they differ from the paper's notebook.
 """
 from __future__ import annotations
 
 import functools
-import warnings
 from collections.abc import Sequence
-from pathlib import Path
+from importlib import resources
 from typing import NamedTuple
 
-import nltk
 import numpy as np
 
 from ..errors import SettingsError
@@ -24,40 +22,16 @@ from ..tokens import Scheme, as_token_list, token_form, with_scheme
 
 DEFAULT_SPECIAL_TOKENS: tuple[str, ...] = ("<s>", "</s>", "<pad>", "<unk>", "<mask>", "[CLS]", "[SEP]", "[PAD]")
 
-NLTK_DATA_DIR = Path(__file__).resolve().parent.parent / "data" / "nltk_data"
-_STOPWORD_FILE = NLTK_DATA_DIR / "corpora" / "stopwords" / "english"
+STOPWORD_FILE = resources.files("longviz_core") / "data" / "stopwords" / "english"
 
 _APOSTROPHES = "'’"
 
 
-def register_nltk_data() -> None:
-    """Put the shipped nltk_data folder first on `nltk.data.path` (idempotent).
-
-    First, not last, so the shipped list wins over a user's own (possibly different) nltk_data and results are
-    the same on every machine."""
-    root = str(NLTK_DATA_DIR)
-    if root not in nltk.data.path:
-        nltk.data.path.insert(0, root)
-
-
 @functools.cache
 def english_stopwords() -> frozenset[str]:
-    """NLTK's English stopwords (198 words), loaded offline from the shipped corpus."""
-    register_nltk_data()
-    try:
-        words = nltk.corpus.stopwords.words("english")
-    except LookupError:
-        # NLTK >= 3.10 refuses data folders that are group/world-writable or owned by another non-root account
-        # (common for shared lab checkouts, umask 002). The file is ours and is only read as a word list, so read
-        # it directly rather than fail.
-        warnings.warn(
-            f"NLTK refused the shipped stopword folder {NLTK_DATA_DIR} (writable by or owned by another account); "
-            "reading the word list directly.",
-            RuntimeWarning,
-            stacklevel=2,
-        )
-        words = _STOPWORD_FILE.read_text(encoding="utf-8").split()
-    return frozenset(words)
+    """NLTK's English stopwords (198 words), read from the list shipped with the package (one word per line, as
+    nltk's own reader reads it)."""
+    return frozenset(STOPWORD_FILE.read_text(encoding="utf-8").split())
 
 
 class _TokenInfo(NamedTuple):
