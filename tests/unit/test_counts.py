@@ -565,7 +565,7 @@ def test_compiled_loops_cache_under_the_longviz_cache_folder(tmp_path):
     script = (
         "import numpy as np\n"
         "from longviz_core.model import _kernels\n"
-        "from tests.test_counts import synthetic_bands\n"
+        "from support.oracles import synthetic_bands\n"
         "from longviz_core.views.counts import topk_indices\n"
         "topk_indices(synthetic_bands(n=40, w=6, gidx=(0,)), k=3)\n"
         "print(sum(map(len, (_kernels.collect.stats.cache_hits, _kernels.collect_keys.stats.cache_hits))))\n"
