@@ -1,4 +1,4 @@
-"""`python -m longviz_core ...`: the command line of cli.py."""
+"""`python -m longviz_core ...`: the `longviz` command line (cli.py)."""
 import sys
 
 from .cli import main

@@ -1,21 +1,37 @@
-"""Command line: `python -m longviz_core precompute ...` and `python -m longviz_core store-info DIR`.
+"""longviz: why did the long-document classifier decide that?
 
-See docs/dataset-scale.md for the workflow (single machine, shards, Ray) and the store's layout."""
+The `longviz` command (also `python -m longviz_core`): `longviz app` starts the Streamlit app, `longviz demo`
+builds the offline demo, `longviz precompute` and `longviz store-info` compute and inspect dataset-wide results
+(docs/dataset-scale.md: single machine, shards, Ray, the store's layout)."""
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+from pathlib import Path
 
 from .errors import LongvizError
+
+# app.py and pages/ sit beside the package in a clone (and so in an editable install), not inside it.
+CLONE_ROOT = Path(__file__).resolve().parent.parent
 
 
 def _parser() -> argparse.ArgumentParser:
     from .dataset.kinds import ALL_KINDS, Settings
 
     d = Settings()
-    p = argparse.ArgumentParser(prog="python -m longviz_core", description=__doc__.splitlines()[0])
-    sub = p.add_subparsers(dest="command", required=True)
+    p = argparse.ArgumentParser(prog="longviz", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True, title="commands", metavar="COMMAND")
+
+    app = sub.add_parser("app", help="start the Streamlit app (needs a clone of the repository)",
+                         description="Runs `streamlit run app.py` with these arguments; app options follow `--`, "
+                                     "e.g. `longviz app --server.port 8502 -- --config longviz.toml`.")
+    app.add_argument("streamlit_args", nargs="*", metavar="ARG", help="passed to `streamlit run app.py`")
+
+    demo = sub.add_parser("demo", help="build the offline demo if needed; print where it is and its accuracy")
+    demo.add_argument("--rebuild", action="store_true", help="build it again even if it exists")
+    demo.add_argument("--cache-dir", default=None, help="default: $LONGVIZ_CACHE_DIR, else ~/.cache/longviz")
 
     pre = sub.add_parser("precompute", help="compute dataset-wide results into a store (resumable)")
     pre.add_argument("--model", required=True, help="'demo', a checkpoint directory or a Hub id")
@@ -99,10 +115,62 @@ def _store_info(a) -> int:
     return 0
 
 
-def main(argv=None) -> int:
-    a = _parser().parse_args(argv)
+def app_script(clone_root: Path = CLONE_ROOT) -> Path:
+    """app.py of the clone this package was installed from (editable install); LongvizError when the package
+    was installed without it."""
+    script = clone_root / "app.py"
+    if script.is_file() and (clone_root / "pages").is_dir():
+        return script
+    raise LongvizError(
+        f"The app (app.py and pages/) is not part of the installed package, and {clone_root} has no app.py: the "
+        "app needs a clone of the longviz repository. Clone it, install it with `pip install -e .` and run "
+        "`longviz app`, or run `streamlit run app.py` in the clone.")
+
+
+def _app(args: list[str]) -> int:
+    script = app_script()
+    # exec: streamlit gets the terminal, the signals and the exit status, as if started by hand
+    os.execv(sys.executable, [sys.executable, "-m", "streamlit", "run", str(script), *args])
+
+
+def _demo(a) -> int:
+    from .demo import ensure_demo
+
+    bar = None
+
+    def progress(fraction: float, message: str) -> None:
+        nonlocal bar
+        if bar is None:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=100, unit="%", dynamic_ncols=True, file=sys.stderr, desc="Building the demo")
+        bar.n = round(100 * fraction)
+        bar.set_postfix_str(message)
+
     try:
-        return {"precompute": _precompute, "store-info": _store_info}[a.command](a)
+        demo = ensure_demo(a.cache_dir, progress=progress, rebuild=a.rebuild)
+    finally:
+        if bar is not None:
+            bar.close()
+    m = demo.metrics
+    n = m["n_test"]
+    accuracy = ", ".join(f"{m[f'accuracy_{t}']:.3f} ({round(m[f'accuracy_{t}'] * n)}/{n}) at {t:,} tokens"
+                         for t in (2048, 4096))
+    print(f"demo: {demo.root}\n"
+          f"  model:   {demo.model_dir}\n"
+          f"  dataset: {demo.dataset_path} ({m['n_docs']} documents, {n} held out)\n"
+          f"held-out accuracy: {accuracy}")
+    return 0
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = _parser()
+    try:
+        if argv[:1] == ["app"] and not {"-h", "--help"} & set(argv[1:2]):
+            return _app(argv[1:])  # verbatim: streamlit's options and `-- app options` are not ours to parse
+        a = parser.parse_args(argv)
+        return {"precompute": _precompute, "store-info": _store_info, "demo": _demo}[a.command](a)
     except (LongvizError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

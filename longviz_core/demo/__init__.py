@@ -703,8 +703,10 @@ def _load_complete(root: Path) -> DemoPaths | None:
     return DemoPaths(root=root, model_dir=root / "model", dataset_path=root / "dataset.parquet", metrics=metrics)
 
 
-def ensure_demo(cache_dir: str | os.PathLike | None = None, progress: Progress | None = None) -> DemoPaths:
-    """The cached demo, built on first use (cache_root(cache_dir) / f"demo-{DEMO_VERSION}").
+def ensure_demo(cache_dir: str | os.PathLike | None = None, progress: Progress | None = None,
+                rebuild: bool = False) -> DemoPaths:
+    """The cached demo, built on first use (cache_root(cache_dir) / f"demo-{DEMO_VERSION}"); `rebuild` builds it
+    again and replaces the cached one (`longviz demo --rebuild`).
 
     Concurrent callers (threads or processes) serialise on a file lock: one builds, the others wait and
     reuse its result.  The build happens in a temporary directory renamed into place when complete, so
@@ -712,13 +714,13 @@ def ensure_demo(cache_dir: str | os.PathLike | None = None, progress: Progress |
     """
     base = cache_root(cache_dir)
     root = base / f"demo-{DEMO_VERSION}"
-    done = _load_complete(root)
+    done = None if rebuild else _load_complete(root)
     if done is not None:
         return done
     with _THREAD_LOCK:
         base.mkdir(parents=True, exist_ok=True)
     with file_lock(base / f"demo-{DEMO_VERSION}.lock"):
-        done = _load_complete(root)  # another builder may have finished while we waited
+        done = None if rebuild else _load_complete(root)  # another builder may have finished while we waited
         if done is not None:
             return done
         tmp = Path(tempfile.mkdtemp(prefix=f".demo-{DEMO_VERSION}-build-", dir=base))
