@@ -13,8 +13,8 @@ from ._version import __version__  # noqa: F401  (the package version, here as e
 # module (relative to this package) -> the public names it provides here
 _EXPORTS: dict[str, tuple[str, ...]] = {
     "errors": ("AttributionError", "CacheCorruptError", "DatasetError", "HubUnreachableError", "InputTextError",
-        "LongvizError", "ManifestMismatchError", "ModelLoadError", "ModelNotFoundError", "NoAttentionError",
-        "NotAClassifierError", "SelectionError", "SettingsError", "StoreError"),
+        "LongvizError", "ManifestMismatchError", "MissingDependencyError", "ModelLoadError", "ModelNotFoundError",
+        "NoAttentionError", "NotAClassifierError", "SelectionError", "SettingsError", "StoreError"),
     "progress": ("Progress",),
     "runtime": ("BudgetLRU", "COMPUTE", "ComputeQueue"),
     "model.loading": ("DEMO", "LoadedModel", "dataset_fingerprint", "load_dataset", "load_model",

@@ -48,6 +48,10 @@ class AttributionError(LongvizError, ValueError):
     attribution that belongs to another model or document."""
 
 
+class MissingDependencyError(LongvizError, ImportError):
+    """A package installed separately from longviz is missing; the message gives the command that installs it."""
+
+
 class CacheCorruptError(LongvizError):
     """A cache or store file exists but cannot be read back."""
 

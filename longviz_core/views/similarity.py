@@ -11,10 +11,9 @@ from dataclasses import dataclass
 from typing import Callable, Literal
 
 import numpy as np
-import rbo
 import scipy.stats
 
-from ..errors import LongvizError, finite_vector
+from ..errors import LongvizError, MissingDependencyError, finite_vector
 from ..progress import Progress, report
 
 Mode = Literal["zero", "drop"]
@@ -328,10 +327,21 @@ def _m_kendall(att: _Side, attr: _Side, excluded, p, top) -> float:
     return scipy.stats.kendalltau(att.norm, attr.norm).statistic
 
 
+def _rbo():
+    """The rbo package. It is installed on its own (`pip install --no-deps rbo==0.1.3`: its metadata pins numpy < 2,
+    which the rest of longviz cannot use), so a plain `pip install` of longviz does not bring it."""
+    try:
+        import rbo
+    except ImportError:
+        raise MissingDependencyError("RBO needs the rbo package, installed separately because its metadata pins "
+                                     "numpy < 2: pip install --no-deps rbo==0.1.3") from None
+    return rbo
+
+
 def _m_rbo(att: _Side, attr: _Side, excluded, p, top) -> float:
     # Both lists rank the same items to full depth, so the package's eq. 23 extrapolation (rbo(ext=True)) equals
     # its rbo_ext() and is about 3x faster.
-    ranking = rbo.RankingSimilarity(_rank_order(att.norm).tolist(), _rank_order(attr.norm).tolist())
+    ranking = _rbo().RankingSimilarity(_rank_order(att.norm).tolist(), _rank_order(attr.norm).tolist())
     return ranking.rbo(p=p, ext=True)
 
 

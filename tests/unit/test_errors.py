@@ -3,6 +3,8 @@ typed LongvizError whose message says what to do, never a bare ValueError. The t
 ValueError are still ValueErrors, so callers that caught ValueError keep working."""
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -154,3 +156,14 @@ def test_masks():
 def test_head_importance_examples(tiny_longformer):
     df = pd.DataFrame({"text": [text_of(10)], "label": [1]})
     _raises(lv.HeadImportanceError, "must be at least 1", lv.head_importance, tiny_longformer, df, 64, 0)
+
+
+# ----------------------------------------------------------------------------- a separately installed package
+def test_rbo_missing_names_the_install_command(monkeypatch):
+    monkeypatch.setitem(sys.modules, "rbo", None)  # `import rbo` raises ImportError
+    attention, attribution = np.array([0.5, 0.2, 0.9, 0.1]), np.array([0.1, -0.4, 0.8, 0.05])
+    with pytest.raises(lv.MissingDependencyError, match=r"pip install --no-deps rbo==0\.1\.3") as info:
+        lv.compare(attention, attribution)
+    assert isinstance(info.value, lv.LongvizError) and isinstance(info.value, ImportError)
+    cosine = lv.compare_many(attention[None, None], attribution, metric="cosine")  # the other metrics need no rbo
+    assert cosine.shape == (1, 1) and np.isfinite(cosine).all()

@@ -14,8 +14,9 @@ HEAVY = ("torch", "transformers", "streamlit", "numba", "pandas", "captum", "alt
 # Every public name of the front door and the module it lives in.
 PUBLIC = {
     "errors": ["AttributionError", "CacheCorruptError", "DatasetError", "HubUnreachableError", "InputTextError",
-               "LongvizError", "ManifestMismatchError", "ModelLoadError", "ModelNotFoundError", "NoAttentionError",
-               "NotAClassifierError", "SelectionError", "SettingsError", "StoreError"],
+               "LongvizError", "ManifestMismatchError", "MissingDependencyError", "ModelLoadError",
+               "ModelNotFoundError", "NoAttentionError", "NotAClassifierError", "SelectionError", "SettingsError",
+               "StoreError"],
     "progress": ["Progress"],
     "runtime": ["BudgetLRU", "COMPUTE", "ComputeQueue"],
     "model.loading": ["DEMO", "LoadedModel", "dataset_fingerprint", "load_dataset", "load_model", "normalise_dataset"],
