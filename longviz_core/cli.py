@@ -17,19 +17,31 @@ from .errors import LongvizError
 CLONE_ROOT = Path(__file__).resolve().parent.parent
 
 
+class _CommandList(argparse.HelpFormatter):
+    """One line per command in `longviz --help`: argparse measures the command names without their extra
+    indent, so the help of the longest name would wrap onto a line of its own."""
+
+    def add_argument(self, action):
+        super().add_argument(action)
+        if action.help is not argparse.SUPPRESS and hasattr(action, "_get_subactions"):
+            names = [len(self._format_action_invocation(s)) for s in action._get_subactions()]
+            self._action_max_length = max(self._action_max_length,
+                                          max(names, default=0) + self._current_indent + self._indent_increment)
+
+
 def _parser() -> argparse.ArgumentParser:
     from .dataset.kinds import ALL_KINDS, Settings
 
     d = Settings()
-    p = argparse.ArgumentParser(prog="longviz", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="longviz", description=__doc__.splitlines()[0], formatter_class=_CommandList)
     sub = p.add_subparsers(dest="command", required=True, title="commands", metavar="COMMAND")
 
-    app = sub.add_parser("app", help="start the Streamlit app (needs a clone of the repository)",
+    app = sub.add_parser("app", help="start the app: streamlit run app.py, in a clone",
                          description="Runs `streamlit run app.py` with these arguments; app options follow `--`, "
                                      "e.g. `longviz app --server.port 8502 -- --config longviz.toml`.")
     app.add_argument("streamlit_args", nargs="*", metavar="ARG", help="passed to `streamlit run app.py`")
 
-    demo = sub.add_parser("demo", help="build the offline demo if needed; print where it is and its accuracy")
+    demo = sub.add_parser("demo", help="build the offline demo if needed; show its accuracy")
     demo.add_argument("--rebuild", action="store_true", help="build it again even if it exists")
     demo.add_argument("--cache-dir", default=None, help="default: $LONGVIZ_CACHE_DIR, else ~/.cache/longviz")
 
@@ -61,7 +73,7 @@ def _parser() -> argparse.ArgumentParser:
     pre.add_argument("--allow-version-change", action="store_true",
                      help="add to a store made with other versions of torch/transformers/captum/numpy")
 
-    info = sub.add_parser("store-info", help="what a store holds (and, with --verify, whether it is intact)")
+    info = sub.add_parser("store-info", help="what a store holds; --verify checks every file")
     info.add_argument("path")
     info.add_argument("--verify", action="store_true", help="check every file's checksum")
     return p
@@ -115,9 +127,10 @@ def _store_info(a) -> int:
     return 0
 
 
-def app_script(clone_root: Path = CLONE_ROOT) -> Path:
+def app_script(clone_root: Path | None = None) -> Path:
     """app.py of the clone this package was installed from (editable install); LongvizError when the package
     was installed without it."""
+    clone_root = CLONE_ROOT if clone_root is None else clone_root
     script = clone_root / "app.py"
     if script.is_file() and (clone_root / "pages").is_dir():
         return script
