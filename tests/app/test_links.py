@@ -81,6 +81,8 @@ def test_values_a_widget_would_refuse_are_dropped(fresh):
     assert at.session_state[K.DOC_SEED] == 0
 
 
+@pytest.mark.browser
+@pytest.mark.slow
 def test_a_copied_url_reopens_the_same_view_in_a_new_session(app_server, browser):
     from selenium.webdriver.common.by import By
 
@@ -136,6 +138,8 @@ def test_a_copied_url_reopens_the_same_view_in_a_new_session(app_server, browser
     assert after == before
 
 
+@pytest.mark.browser
+@pytest.mark.slow
 def test_a_link_to_a_page_works_as_the_first_request_a_server_gets(demo, browser, tmp_path):
     """Until some session has run app.py, Streamlit treats pages/ as an old-style multipage app: a link
     straight to a page on a freshly started server would run that page file alone (no sidebar, the folder's

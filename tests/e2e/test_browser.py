@@ -11,6 +11,7 @@ import os
 import shutil
 import time
 
+import pytest
 from support.browser import (
     chromium,
     click_label,
@@ -26,6 +27,8 @@ from support.browser import (
     wait_idle,
 )
 from support.servers import ROOT, serve
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 MAX_TOKENS = 128  # keeps every page's computation short on a CPU (the README shot uses the default)
 

@@ -211,6 +211,7 @@ def test_bf16_autocast_runs_and_stays_complete(steep, doc, cache_dir):
     assert abs(attr.prob_input - _p_target(steep, doc.input_ids, doc.encoded, attr.target)) < 0.05
 
 
+@pytest.mark.slow
 def test_more_steps_shrink_the_delta_and_adaptive_doubles(steep, doc, cache_dir):
     coarse = integrated_gradients(steep, doc, n_steps=2, method="riemann_right", cache_dir=cache_dir)
     fine = integrated_gradients(steep, doc, n_steps=32, method="riemann_right", cache_dir=cache_dir)
@@ -267,6 +268,7 @@ def test_weak_explanation_when_the_baseline_already_decides_or_little_moves():
     assert A.WEAK_BASELINE_PROB == 0.5 and A.WEAK_OUTPUT_DIFFERENCE == 0.1
 
 
+@pytest.mark.slow
 def test_weak_explanation_on_a_model_whose_baseline_is_already_the_class(steep, doc, cache_dir):
     """On the tiny model, class 1 already has p >= 0.5 at the baseline and at the input (as the demo's AI class)."""
     attr = integrated_gradients(steep, doc, target=1, n_steps=8, cache_dir=cache_dir)
@@ -533,6 +535,7 @@ def test_input_validation(steep, doc, cache_dir):
 
 
 # ------------------------------------------------------------------------------------------- demo model
+@pytest.mark.slow
 def test_completeness_on_the_demo_model(demo_model, demo, cache_dir):
     text = " ".join(pd.read_parquet(demo.dataset_path)["text"].head(40))
     doc_ = analyze(demo_model, text, max_tokens=1000)

@@ -117,6 +117,7 @@ def test_7_a_checkpoint_that_is_not_a_sequence_classifier(tmp_path, tiny_longfor
         lv.load_model(str(_mlm_checkpoint(tmp_path, tiny_longformer_dir)))
 
 
+@pytest.mark.slow
 def test_8_corrupted_attribution_cache_is_recomputed(tiny_longformer, tmp_path):
     m = tiny_longformer
     analysis = lv.analyze(m, text_of(40), max_tokens=48)
@@ -364,6 +365,7 @@ def test_ui_8_a_corrupted_attribution_cache_file_is_recomputed(app, demo_model, 
     assert ig.cached_attribution(demo_model, analysis, n_steps=3) is not None  # the file is whole again
 
 
+@pytest.mark.slow
 def test_ui_9_two_sessions_write_the_same_entry_at_once(demo, tmp_path, monkeypatch):
     """Two real browser sessions (the WebSocket protocol) ask for the same attribution at the same moment."""
     import os

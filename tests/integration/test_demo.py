@@ -186,6 +186,7 @@ def _predict(model, tokenizer, texts, max_tokens: int) -> np.ndarray:
     return np.array([int(model(**_app_encoding(tokenizer, t, max_tokens)).logits.argmax(-1)) for t in texts])
 
 
+@pytest.mark.slow
 def test_held_out_accuracy_at_2048_tokens(demo, corpus, model, tokenizer):
     test = corpus[corpus["split"] == "test"]
     accuracy = (_predict(model, tokenizer, test["text"], 2048) == test["label"].to_numpy()).mean()
@@ -194,6 +195,7 @@ def test_held_out_accuracy_at_2048_tokens(demo, corpus, model, tokenizer):
     assert demo.metrics["accuracy_4096"] >= 0.90
 
 
+@pytest.mark.slow
 @torch.no_grad()
 def test_full_4096_token_inputs_are_classified(corpus, model, tokenizer):
     """Positions beyond the longest document (up to 4,097) are trained: two same-class documents
@@ -346,6 +348,7 @@ def test_incomplete_cache_directory_is_replaced(tmp_path, monkeypatch):
 # ------------------------------------------------------------------ build_demo end to end (small)
 
 
+@pytest.mark.slow
 def test_build_demo_end_to_end_on_a_small_corpus(tmp_path, monkeypatch):
     """The real build with a 16-document corpus and one epoch: files, loading and progress."""
     small = generate_corpus(n_docs=16, seed=3)

@@ -84,6 +84,7 @@ def _session(port: int, doc: int, barrier: threading.Barrier, out: dict, i: int)
         s.close()
 
 
+@pytest.mark.slow
 def test_eight_concurrent_sessions(server, demo_dataset, monkeypatch):
     port, cache_dir, loads, log = server
     results = [dict() for _ in range(SESSIONS)]

@@ -135,6 +135,7 @@ def _kill_at(proc, flag: Path, timeout=300) -> str:
     return text
 
 
+@pytest.mark.slow
 def test_killed_runs_resume_to_the_uninterrupted_result(setup, reference, tmp_path, capsys):
     model_dir, csv, _, _ = setup
     out, flag = tmp_path / "store", tmp_path / "reached"
@@ -359,6 +360,7 @@ def test_app_shows_the_dataset_grid_from_a_store_made_by_the_command(demo, tmp_p
     assert at.image  # the grid was drawn
 
 
+@pytest.mark.slow
 def test_dataset_pages_read_a_store_made_by_the_command(demo, demo_dataset, tmp_path, monkeypatch):
     """The agreement, faithfulness and attribution pages' dataset-wide views come from a store found through
     LONGVIZ_STORE_DIR when it was made with the page's settings (here the defaults, at 256 tokens); the in-app

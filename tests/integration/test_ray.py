@@ -2,7 +2,7 @@
 in-process single-shard run gives."""
 from __future__ import annotations
 
-import ray
+import pytest
 import torch
 
 from longviz_core.dataset.kinds import Settings
@@ -10,6 +10,9 @@ from longviz_core.dataset.ray import run_on_ray
 from longviz_core.dataset.run import precompute
 from longviz_core.dataset.store import ResultStore
 from support.oracles import assert_stores_equal
+
+ray = pytest.importorskip("ray")  # the [ray] extra
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 SETTINGS = Settings(max_tokens=512, n_steps=2)
 WHAT, LIMIT = "attention,attribution", 3

@@ -115,6 +115,7 @@ def _p_target(model, ids, enc, target):
     return float(torch.softmax(logits, -1)[0, target])
 
 
+@pytest.mark.slow
 def test_integrated_gradients_match_the_notebooks_captum_call(layered_longformer, doc, tmp_path):
     """captum's LayerIntegratedGradients as the notebook calls it, on the unpadded input: the model pads to a
     multiple of its largest window and the attributions come back at that length; ours are sliced to n.
