@@ -486,6 +486,7 @@ def test_dataset_summary_and_disk_cache(tiny_longformer, tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------- acceptance
+@pytest.mark.slow  # four IG runs and deletion scans on the demo model: minutes of CPU
 def test_demo_ig_deletes_what_matters_more_than_random(demo_model, demo_dataset, tmp_path):
     """Acceptance: on demo documents (two per class, 512 tokens, IG with 8 steps), removing the top 10 % by |IG|
     lowers p(y) more than removing a random 10 % (mean of two seeds), and flips the decision after fewer removals
