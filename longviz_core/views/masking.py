@@ -6,7 +6,7 @@ token list unless given, and judged in the comparable form of `longviz_core.toke
 
 The stopword list is NLTK's English list, shipped with the package in NLTK's corpus layout
 (longviz_core/data/nltk_data/corpora/stopwords/english) because `nltk.download` cannot reach the internet on
-many lab servers; see README, "Agreement metrics and masking", for the rules and how they differ from the paper's notebook.
+many lab servers; see docs/methods.md, "Masking", for the rules and how they differ from the paper's notebook.
 """
 from __future__ import annotations
 

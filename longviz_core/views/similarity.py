@@ -3,7 +3,7 @@
 `compare` gives, for one document, the paper's cosine, Kendall tau, RBO and top-5% Jaccard plus the notebook's
 extra cosine variants; `compare_many` gives one of them for every head (the per-head agreement grid). Every metric
 is "higher = more agreement". Definitions, ranges, defaults and where this differs from the paper's notebook are
-in README ("Agreement metrics and masking"); `METRICS` carries the same facts for the UI.
+in docs/methods.md ("Agreement metrics"); `METRICS` carries the same facts for the UI.
 """
 from __future__ import annotations
 
