@@ -239,7 +239,7 @@ def random_order(n: int, seed: int = 0) -> np.ndarray:
 def default_batch_size(model: LoadedModel) -> int:
     """Copies per forward: 1 on a CPU running one torch thread, BATCH_SIZE otherwise.
 
-    Measured on the demo (README, "Faithfulness"): with one thread a copy costs the same alone or in a batch, so
+    Measured on the demo (docs/benchmarks.md, "Faithfulness"): with one thread a copy costs the same alone or in a batch, so
     batches only add probes past the first flip; with two threads a lone copy cost 3-4x more than one in a batch
     of 8 (thread start-up and synchronisation per operation), and a GPU needs batches to be used at all."""
     single_thread_cpu = torch.device(model.device).type == "cpu" and torch.get_num_threads() == 1

@@ -3,7 +3,7 @@
 `compare` gives, for one document, the paper's cosine, Kendall tau, RBO and top-5% Jaccard plus the notebook's
 extra cosine variants; `compare_many` gives one of them for every head (the per-head agreement grid). Every metric
 is "higher = more agreement". Definitions, ranges, defaults and where this differs from the paper's notebook are
-in README ("Agreement metrics and masking"); `METRICS` carries the same facts for the UI.
+in docs/methods.md ("Agreement metrics"); `METRICS` carries the same facts for the UI.
 """
 from __future__ import annotations
 
@@ -30,61 +30,50 @@ class SimilarityError(LongvizError, ValueError):
     """Inputs for which an agreement metric is undefined (constant vector, too short, mismatched, not finite)."""
 
 
+def _metric(label: str, lo: float, hi: float, description: str) -> dict:
+    """One metric's facts for the UI; every metric here is better when higher."""
+    return dict(label=label, range=(lo, hi), higher_is_better=True, description=description)
+
+
 METRICS: dict[str, dict] = {
-    "cosine": dict(
-        label="Cosine similarity",
-        range=(0.0, 1.0),
-        higher_is_better=True,
-        description="Cosine of min-max normalised attention and min-max normalised |attribution| (paper, A.3.1). "
+    "cosine": _metric(
+        "Cosine similarity", 0.0, 1.0,
+        "Cosine of min-max normalised attention and min-max normalised |attribution| (paper, A.3.1). "
         "Both vectors are non-negative, so the value lies in [0, 1].",
     ),
-    "kendall_tau": dict(
-        label="Kendall tau",
-        range=(-1.0, 1.0),
-        higher_is_better=True,
-        description="Kendall's tau-b (scipy) between normalised attention and normalised |attribution|: "
+    "kendall_tau": _metric(
+        "Kendall tau", -1.0, 1.0,
+        "Kendall's tau-b (scipy) between normalised attention and normalised |attribution|: "
         "concordant minus discordant token pairs, ties corrected (paper, A.3.2).",
     ),
-    "rbo": dict(
-        label="Rank-biased overlap",
-        range=(0.0, 1.0),
-        higher_is_better=True,
-        description="Extrapolated RBO (Webber et al. 2010, rbo package) of the two rankings from highest to "
+    "rbo": _metric(
+        "Rank-biased overlap", 0.0, 1.0,
+        "Extrapolated RBO (Webber et al. 2010, rbo package) of the two rankings from highest to "
         "lowest score; p sets how much weight the top ranks get (paper, A.3.3).",
     ),
-    "jaccard_top": dict(
-        label="Jaccard of the top 5%",
-        range=(0.0, 1.0),
-        higher_is_better=True,
-        description="Jaccard index of the token positions at or above each vector's 95th percentile "
+    "jaccard_top": _metric(
+        "Jaccard of the top 5%", 0.0, 1.0,
+        "Jaccard index of the token positions at or above each vector's 95th percentile "
         "(paper, 3.3.1 and Table 2).",
     ),
-    "cosine_raw": dict(
-        label="Cosine, raw",
-        range=(-1.0, 1.0),
-        higher_is_better=True,
-        description="Cosine of raw attention and signed attribution, no absolute value or normalisation "
+    "cosine_raw": _metric(
+        "Cosine, raw", -1.0, 1.0,
+        "Cosine of raw attention and signed attribution, no absolute value or normalisation "
         "(notebook's 'similarity raw').",
     ),
-    "cosine_median": dict(
-        label="Cosine, median threshold",
-        range=(0.0, 1.0),
-        higher_is_better=True,
-        description="Cosine after setting each normalised vector's values below its median to 0 "
+    "cosine_median": _metric(
+        "Cosine, median threshold", 0.0, 1.0,
+        "Cosine after setting each normalised vector's values below its median to 0 "
         "(notebook's 'sim_norm w/ median threshold').",
     ),
-    "cosine_mean": dict(
-        label="Cosine, mean threshold",
-        range=(0.0, 1.0),
-        higher_is_better=True,
-        description="Cosine after setting each normalised vector's values below its mean to 0 "
+    "cosine_mean": _metric(
+        "Cosine, mean threshold", 0.0, 1.0,
+        "Cosine after setting each normalised vector's values below its mean to 0 "
         "(notebook's 'sim_norm w/ mean threshold').",
     ),
-    "cosine_rank": dict(
-        label="Cosine of ranks",
-        range=(0.0, 1.0),
-        higher_is_better=True,
-        description="Cosine of the two rank vectors (0 = lowest score, ties share their average rank) "
+    "cosine_rank": _metric(
+        "Cosine of ranks", 0.0, 1.0,
+        "Cosine of the two rank vectors (0 = lowest score, ties share their average rank) "
         "(notebook's 'sim w/ ranks').",
     ),
 }
