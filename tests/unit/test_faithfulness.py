@@ -202,6 +202,7 @@ def test_first_flip_equals_brute_force_on_a_random_walk(tiny_longformer):
     assert flips_back >= 2, "the walk should flip back for some rankings, else the test cannot tell a scan apart"
 
 
+@pytest.mark.slow
 def test_first_flip_matches_unbatched_forwards(doc, result):
     """The tiny Longformer: every count before the reported flip keeps the decision, the flip count changes it
     (one unbatched forward each); a ranking without a flip keeps the decision at every count."""
@@ -306,6 +307,7 @@ def test_interrupted_scans_resume_where_they_stopped(tiny_longformer, tmp_path, 
 
 
 # ---------------------------------------------------------------------------------------------- random seeds
+@pytest.mark.slow
 def test_random_baseline_is_the_mean_of_single_seed_runs(doc):
     """Seeds 0-4 in one call equal five independent single-seed calls (one copy per forward in both, so the
     forwards are the same); the random row's means and sds are numpy's over those runs (population sd), its
@@ -380,6 +382,7 @@ def test_charts_show_the_random_band_and_flip_spread(doc, result):
 
 
 # ---------------------------------------------------------------------------------------------- settings
+@pytest.mark.slow
 def test_batch_size_does_not_change_results(doc, result):
     model, analysis, attribution = doc
     single = fa.faithfulness(model, analysis, attribution, rankings=("ig", "random"), batch_size=1)
@@ -441,6 +444,7 @@ def test_bad_attribution_is_a_clear_error(doc):
 
 
 # ---------------------------------------------------------------------------------------------- dataset
+@pytest.mark.slow
 def test_dataset_summary_and_disk_cache(tiny_longformer, tmp_path):
     texts = [text_of(40), text_of(70), text_of(100)]
     kwargs = dict(max_tokens=128, ig_steps=4, rankings=("attention", "ig", "random"), seeds=(0, 1, 2),

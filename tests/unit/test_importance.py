@@ -81,7 +81,7 @@ def _t3vis_oracle(model, data) -> np.ndarray:
     return out
 
 
-@pytest.mark.parametrize("which", ["longformer", "bert"])
+@pytest.mark.parametrize("which", [pytest.param("longformer", marks=pytest.mark.slow), "bert"])
 def test_t3vis_matches_a_loop_over_the_parameters(which, models64, labelled):
     model = models64[which]
     raw = imp.raw_head_importance(model, labelled, MAX_TOKENS, max_examples=None, method="t3vis")
