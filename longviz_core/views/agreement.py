@@ -16,7 +16,6 @@ normalises or ranks each head on its own, so multiplying one head by a positive 
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from typing import Sequence
