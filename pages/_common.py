@@ -226,8 +226,9 @@ def computed_importance(model: lv.LoadedModel, method: str, required: bool = Tru
     settings = run.clamped(model, lv.PrecomputeSettings(max_tokens=max_tokens(model), importance_method=method))
     store = serving_store(model, df, "head-importance", settings)
     if store is None:
-        store = lv.ResultStore(run.local_store_dir(model, df, settings), limit=0)
-        if not store.has("head-importance"):  # computed once per dataset and definition, then read
+        out = run.local_store_dir(model, df, settings)
+        store = lv.ResultStore(out, limit=0) if (out / "manifest.json").is_file() else None
+        if store is None or not store.has("head-importance"):  # computed once per dataset and definition, then read
             store = run.local_store(model, df, "head-importance", settings, limit=0,
                                     progress=progress_bar("Head importance"), on_wait=queue_notice())
     return HeadImportance(store.head_importance(), method, imp.METHOD_NAMES[method], imp.IMPORTANCE_METHODS[method])
