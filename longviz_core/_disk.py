@@ -8,7 +8,7 @@ os.replace and the folder is fsync'ed. Readers see the old file or the new one, 
 of one entry both leave a whole file; a failed write leaves no temporary file behind. `write_cache` is the
 same for caches, where a full or read-only disk costs the cache, not the result: it logs and carries on.
 
-Content hashes are BLAKE2b: `digest` of a JSON-able object (cache keys), `bytes_digest`, `text_digest`,
+Content hashes are BLAKE2b: `digest` of a JSON-able object (cache keys), `bytes_digest`,
 `texts_hasher` (a dataset's texts), `array_digest`. Their values are stable across versions: they name files
 already on disk (caches, store checksums, dataset fingerprints in store manifests).
 """
@@ -107,11 +107,6 @@ def bytes_digest(data: bytes, digest_size: int = 16) -> str:
     return hashlib.blake2b(data, digest_size=digest_size).hexdigest()
 
 
-def text_digest(text: str, digest_size: int = 16) -> str:
-    """Hash of a text (lone surrogates allowed: uploaded files may hold them)."""
-    return bytes_digest(text.encode("utf-8", "surrogatepass"), digest_size)
-
-
 def texts_hasher(texts: Iterable, digest_size: int = 12):
     """A BLAKE2b hasher fed with every text and a record separator after each (texts in order); callers may
     add more (e.g. labels) before `.hexdigest()`."""
@@ -129,11 +124,6 @@ def array_digest(a, digest_size: int = 12) -> str | None:
 
     a = np.ascontiguousarray(np.asarray(a, dtype=np.float64))
     return bytes_digest(a.tobytes() + str(a.shape).encode(), digest_size)
-
-
-def document_key(settings: dict, text: str) -> str:
-    """Cache key of one document's results under `settings` (model fingerprint and every number-changing option)."""
-    return digest({**settings, "text": text_digest(text)})
 
 
 # ------------------------------------------------------------------------------------------------ JSON cache

@@ -1,4 +1,4 @@
-"""What Integrated Gradients costs: wall time (estimate_ig_seconds, estimate_dataset_seconds) and memory per step
+"""What Integrated Gradients costs: wall time (estimate_ig_seconds) and memory per step
 (internal_batch_size_for).
 
 Time: one forward and one forward+backward timed at a length bucket, cached on disk per model, bucket and
@@ -19,7 +19,7 @@ import torch
 
 from .._disk import digest, write_cache
 from ..errors import AttributionError
-from ..model.encoding import DEFAULT_MAX_TOKENS, Encoded
+from ..model.encoding import Encoded
 from ..model.loading import LoadedModel
 from ..progress import Progress, report
 from ..runtime import COMPUTE
@@ -80,24 +80,6 @@ def estimate_ig_seconds(
         report(progress, 1.0, "Timed")
     scale = padded_length(model, n_tokens) / padded_length(model, bucket)
     return scale * (n_steps * timing["step"] + 2 * timing["forward"])
-
-def estimate_dataset_seconds(
-    model: LoadedModel,
-    texts,
-    n_steps: int,
-    max_tokens: int = DEFAULT_MAX_TOKENS,
-    precision: str = "fp32",
-    *,
-    cache_dir: str | os.PathLike | None = None,
-    on_wait=None,
-) -> float:
-    """Expected wall time of dataset.aggregate.dataset_attributions over `texts` (each document's own length, truncated)."""
-    total = 0.0
-    for text in texts:
-        ids = model.tokenizer(text, add_special_tokens=False, truncation=False, verbose=False)["input_ids"]
-        n = min(len(ids) + 2, max_tokens, model.max_tokens)
-        total += estimate_ig_seconds(model, max(n, 3), n_steps, precision, cache_dir=cache_dir, on_wait=on_wait)
-    return total
 
 class Passes(NamedTuple):
     forward: float  # wall seconds of one forward without gradients

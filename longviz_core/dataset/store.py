@@ -22,9 +22,10 @@ merging shards needs no step of its own: the reader unions the files.
 
 Arrays are .npy (np.save / np.load with allow_pickle=False), tables Parquet: nothing is ever unpickled.
 Every table row of a unit is mirrored into the index table "<kind>__<table>" with a doc_id column, so the
-dataset-wide views are SQL queries plus the pure aggregation functions of dataset.aggregate. Those (and the view
-types) are imported where they are used: aggregate also holds the in-app dataset functions, which bring torch,
-and reading a store (`store-info`) needs none of it.
+dataset-wide views are SQL queries plus the combining functions of dataset.aggregate: the store's aggregation
+methods are the only code that turns per-document results into dataset numbers, whether the store was made by
+the command line, by Ray or by the app. Those functions (and the view types) are imported where they are used:
+some bring torch (through the views' definitions), and reading a store (`store-info`) needs none of it.
 """
 from __future__ import annotations
 
@@ -160,7 +161,8 @@ class StoreWriter:
             fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError as exc:
             self._lock.close()
-            raise StoreError(f"Another process is already writing '{writer}' into {self.root}.") from exc
+            raise StoreError(f"Another run is already writing '{writer}' into {self.root}; wait until it "
+                             "finishes (a run in another session or process).") from exc
         self._stage = self.root / _TMP / writer
         shutil.rmtree(self._stage, ignore_errors=True)  # what a killed run of this writer left half-staged
         self._stage.mkdir()
@@ -266,10 +268,13 @@ def load_unit(root, doc_id: str | None, kind: str, verify: bool = False) -> Reco
 class ResultStore:
     """Read access to a store: documents, units, and the dataset-wide aggregates the app shows.
 
-    The set of units is read from the files when the store is opened (call refresh() to see newer ones)."""
+    The set of units is read from the files when the store is opened (call refresh() to see newer ones).
+    `limit`: read only the first `limit` documents (dataset rows < limit), as the app does for the documents a
+    user asked for; every count and aggregate is then over those."""
 
-    def __init__(self, path):
+    def __init__(self, path, limit: int | None = None):
         self.root = Path(path)
+        self.limit = None if limit is None else int(limit)
         manifest = read_manifest(self.root)
         if manifest is None:
             raise StoreError(f"{self.root} is not a longviz result store (no {MANIFEST}).")
@@ -332,6 +337,8 @@ class ResultStore:
         self.close()
         self.manifest = read_manifest(self.root) or self.manifest
         on_disk = scan_units(self.root)  # {(doc_id, kind)}
+        if self.limit is not None:
+            on_disk = {(d, k) for d, k in on_disk if int(d) < self.limit}
         owner: dict[tuple[str, str], int] = {}
         for path in sorted((self.root / _INDEX).glob("*.sqlite")):
             conn = _connect_read(path)
@@ -375,7 +382,9 @@ class ResultStore:
         return self.count(kind) > 0 or (_unit_dir(self.root, None, kind) / _META).is_file()
 
     def complete(self, kind: str) -> bool:
-        return self.count(kind) >= self.n_documents
+        """Whether every document (of the first `limit`, when given) has `kind`."""
+        wanted = self.n_documents if self.limit is None else min(self.n_documents, self.limit)
+        return self.count(kind) >= wanted
 
     def content_key(self) -> str:
         """Changes whenever a unit is added: a cache key for aggregates computed from the store."""
@@ -470,10 +479,38 @@ class ResultStore:
             return None
         return self.array(None, "head-importance", "importance")
 
+    def type_counts(self, direction: str = "attended", masked: bool = False) -> pd.DataFrame:
+        """Dataset-wide top-k counts by token type (views.counts.dataset_type_counts: per type the sum over
+        documents of its paper-rule count, and the documents counting it), from the attention kind's per-document
+        tables at the manifest's fixed `counts` settings (k = 10, all layers and heads). masked: the counts with
+        the Token counts page's mask (special tokens, non-alphanumeric, stopwords)."""
+        from ..views.counts import DIRECTIONS, dataset_type_counts
+
+        if direction not in DIRECTIONS:
+            raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
+        if "counts" not in (self.settings("attention") or {}):
+            raise StoreError(f"The attention results in {self.root} hold no token counts (made by an earlier "
+                             "version); precompute them again into a new store.")
+        if self.count("attention") == 0:
+            raise StoreError("The store has no attention results.")
+        t = table_name("attention", "counts")
+        # per index: each type's sum, documents and first appearance (document, row), so ties keep the order
+        # in which the types first appear in the documents' tables, however the documents are sharded
+        partial = self.query("attention", f'SELECT token, SUM("count") AS "count", COUNT(*) AS documents, '
+                             f"MIN(doc_id || printf('%09d', _i)) AS first FROM \"{t}\" WHERE doc_id IN "
+                             f'(SELECT doc_id FROM owned) AND direction = ? AND masked = ? GROUP BY token',
+                             (direction, int(bool(masked))))
+        if partial.empty:
+            return dataset_type_counts([pd.DataFrame({"token": pd.Series(dtype=object),
+                                                      "count": pd.Series(dtype=np.int64)})])
+        first = partial.groupby("token")["first"].transform("min")
+        partial = partial.assign(first=first).sort_values(["first", "token"], kind="stable")
+        return dataset_type_counts([partial[["token", "count", "documents"]]])
+
     def attribution_by_token_type(self, target: int | None = None, masked: bool = False,
                                   min_docs: int = 1) -> pd.DataFrame:
         """Dataset-wide attribution by token type (Fig 10e/f) over every document with an attribution unit,
-        see `aggregate.combine_token_sums` (the in-app aggregate.dataset_attributions goes through it too).
+        see `aggregate.combine_token_sums`.
 
         target: the class the attributions should explain; None takes them as stored. A store whose IG
         explains each document's predicted class serves either class of a binary classifier: IG of the other
@@ -503,7 +540,8 @@ class ResultStore:
         return combine_token_sums(partial, n, min_docs)
 
     def dataset_attributions(self, target: int, masked: bool = False, min_docs: int = 1):
-        """The store's answer to aggregate.dataset_attributions(target=...), as its DatasetAttribution."""
+        """The dataset-wide attribution table for class `target` as a DatasetAttribution (see
+        attribution_by_token_type)."""
         from .aggregate import DatasetAttribution
 
         table = self.attribution_by_token_type(target, masked, min_docs)
@@ -534,9 +572,9 @@ class ResultStore:
         return combine_set_counts(partial)
 
     def dataset_agreement(self):
-        """The store's answer to aggregate.dataset_agreement (default configuration: every mask kind, no
-        layer range, the default p and top), as its DatasetAgreement: Tables 1-2 by summarise_agreement,
-        per-head grids and top-set counts summed in SQL."""
+        """Tables 1-2, the per-head grids and the top-set counts over the documents, for the configuration the
+        store was made with (its manifest's agreement settings: p, top, mask kinds, layer range), as a
+        DatasetAgreement: Tables 1-2 by summarise_agreement, per-head grids and top-set counts summed in SQL."""
         from .aggregate import DatasetAgreement, summarise_agreement, with_doc
 
         rows = self.table("agreement", "rows")
@@ -558,9 +596,9 @@ class ResultStore:
         )
 
     def dataset_faithfulness(self):
-        """The store's answer to aggregate.dataset_faithfulness (default settings: every ranking, all
-        layers unscaled, the exact first-flip scan, the random ranking over its default seeds), as its
-        DatasetFaithfulness."""
+        """The faithfulness summary over the documents for the settings the store was made with (its manifest's
+        faithfulness settings: rankings, ks, replacement, seeds, scan limit, attention layers and scaling), as a
+        DatasetFaithfulness: per ranking the mean and sd over documents (summarise_faithfulness)."""
         from .aggregate import DatasetFaithfulness, summarise_faithfulness, with_doc
 
         rows = self.table("faithfulness", "rows")

@@ -54,8 +54,8 @@ class Encoded:
 
 
 def text_hash(text: str) -> str:
-    """The document's id in analyses and in a store's `document` table: a SHA-256 prefix. Kept as it is (the
-    cache keys use `_disk.text_digest`) because stores record it and a resumed store must not mix two ids."""
+    """The document's id in analyses and in a store's `document` table: a SHA-256 prefix. Kept as it is (other
+    content hashes are BLAKE2b, in _disk) because stores record it and a resumed store must not mix two ids."""
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 

@@ -32,8 +32,8 @@ costs one forward per removable token; `max_removed` caps the scan (a fraction o
 With resume=True each scan's position is kept on disk (LONGVIZ_CACHE_DIR/flip-scans/), so an interrupted run goes
 on where its scans stopped.
 
-Dataset-wide means and sds over documents: dataset.aggregate.dataset_faithfulness and the precompute's
-"faithfulness" kind.
+Dataset-wide means and sds over documents: the precompute's "faithfulness" kind stores every document's numbers
+and a result store aggregates them (dataset.aggregate.summarise_faithfulness).
 """
 from __future__ import annotations
 
@@ -533,7 +533,7 @@ def check_ks(ks) -> tuple[float, ...]:
 
 
 def check_settings(rankings, batch_size, seeds, max_removed) -> tuple[int, ...]:
-    """Validates the options shared by faithfulness and dataset.aggregate.dataset_faithfulness; returns the seeds
+    """Validates the options shared by faithfulness and the precompute's faithfulness settings; returns the seeds
     as ints."""
     if not rankings:
         raise FaithfulnessError("choose at least one ranking")

@@ -145,6 +145,22 @@ def cached_head_importance(
 ) -> np.ndarray:
     """`head_importance`, with the raw scores read from / written to the disk cache (one entry per method)."""
     how = _normalisation(method, normalise)
+    raw = cached_raw_head_importance(model, dataset, max_tokens, max_examples, method=method, cache_dir=cache_dir,
+                                     progress=progress)
+    return normalise_importance(raw, how)
+
+
+def cached_raw_head_importance(
+    model: LoadedModel,
+    dataset,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    max_examples: int | None = DEFAULT_EXAMPLES,
+    *,
+    method: str = DEFAULT_METHOD,
+    cache_dir: str | os.PathLike | None = None,
+    progress: Progress | None = None,
+) -> np.ndarray:
+    """`raw_head_importance`, read from / written to the disk cache (one entry per method)."""
     path = importance_cache_path(model, dataset, max_tokens, max_examples, cache_dir, method=method)
     raw = _read_cached(path, (model.num_layers, model.num_heads))
     if raw is None:
@@ -154,7 +170,7 @@ def cached_head_importance(
         atomic_write(path, buf.getvalue())
     else:
         report(progress, 1.0, "head importance read from the cache")
-    return normalise_importance(raw, how)
+    return raw
 
 
 def importance_cache_path(model: LoadedModel, dataset, max_tokens, max_examples, cache_dir=None, *,
