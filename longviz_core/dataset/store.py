@@ -32,6 +32,7 @@ import fcntl
 import hashlib
 import io
 import json
+import logging
 import os
 import re
 import shutil
@@ -47,6 +48,8 @@ import pandas as pd
 
 from .._disk import atomic_write, bytes_digest, file_lock, fsync_dir
 from ..errors import CacheCorruptError, ManifestMismatchError, StoreError
+
+log = logging.getLogger(__name__)
 
 FORMAT = 1
 MANIFEST = "manifest.json"
@@ -164,8 +167,7 @@ class StoreWriter:
         self._stage = self.root / _TMP / writer
         shutil.rmtree(self._stage, ignore_errors=True)  # what a killed run of this writer left half-staged
         self._stage.mkdir()
-        self.conn = _connect(self.root / _INDEX / f"{writer}.sqlite")
-        _init_schema(self.conn)
+        self.conn = _open_writer_index(self.root / _INDEX / f"{writer}.sqlite")
 
     def close(self) -> None:
         self.conn.close()
@@ -249,17 +251,18 @@ class StoreWriter:
 
 
 # ================================================================================================= reading
-def load_unit(root, doc_id: str | None, kind: str, verify: bool = False) -> Record:
+def load_unit(root, doc_id: str | None, kind: str) -> Record:
     """One unit's arrays, tables and scalars, straight from its files (doc_id None: a dataset-level unit).
 
-    Sizes are always checked, content hashes when verify=True; damage raises CacheCorruptError."""
+    Every file's size and BLAKE2b checksum (recorded in meta.json when the unit was written) are checked as it
+    is read; damage raises CacheCorruptError naming the unit and how to recompute it."""
     unit = _unit_dir(Path(root), doc_id, kind)
     if not (unit / _META).is_file():
         where = f"document {doc_id}" if doc_id is not None else "the dataset"
         raise StoreError(f"The store has no '{kind}' results for {where}.")
     meta = _read_meta(unit)
-    arrays = {name: _load_npy(unit / f"{name}.npy", info, verify) for name, info in meta["arrays"].items()}
-    tables = {name: _load_parquet(unit / f"{name}.parquet", info, verify) for name, info in meta["tables"].items()}
+    arrays = {name: _load_npy(unit / f"{name}.npy", info) for name, info in meta["arrays"].items()}
+    tables = {name: _load_parquet(unit / f"{name}.parquet", info) for name, info in meta["tables"].items()}
     return Record(arrays=arrays, tables=tables, scalars=meta["scalars"])
 
 
@@ -275,6 +278,7 @@ class ResultStore:
             raise StoreError(f"{self.root} is not a longviz result store (no {MANIFEST}).")
         self.manifest = manifest
         self._conns: list[tuple[str, sqlite3.Connection]] = []
+        self._damaged: set[str] = set()  # index files found damaged: their units are indexed from the files
         self._lock = threading.RLock()  # one store serves every session of the app: queries take turns
         self.refresh()
 
@@ -334,11 +338,21 @@ class ResultStore:
         on_disk = scan_units(self.root)  # {(doc_id, kind)}
         owner: dict[tuple[str, str], int] = {}
         for path in sorted((self.root / _INDEX).glob("*.sqlite")):
-            conn = _connect_read(path)
+            if path.stem in self._damaged:
+                continue
+            try:
+                conn = _connect_read(path)
+            except sqlite3.DatabaseError as exc:
+                self._index_damaged(path.stem, exc)
+                continue
             try:
                 rows = conn.execute("SELECT doc_id, kind FROM entries").fetchall()
-            except sqlite3.DatabaseError:  # an index file that is not (yet) initialised or is damaged
+            except sqlite3.OperationalError:  # a writer has created the file but not its tables yet
                 conn.close()
+                continue
+            except sqlite3.DatabaseError as exc:
+                conn.close()
+                self._index_damaged(path.stem, exc)
                 continue
             self._conns.append((path.stem, conn))
             for doc_id, kind in rows:
@@ -357,6 +371,12 @@ class ResultStore:
         self._owner = owner
         self._units = on_disk
         return self
+
+    def _index_damaged(self, name: str, exc: Exception) -> None:
+        """Stop using a damaged index file; the units it held are indexed from their files (the truth)."""
+        self._damaged.add(name)
+        log.warning("The store index %s is damaged (%s); indexing its units from the unit files instead. "
+                    "The next precompute into the store rebuilds it.", self.root / _INDEX / f"{name}.sqlite", exc)
 
     def close(self) -> None:
         for _, conn in getattr(self, "_conns", []):
@@ -388,16 +408,17 @@ class ResultStore:
         return h.hexdigest()
 
     # ---- units
-    def load(self, doc_id: str | None, kind: str, verify: bool = False) -> Record:
-        """One unit's arrays, tables and scalars (doc_id None: the dataset-level unit of `kind`); see load_unit."""
-        return load_unit(self.root, doc_id, kind, verify)
+    def load(self, doc_id: str | None, kind: str) -> Record:
+        """One unit's arrays, tables and scalars (doc_id None: the dataset-level unit of `kind`), checksums
+        checked; see load_unit."""
+        return load_unit(self.root, doc_id, kind)
 
     def array(self, doc_id: str | None, kind: str, name: str) -> np.ndarray:
         unit = _unit_dir(self.root, doc_id, kind)
         meta = _read_meta(unit) if (unit / _META).is_file() else None
         if meta is None or name not in meta["arrays"]:
             raise StoreError(f"The store has no array '{name}' of '{kind}' for {doc_id or 'the dataset'}.")
-        return _load_npy(unit / f"{name}.npy", meta["arrays"][name], False)
+        return _load_npy(unit / f"{name}.npy", meta["arrays"][name])
 
     def verify(self) -> list[str]:
         """Check every unit's files against their recorded sizes and hashes; returns the problems found."""
@@ -406,7 +427,7 @@ class ResultStore:
                                       if (p / _META).is_file()]
         for doc_id, kind in keys:
             try:
-                self.load(doc_id, kind, verify=True)
+                self.load(doc_id, kind)
             except (CacheCorruptError, StoreError) as exc:
                 problems.append(str(exc))
         return problems
@@ -416,20 +437,31 @@ class ResultStore:
         """Run `sql` on every index with a TEMP table `owned(doc_id)` holding the documents whose `kind` unit
         that index owns, and concatenate the results. Write the query so that rows are restricted with
         `doc_id IN (SELECT doc_id FROM owned)`; combine per-index partial results in the caller."""
-        frames = []
         with self._lock:
-            for i, (_, conn) in enumerate(self._conns):
-                owned = [(d,) for (d, k), o in self._owner.items() if k == kind and o == i]
-                if not owned:
-                    continue
+            while True:
+                try:
+                    return self._query(kind, sql, params)
+                except _DamagedIndex as damaged:  # found damaged only now (e.g. truncated past its first page)
+                    self._index_damaged(damaged.name, damaged.__cause__)
+                    self._refresh()
+
+    def _query(self, kind: str, sql: str, params: tuple) -> pd.DataFrame:
+        frames = []
+        for i, (name, conn) in enumerate(self._conns):
+            owned = [(d,) for (d, k), o in self._owner.items() if k == kind and o == i]
+            if not owned:
+                continue
+            try:
                 conn.execute("DROP TABLE IF EXISTS temp.owned")
                 conn.execute("CREATE TEMP TABLE owned(doc_id TEXT PRIMARY KEY)")
                 conn.executemany("INSERT INTO temp.owned VALUES (?)", owned)
-                try:
-                    frames.append(pd.read_sql_query(sql, conn, params=params))
-                except (sqlite3.OperationalError, pd.errors.DatabaseError) as exc:
-                    if "no such table" not in str(exc):
-                        raise
+                frames.append(pd.read_sql_query(sql, conn, params=params))
+            except (sqlite3.DatabaseError, pd.errors.DatabaseError) as exc:
+                if "no such table" in str(exc):
+                    continue
+                if name == "(files)" or not _is_damage(exc):
+                    raise
+                raise _DamagedIndex(name) from exc
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
     def table(self, kind: str, name: str) -> pd.DataFrame:
@@ -625,48 +657,96 @@ def _jsonable(d: dict) -> dict:
     return json.loads(json.dumps(out))  # raises here, not later, on anything JSON cannot hold
 
 
+def _repair_hint(unit: Path) -> str:
+    """The fix for a damaged unit: remove it; the next precompute into the store recomputes exactly it."""
+    return f"delete {unit} and run the same `longviz precompute` command again: it recomputes just that unit"
+
+
 def _read_meta(unit: Path) -> dict:
     try:
-        return json.loads((unit / _META).read_text())
-    except (OSError, ValueError) as exc:
-        raise CacheCorruptError(f"{unit / _META} is unreadable ({exc}); delete {unit} and re-run the precompute.") from exc
+        meta = json.loads((unit / _META).read_text())
+        if not all(isinstance(meta.get(k), dict) for k in ("arrays", "tables", "scalars")):
+            raise ValueError("arrays, tables or scalars missing")
+        return meta
+    except (OSError, ValueError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise CacheCorruptError(f"{unit / _META} is unreadable ({exc}); {_repair_hint(unit)}.") from exc
 
 
-def _read_checked(path: Path, info: dict, verify: bool) -> bytes:
+def _read_checked(path: Path, info: dict) -> bytes:
+    """The file's bytes, its size and BLAKE2b checksum compared with what meta.json recorded at write time."""
     try:
         data = path.read_bytes()
     except OSError as exc:
-        raise CacheCorruptError(f"{path} is missing or unreadable ({exc}); delete {path.parent} and re-run the precompute.") from exc
-    if len(data) != info["bytes"] or (verify and bytes_digest(data) != info["blake2b"]):
-        raise CacheCorruptError(f"{path} is damaged (size or checksum differs from meta.json); "
-                                f"delete {path.parent} and re-run the precompute to recompute it.")
+        raise CacheCorruptError(f"{path} is missing or unreadable ({exc}); {_repair_hint(path.parent)}.") from exc
+    if len(data) != info.get("bytes") or bytes_digest(data) != info.get("blake2b"):
+        raise CacheCorruptError(f"{path} is damaged (its size or checksum differs from the one recorded in meta.json "
+                                f"when it was written); {_repair_hint(path.parent)}.")
     return data
 
 
-def _load_npy(path: Path, info: dict, verify: bool) -> np.ndarray:
-    data = _read_checked(path, info, verify)
+def _load_npy(path: Path, info: dict) -> np.ndarray:
+    data = _read_checked(path, info)
     try:
         return np.load(io.BytesIO(data), allow_pickle=False)
     except ValueError as exc:
-        raise CacheCorruptError(f"{path} is not a plain numeric array ({exc}).") from exc
+        raise CacheCorruptError(f"{path} is not a plain numeric array ({exc}); {_repair_hint(path.parent)}.") from exc
 
 
-def _load_parquet(path: Path, info: dict, verify: bool) -> pd.DataFrame:
-    data = _read_checked(path, info, verify)
+def _load_parquet(path: Path, info: dict) -> pd.DataFrame:
+    data = _read_checked(path, info)
     try:
         return pd.read_parquet(io.BytesIO(data))
     except Exception as exc:  # pyarrow raises several types for damaged files
-        raise CacheCorruptError(f"{path} is not a readable Parquet file ({exc}).") from exc
+        raise CacheCorruptError(f"{path} is not a readable Parquet file ({exc}); "
+                                f"{_repair_hint(path.parent)}.") from exc
 
 
 def _read_unit_tables(root: Path, doc_id: str, kind: str) -> tuple[dict, dict]:
     unit = _unit_dir(root, doc_id, kind)
     meta = _read_meta(unit)
-    tables = {name: _load_parquet(unit / f"{name}.parquet", info, False) for name, info in meta["tables"].items()}
+    tables = {name: _load_parquet(unit / f"{name}.parquet", info) for name, info in meta["tables"].items()}
     return meta, tables
 
 
 # ---- SQLite
+class _DamagedIndex(Exception):
+    def __init__(self, name: str):
+        super().__init__(name)
+        self.name = name
+
+
+def _is_damage(exc: Exception) -> bool:
+    """Whether an SQLite error means a damaged file (rather than a bad query)."""
+    cause = exc if isinstance(exc, sqlite3.DatabaseError) else exc.__cause__ or exc.__context__
+    if any(s in str(exc) for s in ("malformed", "not a database")):
+        return True
+    return isinstance(cause, sqlite3.DatabaseError) and not isinstance(cause, sqlite3.OperationalError)
+
+
+def _open_writer_index(path: Path) -> sqlite3.Connection:
+    """The writer's own index, schema ready. A damaged one (truncated, overwritten) is removed with a warning
+    and started afresh: the unit files are the truth; the run re-indexes the units of its rows as it passes
+    them, and readers index any other unit from its files."""
+    conn = None
+    try:
+        conn = _connect(path)
+        _init_schema(conn)
+        if conn.execute("PRAGMA quick_check(1)").fetchone()[0] != "ok":
+            raise sqlite3.DatabaseError("database disk image is malformed (quick_check)")
+        return conn
+    except sqlite3.DatabaseError as exc:
+        if not _is_damage(exc):
+            raise
+        log.warning("The store index %s is damaged (%s); rebuilding it from the unit files.", path, exc)
+        if conn is not None:
+            conn.close()
+        for p in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+            p.unlink(missing_ok=True)
+    conn = _connect(path)
+    _init_schema(conn)
+    return conn
+
+
 def _connect(path: Path) -> sqlite3.Connection:
     conn = sqlite3.connect(path, timeout=60, check_same_thread=False)
     conn.execute("PRAGMA journal_mode=WAL")  # readers (the app) never block the writer and vice versa
@@ -679,8 +759,12 @@ def _connect_read(path: Path) -> sqlite3.Connection:
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=60, check_same_thread=False)
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
         return conn
-    except sqlite3.OperationalError:  # a read-only directory cannot hold WAL's shared-memory file
-        return sqlite3.connect(f"file:{path}?immutable=1", uri=True, check_same_thread=False)
+    except sqlite3.OperationalError as exc:  # a read-only directory cannot hold WAL's shared-memory file
+        if _is_damage(exc):
+            raise
+        conn = sqlite3.connect(f"file:{path}?immutable=1", uri=True, check_same_thread=False)
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        return conn
 
 
 def _init_schema(conn: sqlite3.Connection) -> None:

@@ -154,7 +154,7 @@ def test_8_corrupted_store_files_are_reported_and_the_rest_is_kept(tmp_path):
     store = st_store.ResultStore(root)
     npy = root / "docs" / st_store.doc_id_of(0) / "attention" / "pooled.npy"
     npy.write_bytes(npy.read_bytes()[:40])  # truncated
-    with pytest.raises(lv.CacheCorruptError, match="re-run the precompute"):
+    with pytest.raises(lv.CacheCorruptError, match="run the same `longviz precompute` command again"):
         store.load(st_store.doc_id_of(0), "attention")
     problems = store.verify()
     assert len(problems) == 1 and "pooled.npy" in problems[0]
