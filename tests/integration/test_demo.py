@@ -257,11 +257,17 @@ class FakeBuild:
         return DemoPaths(out, out / "model", out / "dataset.parquet", {"fake": True})
 
 
+@pytest.fixture
+def nothing_shipped(monkeypatch, tmp_path):
+    """A package without the trained demo: ensure_demo must build (the fake build below)."""
+    monkeypatch.setattr(demo_module, "SHIPPED", tmp_path / "no-shipped-demo")
+
+
 def _leftovers(base: Path) -> list[str]:
     return [p.name for p in base.iterdir() if p.name.startswith(".demo-")]
 
 
-def test_first_build_is_renamed_into_place_with_progress(tmp_path, monkeypatch):
+def test_first_build_is_renamed_into_place_with_progress(tmp_path, monkeypatch, nothing_shipped):
     fake = FakeBuild()
     monkeypatch.setattr(demo_module, "build_demo", fake)
     seen = []
@@ -274,7 +280,7 @@ def test_first_build_is_renamed_into_place_with_progress(tmp_path, monkeypatch):
     assert _leftovers(tmp_path) == []
 
 
-def test_concurrent_threads_build_once(tmp_path, monkeypatch):
+def test_concurrent_threads_build_once(tmp_path, monkeypatch, nothing_shipped):
     fake = FakeBuild(seconds=0.5)
     monkeypatch.setattr(demo_module, "build_demo", fake)
     barrier, results = threading.Barrier(3), [None] * 3
@@ -305,6 +311,7 @@ _CHILD = textwrap.dedent("""
         (Path(out_dir) / "metrics.json").write_text(json.dumps({"pid": os.getpid()}))
 
     d.build_demo = fake
+    d.SHIPPED = Path(sys.argv[1]) / "no-shipped-demo"
     print(json.dumps(d.ensure_demo(cache_dir=sys.argv[1]).metrics))
 """)
 
@@ -321,7 +328,7 @@ def test_concurrent_processes_build_once(tmp_path):
     assert [json.loads(o.strip().splitlines()[-1]) for o in outs] == [{"pid": int(builders[0])}] * 2
 
 
-def test_failed_build_leaves_nothing_behind_and_is_retried(tmp_path, monkeypatch):
+def test_failed_build_leaves_nothing_behind_and_is_retried(tmp_path, monkeypatch, nothing_shipped):
     monkeypatch.setattr(demo_module, "build_demo", FakeBuild(fail=True))
     with pytest.raises(RuntimeError, match="build failed"):
         ensure_demo(cache_dir=tmp_path)
@@ -333,7 +340,7 @@ def test_failed_build_leaves_nothing_behind_and_is_retried(tmp_path, monkeypatch
     assert len(ok.calls) == 1
 
 
-def test_incomplete_cache_directory_is_replaced(tmp_path, monkeypatch):
+def test_incomplete_cache_directory_is_replaced(tmp_path, monkeypatch, nothing_shipped):
     stale = tmp_path / f"demo-{DEMO_VERSION}"
     (stale / "model").mkdir(parents=True)
     (stale / "metrics.json").write_text("{ truncated")
