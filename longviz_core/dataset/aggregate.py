@@ -25,7 +25,7 @@ from typing import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from .._disk import JsonStore, array_digest, digest, document_key, texts_hasher, write_cache
+from .._disk import JsonStore, array_digest, digest, document_key, sealed, texts_hasher, unsealed, write_cache
 from ..attribution import cache_folder
 from ..attribution.ig import CACHE_VERSION, DELTA_WARN, ConvergenceWarning, integrated_gradients, validate_settings
 from ..errors import StoreError
@@ -215,7 +215,7 @@ def dataset_attributions(
     for m, frames in parts.items():  # per-type sums: what combine_token_sums needs, in any grouping
         sums = pd.concat(frames, ignore_index=True).groupby("token", sort=False).sum()
         saved["masked" if m else "all"] = {"token": sums.index.tolist(), **{c: sums[c].tolist() for c in sums}}
-    write_cache(path, json.dumps(saved).encode())
+    write_cache(path, sealed(json.dumps(saved).encode()))
     report(progress, 1.0, "Done")
     return _dataset_result(saved, key, masked, min_docs)
 
@@ -268,7 +268,7 @@ def _dataset_key(model, texts, target, n_steps, method, max_tokens, precision, c
 def _read_dataset(path: Path, key: str) -> dict | None:
     """The cached per-type sums (as dataset_attributions saves them), or None."""
     try:
-        saved = json.loads(path.read_text())
+        saved = json.loads(unsealed(path.read_bytes()))
         if saved.get("key") != key:
             raise ValueError("key mismatch")
         for m in ("all", "masked"):

@@ -816,10 +816,9 @@ def _remove_abandoned_builds(base: Path, lock_held: bool) -> None:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def ensure_demo(cache_dir: str | os.PathLike | None = None, progress: Progress | None = None,
-                rebuild: bool = False) -> DemoPaths:
+def ensure_demo(cache_dir: str | os.PathLike | None = None, progress: Progress | None = None) -> DemoPaths:
     """The cached demo (cache_root(cache_dir) / f"demo-{DEMO_VERSION}"), made on first use from the shipped
-    model (seconds), or trained (minutes) when the package carries none or rebuild=True.
+    model (seconds), or trained (minutes) when the package carries no intact one.
 
     Every file is checked against the checksums in the demo's COMPLETE marker when it is opened; a damaged
     demo is made again. Concurrent callers (threads or processes) serialise on a file lock: one makes it, the
@@ -828,20 +827,20 @@ def ensure_demo(cache_dir: str | os.PathLike | None = None, progress: Progress |
     """
     base = cache_root(cache_dir)
     root = base / f"demo-{DEMO_VERSION}"
-    done = None if rebuild else _load_complete(root)
+    done = _load_complete(root)
     if done is not None:
         _remove_abandoned_builds(base, lock_held=False)
         return done
     with _THREAD_LOCK:
         base.mkdir(parents=True, exist_ok=True)
     with file_lock(base / f"demo-{DEMO_VERSION}.lock"):
-        done = None if rebuild else _load_complete(root)  # another builder may have finished while we waited
+        done = _load_complete(root)  # another builder may have finished while we waited
         if done is not None:
             return done
         _remove_abandoned_builds(base, lock_held=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".demo-{DEMO_VERSION}-build-", dir=base))
         try:
-            if rebuild or restore_shipped(tmp, progress) is None:
+            if restore_shipped(tmp, progress) is None:
                 build_demo(tmp, progress)
             atomic_write(tmp / _COMPLETE, _marker(file_checksums(tmp)))
             if root.exists():  # a damaged or incomplete directory (e.g. copied by hand)

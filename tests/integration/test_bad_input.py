@@ -9,6 +9,7 @@ traceback, and the work already done is still there afterwards).
 """
 from __future__ import annotations
 
+import io
 import pickle
 import shutil
 import threading
@@ -21,6 +22,7 @@ from streamlit.testing.v1 import AppTest
 
 import longviz_core as lv
 from longviz_core import attribution as ig
+from longviz_core._disk import unsealed
 from longviz_core.dataset import store as st_store
 from support.apps import app_test, page
 from tiny import text_of
@@ -408,5 +410,5 @@ def test_ui_9_two_sessions_write_the_same_entry_at_once(demo, tmp_path, monkeypa
     assert out[0]["problems"] == [] and out[1]["problems"] == [], out
     assert out[0]["score"] == out[1]["score"]
     files = list((cache_dir / "attributions").glob("*.npz"))
-    assert len(files) == 1 and np.load(files[0])["raw"].size > 0  # one whole file
+    assert len(files) == 1 and np.load(io.BytesIO(unsealed(files[0].read_bytes())))["raw"].size > 0  # one whole file
     assert "Traceback" not in (tmp_path / "server.log").read_text()
