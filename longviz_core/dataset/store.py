@@ -28,6 +28,7 @@ and reading a store (`store-info`) needs none of it.
 """
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import io
@@ -140,7 +141,10 @@ def open_manifest(root, manifest: dict, allow_version_change: bool = False) -> d
             merged["kinds"] = {**old.get("kinds", {}), **manifest.get("kinds", {})}
             if merged == old:
                 return old
-        atomic_write(root / MANIFEST, json.dumps(merged, indent=2, sort_keys=True).encode())
+        try:
+            atomic_write(root / MANIFEST, json.dumps(merged, indent=2, sort_keys=True).encode())
+        except OSError as exc:
+            raise _write_error(root, "the manifest", exc) from exc
         return merged
 
 
@@ -200,16 +204,26 @@ class StoreWriter:
         final = _unit_dir(self.root, doc_id, kind)
         if (final / _META).is_file():
             return False
-        stage, meta = self._stage_unit(doc_id, kind, record)
-        if not self.publish(stage, final):
+        stage = self._stage / f"{doc_id or 'dataset'}-{kind}-{uuid.uuid4().hex[:8]}"
+        try:
+            meta = self._stage_unit(stage, doc_id, kind, record)
+            published = self.publish(stage, final)
+        except OSError as exc:  # nothing of the unit is in place: the store is as it was before this commit
+            shutil.rmtree(stage, ignore_errors=True)
+            raise _write_error(self.root, f"the '{kind}' results of {doc_id or 'the dataset'}", exc) from exc
+        if not published:
             return False
         if doc_id is not None:
-            _index_unit(self.conn, doc_id, kind, meta, record.tables)
+            try:
+                _index_unit(self.conn, doc_id, kind, meta, record.tables)
+            except sqlite3.OperationalError as exc:  # e.g. "database or disk is full"
+                raise StoreError(f"Could not index the '{kind}' results of {doc_id} in the store {self.root} "
+                                 f"({exc}); the results themselves are written and readers index them from "
+                                 "their files. Free space and run the same command again.") from exc
         return True
 
-    def _stage_unit(self, doc_id: str | None, kind: str, record: Record) -> tuple[Path, dict]:
-        """The unit's files in a fresh folder of the staging area, each and the folder fsync'ed; (folder, meta)."""
-        stage = self._stage / f"{doc_id or 'dataset'}-{kind}-{uuid.uuid4().hex[:8]}"
+    def _stage_unit(self, stage: Path, doc_id: str | None, kind: str, record: Record) -> dict:
+        """The unit's files in `stage`, a fresh folder of the staging area, each and the folder fsync'ed; its meta."""
         stage.mkdir()
         meta = {"format": FORMAT, "doc_id": doc_id, "kind": kind, "scalars": _jsonable(record.scalars),
                 "arrays": {}, "tables": {}}
@@ -226,7 +240,7 @@ class StoreWriter:
             meta["tables"][name] = _write_file(stage / f"{name}.parquet", buf.getvalue())
         _write_file(stage / _META, json.dumps(meta, indent=1, sort_keys=True).encode())
         fsync_dir(stage)
-        return stage, meta
+        return meta
 
     def publish(self, stage: Path, final: Path) -> bool:
         """Rename a staged unit folder into place (atomic on POSIX) and fsync its parent: from here on the unit
@@ -612,6 +626,16 @@ class ResultStore:
 
 
 # ================================================================================================== workers
+def _write_error(root: Path, what: str, exc: OSError) -> StoreError:
+    """A failed write as a StoreError saying what the store holds now and what to do."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        cause = f"the disk holding {root} is full (or the quota is used up)"
+    else:
+        cause = f"{exc.strerror or exc} ({getattr(exc, 'filename', None) or root})"
+    return StoreError(f"Could not write {what} into the store {root}: {cause}. Everything written before is intact; "
+                      "free space (or fix the cause) and run the same command again: it resumes where it stopped.")
+
+
 def _unit_dir(root: Path, doc_id: str | None, kind: str) -> Path:
     return root / _DATASET / kind if doc_id is None else root / _DOCS / doc_id / kind
 
