@@ -87,7 +87,7 @@ def load_model(source: str, device=None, progress: Progress | None = None) -> Lo
     except ModelLoadError:
         raise
     except (OSError, ValueError, KeyError) as exc:
-        raise _translate_load_error(source, exc) from exc
+        raise _translate_load_error(source, exc, local=Path(path).is_dir()) from exc
     except Exception as exc:  # safetensors' SafetensorError, torch's RuntimeError / UnpicklingError
         raise ModelLoadError(
             f"The weights of '{source}' cannot be read: the weight file is damaged or incomplete "
@@ -213,11 +213,14 @@ def _check_classifier(config, source: str) -> None:
         )
 
 
-def _translate_load_error(source: str, exc: Exception) -> ModelLoadError:
+def _translate_load_error(source: str, exc: Exception, local: bool) -> ModelLoadError:
     text = str(exc)
     offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0")
     if "Unrecognized model" in text or "does not appear to have" in text and "classification" in text:
         return NotAClassifierError(f"'{source}' cannot be loaded as a sequence classifier: {text.splitlines()[0]}")
+    if local:  # a checkpoint folder on disk: no Hub involved, whatever the error's wording
+        return ModelLoadError(f"Could not load the checkpoint in '{source}': {_first_line(exc)}. Check its files "
+                              "(config.json, the weights and the tokenizer files), or save it again.")
     if offline or any(s in text for s in ("connect", "Connection", "resolve", "offline", "Max retries", "timed out")):
         return HubUnreachableError(
             f"Could not reach the Hugging Face Hub for '{source}'. On an offline machine download the "
