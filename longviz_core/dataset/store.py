@@ -56,6 +56,7 @@ FORMAT = 1
 MANIFEST = "manifest.json"
 _DOCS, _DATASET, _INDEX, _TMP = "docs", "dataset", "index", "tmp"
 _META = "meta.json"
+_CHECKSUM = "checksum"  # the manifest's own BLAKE2b, over its other keys
 _NAME = re.compile(r"^[a-z][a-z0-9_-]*$")
 _DOC_ID = re.compile(r"^[0-9]+$")
 # Version keys whose change may change the numbers; a mismatch refuses unless explicitly allowed.
@@ -84,13 +85,26 @@ def table_name(kind: str, table: str) -> str:
 
 # ================================================================================================ manifest
 def read_manifest(root) -> dict | None:
+    """The store's manifest (None when there is none), its checksum checked: a manifest that settings are read
+    from must not have changed since it was written (a flipped digit could make a store claim other settings)."""
     path = Path(root) / MANIFEST
     try:
-        return json.loads(path.read_text())
+        manifest = json.loads(path.read_text())
+        recorded = manifest.pop(_CHECKSUM, None) if isinstance(manifest, dict) else None
+        if not isinstance(manifest, dict):
+            raise ValueError("not a JSON object")
+        if recorded is not None and recorded != _manifest_checksum(manifest):
+            raise ValueError("its checksum differs from the one recorded when it was written")
+        return manifest
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:
-        raise CacheCorruptError(f"The store manifest {path} is unreadable ({exc}); it cannot be trusted.") from exc
+        raise CacheCorruptError(f"The store manifest {path} is unreadable or damaged ({exc}); it cannot be trusted. "
+                                f"Restore it from a backup, or precompute into a new --out directory.") from exc
+
+
+def _manifest_checksum(manifest: dict) -> str:
+    return bytes_digest(json.dumps(manifest, sort_keys=True).encode())
 
 
 def manifest_conflicts(old: dict, new: dict, allow_version_change: bool = False) -> list[str]:
@@ -142,7 +156,8 @@ def open_manifest(root, manifest: dict, allow_version_change: bool = False) -> d
             if merged == old:
                 return old
         try:
-            atomic_write(root / MANIFEST, json.dumps(merged, indent=2, sort_keys=True).encode())
+            sealed_manifest = {**merged, _CHECKSUM: _manifest_checksum(merged)}
+            atomic_write(root / MANIFEST, json.dumps(sealed_manifest, indent=2, sort_keys=True).encode())
         except OSError as exc:
             raise _write_error(root, "the manifest", exc) from exc
         return merged
