@@ -165,3 +165,37 @@ def test_sigkill_at_ten_random_points_always_resumes_to_the_uninterrupted_store(
     assert _run(model_dir, csv, out).returncode == 0
     assert_stores_equal(out, reference)
     shutil.rmtree(out)
+
+
+# A process computing Integrated Gradients SIGKILLed while it writes the result into the cache (as a server
+# restart does): the fsync of the entry's temporary file is where it dies.
+_IG_KILLED = """
+import os, signal, sys
+import longviz_core as lv
+from longviz_core import _disk, attribution as ig
+
+model = lv.load_model(sys.argv[1])
+analysis = lv.analyze(model, sys.argv[2], max_tokens=40)
+_disk.os.fsync = lambda fd: os.kill(os.getpid(), signal.SIGKILL)
+ig.integrated_gradients(model, analysis, n_steps=4, cache_dir=sys.argv[3])
+"""
+
+
+@wrong
+@pytest.mark.slow
+def test_a_process_killed_mid_ig_loses_that_run_only(tiny_longformer_dir, tmp_path):
+    model = lv.load_model(str(tiny_longformer_dir))
+    kept_text, lost_text = text_of(30), text_of(33)
+    kept = ig.integrated_gradients(model, lv.analyze(model, kept_text, 40), n_steps=4, cache_dir=tmp_path)
+    entries = {p: p.read_bytes() for p in (tmp_path / "attributions").iterdir()}
+    proc = subprocess.run([sys.executable, "-c", _IG_KILLED, str(tiny_longformer_dir), lost_text, str(tmp_path)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    for path, data in entries.items():  # every earlier entry is untouched
+        assert path.read_bytes() == data
+    lost = lv.analyze(model, lost_text, 40)
+    assert ig.cached_attribution(model, lost, n_steps=4, cache_dir=tmp_path) is None  # the killed run: gone
+    again = ig.cached_attribution(model, lv.analyze(model, kept_text, 40), n_steps=4, cache_dir=tmp_path)
+    np.testing.assert_array_equal(again.raw, kept.raw)
+    redone = ig.integrated_gradients(model, lost, n_steps=4, cache_dir=tmp_path)
+    assert not redone.from_cache and ig.cached_attribution(model, lost, n_steps=4, cache_dir=tmp_path).from_cache
