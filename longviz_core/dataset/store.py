@@ -13,7 +13,12 @@ and its parent fsync'ed: a unit exists completely or not at all, whatever moment
 Only then is it indexed. The reader trusts the files, not the index: units on disk that no index knows
 (a writer killed between the rename and the insert) are indexed on the fly in memory, index rows without
 files are ignored, and a unit indexed by several writers (the shard count changed between runs) is read
-from one of them. So the index can never disagree with what is on disk.
+from one of them. So the index can never disagree with what is on disk. A damaged index file is set aside
+with a warning and its units are indexed from their files too; the writer that owns it starts it afresh.
+
+Every file's size and BLAKE2b are recorded in its unit's meta.json and checked whenever the file is read (a
+store is a lab's shared truth: it must never serve flipped numbers); the manifest carries its own checksum.
+A write that fails (a full disk) leaves nothing of its unit behind and is a StoreError saying so.
 
 Why one SQLite file per writer rather than one shared file: shards never contend for a lock, shards on
 different machines can write into one shared directory (SQLite's locking and WAL are unsafe on network
@@ -749,6 +754,8 @@ def _read_unit_tables(root: Path, doc_id: str, kind: str) -> tuple[dict, dict]:
 
 # ---- SQLite
 class _DamagedIndex(Exception):
+    """Raised inside ResultStore.query when an index file turns out damaged only while it is queried."""
+
     def __init__(self, name: str):
         super().__init__(name)
         self.name = name
