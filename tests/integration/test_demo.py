@@ -391,20 +391,21 @@ def test_first_use_restores_the_shipped_model_without_training(tmp_path, monkeyp
 
 @pytest.mark.slow
 def test_the_shipped_model_is_what_demo_build_trains(tmp_path):
-    """Training is float32 arithmetic whose summation order depends on the CPU and its thread count, so a
-    fresh build equals the shipped one bit for bit only on a machine like the one that built it (measured:
-    see docs/development.md). Everywhere: the tokenizer and configuration are identical (integer work), the
-    held-out predictions agree, and the weights are close."""
+    """Training is float32 arithmetic whose summation order depends on the CPU and on torch's thread count:
+    measured on the 2-core development machine, two builds with 2 threads are bit-identical, while 1 thread
+    against 2 gives other weights altogether (relative difference per tensor up to 2.4), the tokenizer and
+    configuration staying byte-identical (docs/development.md). So, on any machine: the tokenizer and
+    configuration equal the shipped ones, the fresh model is as accurate as the shipped one on the held-out
+    split, and the two predict the same class for nearly every held-out document."""
     built = build_demo(tmp_path / "demo")
     shipped = demo_module.SHIPPED / "model"
-    for name in ("tokenizer.json", "config.json"):
+    for name in ("tokenizer.json", "tokenizer_config.json", "config.json"):
         assert json.loads((built.model_dir / name).read_text()) == json.loads((shipped / name).read_text())
     fresh = AutoModelForSequenceClassification.from_pretrained(built.model_dir).eval()
     ours = AutoModelForSequenceClassification.from_pretrained(shipped).eval()
     tok = AutoTokenizer.from_pretrained(shipped)
     test = generate_corpus().query("split == 'test'")
-    agree = (_predict(fresh, tok, test["text"], 2048) == _predict(ours, tok, test["text"], 2048)).mean()
-    assert agree >= 0.95
-    a = torch.cat([p.detach().flatten() for p in fresh.parameters()])
-    b = torch.cat([p.detach().flatten() for p in ours.parameters()])
-    assert float((a - b).norm() / b.norm()) <= 0.05
+    a, b = _predict(fresh, tok, test["text"], 2048), _predict(ours, tok, test["text"], 2048)
+    labels = test["label"].to_numpy()
+    assert (a == labels).mean() >= 0.90 and (b == labels).mean() >= 0.90
+    assert (a == b).mean() >= 0.85  # two models right on >= 90 % each agree on >= 80 % by arithmetic alone
