@@ -17,7 +17,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from .._disk import digest, write_cache
+from .._disk import digest, sealed, unsealed, write_cache
 from ..errors import AttributionError
 from ..model.encoding import Encoded
 from ..model.loading import LoadedModel
@@ -152,17 +152,17 @@ def _free_memory_bytes(device) -> int:
 def _timing_path(model, bucket, precision, cache_dir) -> Path:
     name = digest({"model": model.fingerprint, "bucket": bucket, "precision": precision,
                     "device": model.device.type})
-    return _inputs.cache_folder(cache_dir) / f"timing-{name}.json"
+    return _inputs.cache_folder(cache_dir) / f"timing-{name}.sealed.json"
 
 def _read_timing(model, bucket, precision, cache_dir) -> dict | None:
     try:
-        t = json.loads(_timing_path(model, bucket, precision, cache_dir).read_text())
+        t = json.loads(unsealed(_timing_path(model, bucket, precision, cache_dir).read_bytes()))
         return t if t.get("step", 0) > 0 and t.get("forward", -1) >= 0 else None
     except (OSError, ValueError, AttributeError):
         return None
 
 def _write_timing(model, bucket, precision, timing, cache_dir) -> None:
-    write_cache(_timing_path(model, bucket, precision, cache_dir), json.dumps(timing).encode())
+    write_cache(_timing_path(model, bucket, precision, cache_dir), sealed(json.dumps(timing).encode()))
 
 def record_timing(model, n_tokens, precision, result, cache_dir=None) -> None:
     """A finished run (an ig.Attribution) is the best timing there is: rescale the bucket's timing so it predicts this run.

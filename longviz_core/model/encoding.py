@@ -73,6 +73,11 @@ def encode(
         raise InputTextError("The document is empty (or whitespace only): paste or pick a text to analyse.")
     if "\x00" in text:
         raise InputTextError("The document contains NUL bytes: it looks like binary data, not text.")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:  # lone surrogates, e.g. from a "\ud800" escape in a JSON file
+        raise InputTextError(f"The document is not valid Unicode (an unpaired surrogate at character {exc.start}); "
+                             "re-save it as UTF-8 text.") from None
     max_tokens = int(max_tokens)
     if max_tokens < 3:
         raise InputTextError(f"max_tokens must be at least 3 (<s>, one token, </s>), got {max_tokens}.")

@@ -412,7 +412,7 @@ class _ScanStore:
 
     def __init__(self, model: LoadedModel, enc: Encoded, replacement_id: int, predicted: int, cache_dir) -> None:
         self.store = JsonStore("flip-scans", cache_dir)
-        self.base = {"v": 1, "model": model.fingerprint, "ids": array_digest(enc.input_ids),
+        self.base = {"v": 2, "model": model.fingerprint, "ids": array_digest(enc.input_ids),
                      "positions": array_digest(enc.position_ids), "global": array_digest(enc.global_mask),
                      "replacement": int(replacement_id), "predicted": int(predicted)}
         self.last = time.monotonic()

@@ -48,7 +48,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .._disk import atomic_write, cache_folder
+from .._disk import cache_folder, sealed, unsealed, write_cache
 from ..errors import LongvizError
 from ..model.encoding import DEFAULT_MAX_TOKENS, encode
 from ..model.loading import LoadedModel, dataset_fingerprint
@@ -167,7 +167,7 @@ def cached_raw_head_importance(
         raw = raw_head_importance(model, dataset, max_tokens, max_examples, progress, method=method)
         buf = io.BytesIO()
         np.save(buf, raw, allow_pickle=False)
-        atomic_write(path, buf.getvalue())
+        write_cache(path, sealed(buf.getvalue()))
     else:
         report(progress, 1.0, "head importance read from the cache")
     return raw
@@ -177,7 +177,7 @@ def importance_cache_path(model: LoadedModel, dataset, max_tokens, max_examples,
                           method: str = DEFAULT_METHOD) -> Path:
     _check_method(method)
     n = len(dataset) if max_examples is None else min(int(max_examples), len(dataset))
-    name = f"{method}-{model.fingerprint}-{dataset_fingerprint(dataset)}-t{int(max_tokens)}-m{n}.npy"
+    name = f"{method}-{model.fingerprint}-{dataset_fingerprint(dataset)}-t{int(max_tokens)}-m{n}.npy.sealed"
     return cache_folder("head_importance", cache_dir) / name
 
 
@@ -379,7 +379,7 @@ def _read_cached(path: Path, shape) -> np.ndarray | None:
     if not path.is_file():
         return None
     try:
-        value = np.load(path, allow_pickle=False)
+        value = np.load(io.BytesIO(unsealed(path.read_bytes())), allow_pickle=False)
         return _check_array(value, shape)
     except (OSError, ValueError, HeadImportanceError):
         return None

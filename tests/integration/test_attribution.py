@@ -4,6 +4,7 @@ targets, adaptive steps, progress, the weak-explanation message, the disk cache,
 dataset-wide table against a loop over documents."""
 from __future__ import annotations
 
+import io
 import math
 import threading
 
@@ -13,6 +14,7 @@ import pytest
 import torch
 
 from longviz_core import analyze, encode, load_model
+from longviz_core._disk import unsealed
 from longviz_core.attribution import (
     Attribution,
     ConvergenceWarning,
@@ -331,9 +333,9 @@ def test_cache_hit_skips_compute_and_keys_on_settings(steep, doc, cache_dir, mon
     assert calls == [4, 4]
     files = list((cache_dir / "attributions").glob("*.npz"))
     assert len(files) == 2
-    with np.load(files[0], allow_pickle=False) as z:  # plain arrays: no pickle needed to read it back
+    with np.load(io.BytesIO(unsealed(files[0].read_bytes())), allow_pickle=False) as z:  # plain arrays: no pickle needed to read it back
         assert set(z.files) == {"raw", "meta"}
-    with np.load(A._cache_path(cache_dir, first.key), allow_pickle=False) as z:
+    with np.load(io.BytesIO(unsealed(A._cache_path(cache_dir, first.key).read_bytes())), allow_pickle=False) as z:
         np.testing.assert_array_equal(z["raw"], first.raw)  # the raw sums; the normalised scores are derived
 
 

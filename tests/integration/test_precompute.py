@@ -319,6 +319,7 @@ def test_faithfulness_settings_and_an_earlier_store(reference, tmp_path):
     old = tmp_path / "old"
     shutil.copytree(reference, old)
     manifest = json.loads((old / "manifest.json").read_text())
+    del manifest["checksum"]  # an earlier version's manifest, which had none
     for key in ("flip", "max_removed", "seeds"):
         del manifest["kinds"]["faithfulness"][key]
     manifest["kinds"]["faithfulness"].update(flip_step=0.05, refine=True, seed=0)
