@@ -87,8 +87,9 @@ def case(name: str, model, text: str, n_tokens: int, n_steps: int, cache: Path, 
 
 
 def base_model(path: Path):
-    from tiny import _bpe_tokenizer
     from transformers import LongformerConfig, LongformerForSequenceClassification
+
+    from tiny import _bpe_tokenizer
 
     tok = _bpe_tokenizer(path)
     torch.manual_seed(0)
@@ -115,9 +116,9 @@ def main() -> None:
         print("GPU:", torch.cuda.get_device_name(0), "(GPU timings: run with CUDA_VISIBLE_DEVICES set)")
     else:
         print("GPU: none on this machine; the GPU part (CUDA, bf16/fp16 autocast) is skipped.")
-    from tiny import text_of
-
     import captum.attr  # noqa: F401  (a one-off import cost of the process, not of a run)
+
+    from tiny import text_of
 
     with tempfile.TemporaryDirectory() as tmp:
         cache = Path(tmp) / "cache"

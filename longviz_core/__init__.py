@@ -35,11 +35,11 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "views.faithfulness": ("FaithfulnessError", "FaithfulnessResult", "RankingCurve"),
     "views.attribution_tables": ("attribution_by_token", "top_attributions"),
     "dataset.kinds": ("PrecomputeSettings",),
-    "dataset.run": ("find_store", "local_store", "precompute"),
+    "dataset.run": ("dataset_agreement", "dataset_attributions", "dataset_faithfulness", "find_store", "local_store",
+        "precompute"),
     "dataset.ray": ("run_on_ray",),
     "dataset.store": ("Record", "ResultStore"),
-    "dataset.aggregate": ("DatasetAgreement", "DatasetAttribution", "DatasetFaithfulness", "dataset_agreement",
-        "dataset_attributions", "dataset_faithfulness"),
+    "dataset.aggregate": ("DatasetAgreement", "DatasetAttribution", "DatasetFaithfulness"),
 }
 _ALIASES = {"PrecomputeSettings": "Settings"}  # public name -> its name in its module
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}

@@ -7,8 +7,10 @@ the group and others (0o644: a cache may be shared by a lab's accounts), renamed
 os.replace and the folder is fsync'ed. Readers see the old file or the new one, never half of one; two writers
 of one entry both leave a whole file; a failed write leaves no temporary file behind. `write_cache` is the
 same for caches, where a full or read-only disk costs the cache, not the result: it logs and carries on.
+Cache files are `sealed`: a first line with the BLAKE2b of the rest, checked by `unsealed` as the file is read,
+so a truncated, overwritten or bit-flipped entry is recomputed rather than served.
 
-Content hashes are BLAKE2b: `digest` of a JSON-able object (cache keys), `bytes_digest`, `text_digest`,
+Content hashes are BLAKE2b: `digest` of a JSON-able object (cache keys), `bytes_digest`,
 `texts_hasher` (a dataset's texts), `array_digest`. Their values are stable across versions: they name files
 already on disk (caches, store checksums, dataset fingerprints in store manifests).
 """
@@ -75,6 +77,25 @@ def write_cache(path: str | os.PathLike, data: bytes) -> bool:
         return False
 
 
+_SEAL = b"longviz-blake2b:"
+
+
+def sealed(data: bytes) -> bytes:
+    """`data` behind a one-line header holding its BLAKE2b, for cache files (see `unsealed`)."""
+    return _SEAL + bytes_digest(data).encode() + b"\n" + data
+
+
+def unsealed(data: bytes) -> bytes:
+    """The payload of a `sealed` file; ValueError when the header is missing or the payload's checksum differs
+    (a truncated, overwritten or bit-flipped file)."""
+    header, _, body = data.partition(b"\n")
+    if not header.startswith(_SEAL):
+        raise ValueError("no checksum header (not a longviz cache file, or written by an older version)")
+    if header[len(_SEAL):] != bytes_digest(body).encode():
+        raise ValueError("checksum mismatch: the file is damaged")
+    return body
+
+
 def fsync_dir(path: str | os.PathLike) -> None:
     """fsync a folder, so that entries created or renamed in it are on disk."""
     fd = os.open(path, os.O_RDONLY)
@@ -107,11 +128,6 @@ def bytes_digest(data: bytes, digest_size: int = 16) -> str:
     return hashlib.blake2b(data, digest_size=digest_size).hexdigest()
 
 
-def text_digest(text: str, digest_size: int = 16) -> str:
-    """Hash of a text (lone surrogates allowed: uploaded files may hold them)."""
-    return bytes_digest(text.encode("utf-8", "surrogatepass"), digest_size)
-
-
 def texts_hasher(texts: Iterable, digest_size: int = 12):
     """A BLAKE2b hasher fed with every text and a record separator after each (texts in order); callers may
     add more (e.g. labels) before `.hexdigest()`."""
@@ -131,15 +147,10 @@ def array_digest(a, digest_size: int = 12) -> str | None:
     return bytes_digest(a.tobytes() + str(a.shape).encode(), digest_size)
 
 
-def document_key(settings: dict, text: str) -> str:
-    """Cache key of one document's results under `settings` (model fingerprint and every number-changing option)."""
-    return digest({**settings, "text": text_digest(text)})
-
-
 # ------------------------------------------------------------------------------------------------ JSON cache
 class JsonStore:
-    """One JSON file per key under <cache root>/<kind>/, written by write_cache; an unreadable file counts as
-    missing (and is recomputed)."""
+    """One sealed JSON file per key under <cache root>/<kind>/, written by write_cache; an unreadable or damaged
+    file counts as missing (and is recomputed)."""
 
     def __init__(self, kind: str, cache_dir=None) -> None:
         self.root = cache_folder(kind, cache_dir)
@@ -150,7 +161,7 @@ class JsonStore:
     def get(self, key: str):
         path = self.path(key)
         try:
-            payload = json.loads(path.read_text(encoding="utf-8"))
+            payload = json.loads(unsealed(path.read_bytes()).decode("utf-8"))
             if payload.get("key") != key:
                 raise ValueError("key mismatch")
             return payload["value"]
@@ -161,7 +172,7 @@ class JsonStore:
             return None
 
     def put(self, key: str, value) -> None:
-        write_cache(self.path(key), json.dumps({"key": key, "value": value}, allow_nan=True).encode("utf-8"))
+        write_cache(self.path(key), sealed(json.dumps({"key": key, "value": value}, allow_nan=True).encode("utf-8")))
 
 
 # ------------------------------------------------------------------------------------------------ versions

@@ -82,12 +82,12 @@ def get_dataset(source: str, id2label: dict | None = None, text_column=None, lab
 
 
 @st.cache_resource(show_spinner=False, ttl=60, max_entries=8)
-def get_store(root: str, model_fingerprint: str, dataset_fingerprint: str, max_tokens: int):
-    """The ResultStore under `root` made for this model, dataset and max tokens, or None. Re-opened every
-    minute, so documents a running precompute adds appear."""
-    from .dataset.run import find_store
+def get_stores(root: str, model_fingerprint: str, dataset_fingerprint: str, max_tokens: int) -> tuple:
+    """The ResultStores under `root` made for this model, dataset and max tokens (dataset.run.find_stores).
+    Re-opened every minute, so documents a running precompute adds appear."""
+    from .dataset.run import find_stores
 
-    return find_store(root, model_fingerprint, dataset_fingerprint, max_tokens)
+    return tuple(find_stores(root, model_fingerprint, dataset_fingerprint, max_tokens))
 
 
-__all__ = ["derived", "get_analysis", "get_dataset", "get_model", "get_store", "memo", "memory_cache", "Progress"]
+__all__ = ["derived", "get_analysis", "get_dataset", "get_model", "get_stores", "memo", "memory_cache", "Progress"]

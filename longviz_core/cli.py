@@ -64,6 +64,21 @@ def _parser() -> argparse.ArgumentParser:
                      help="head importance on the first N labelled documents (default: 32)")
     pre.add_argument("--importance-method", default=d.importance_method, choices=("t3vis", "michel"),
                      help="head importance: 't3vis' (Taylor, as T3-Vis and the paper) or 'michel' (gate gradient)")
+    pre.add_argument("--rbo-p", type=float, default=None, help="agreement: RBO persistence p (default 0.99)")
+    pre.add_argument("--top", type=float, default=None, help="agreement: the top set's fraction (default 0.05)")
+    pre.add_argument("--mask", default=None,
+                     help="agreement: mask kinds among special,nonalnum,stopwords ('' for none; default all)")
+    pre.add_argument("--layer-range", default=None,
+                     help="agreement: an extra attention source, layers lo-hi (1-based, as the app shows them)")
+    pre.add_argument("--replacement", default=d.replacement, choices=("mask", "pad"),
+                     help="faithfulness: what a removed token becomes")
+    pre.add_argument("--seeds", type=int, default=None, help="faithfulness: random seeds 0..N-1 (default 5)")
+    pre.add_argument("--max-removed", type=float, default=d.max_removed,
+                     help="faithfulness: the flip scan's limit, a fraction of the text tokens (default 1.0: all)")
+    pre.add_argument("--faithfulness-layers", default=None,
+                     help="faithfulness: the attention ranking's layers lo-hi (1-based; default all)")
+    pre.add_argument("--faithfulness-scaled", action="store_true",
+                     help="faithfulness: scale the attention ranking by head importance")
     pre.add_argument("--limit", type=int, default=None, help="only the first N documents of the dataset")
     pre.add_argument("--shard", default="0/1", help="i/N: compute rows r with r %% N == i")
     pre.add_argument("--ray", action="store_true", help="run --workers shards as Ray tasks (RAY_ADDRESS or local)")
@@ -86,7 +101,12 @@ def _precompute(a) -> int:
 
     settings = Settings(max_tokens=a.max_tokens, grid=a.grid, n_steps=a.n_steps, ig_method=a.ig_method,
                         target=a.target, precision=a.precision, importance_docs=a.importance_docs,
-                        importance_method=a.importance_method)
+                        importance_method=a.importance_method, rbo_p=a.rbo_p, top=a.top,
+                        mask_kinds=None if a.mask is None else [k for k in a.mask.split(",") if k.strip()],
+                        layer_range=_layers(a.layer_range, "--layer-range"), replacement=a.replacement,
+                        seeds=None if a.seeds is None else range(a.seeds), max_removed=a.max_removed,
+                        faithfulness_layers=_layers(a.faithfulness_layers, "--faithfulness-layers", span=True),
+                        faithfulness_scaled=a.faithfulness_scaled)
     dataset_options = {"text_column": a.text_column, "label_column": a.label_column}
     if a.ray:
         summaries = run_on_ray(a.model, a.dataset, a.out, a.what, settings, a.workers, a.limit, dataset_options,
@@ -108,6 +128,19 @@ def _precompute(a) -> int:
         print(f"shard {s.shard[0]}/{s.shard[1]}: {s.documents} documents, computed {s.computed}, "
               f"already done {s.skipped}, {s.seconds:.1f} s", file=sys.stderr)
     return 0
+
+
+def _layers(spec: str | None, option: str, span: bool = False):
+    """'lo-hi' (1-based, inclusive, or one layer) -> (lo, hi) 0-based, or with `span` every layer lo..hi."""
+    if spec is None:
+        return None
+    try:
+        lo, hi = (int(v) for v in (spec.split("-") if "-" in spec else (spec, spec)))
+    except ValueError:
+        raise ValueError(f"{option} must look like 2-4 (1-based layers), got {spec!r}") from None
+    if not 1 <= lo <= hi:
+        raise ValueError(f"{option} {spec}: need 1 <= lo <= hi")
+    return tuple(range(lo - 1, hi)) if span else (lo - 1, hi - 1)
 
 
 def _store_info(a) -> int:

@@ -5,6 +5,7 @@ from the app is the same Vega-Lite spec the page shows. Every function returns b
 """
 from __future__ import annotations
 
+import csv
 import io
 import json
 import platform
@@ -41,11 +42,32 @@ def chart_svg(chart) -> bytes:
     return buf.getvalue().encode("utf-8")
 
 
+# A spreadsheet runs a cell that starts with one of these as a formula (OWASP "CSV injection").
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
 def table_csv(df: pd.DataFrame, index: bool = False) -> bytes:
-    """A table as UTF-8 CSV (with a byte-order mark, so spreadsheet programs detect the encoding)."""
+    """A table as UTF-8 CSV (with a byte-order mark, so spreadsheet programs detect the encoding).
+
+    Text that a spreadsheet would run as a formula (a cell or header starting with =, +, -, @, tab or CR;
+    tokens and document texts are user data) gets a leading apostrophe, which spreadsheets read as "this is
+    text". Numbers are left alone: -0.5 in a numeric column is a number, not a formula. A cell holding a
+    line break is quoted (RFC 4180, CRLF rows), so it stays one cell."""
     if not isinstance(df, pd.DataFrame):
         raise ValueError(f"Expected a pandas DataFrame, got {type(df).__name__}.")
-    return df.to_csv(index=index).encode("utf-8-sig")
+    safe = df.copy()
+    safe.columns = [_escape_cell(c) for c in safe.columns]
+    if index:
+        safe.index = safe.index.map(_escape_cell)
+    for i in range(safe.shape[1]):
+        col = safe.iloc[:, i]
+        if not (pd.api.types.is_numeric_dtype(col) or pd.api.types.is_datetime64_any_dtype(col)):
+            safe.isetitem(i, col.astype(object).map(_escape_cell))
+    return safe.to_csv(index=index, quoting=csv.QUOTE_MINIMAL, lineterminator="\r\n").encode("utf-8-sig")
+
+
+def _escape_cell(value):
+    return "'" + value if isinstance(value, str) and value.startswith(_FORMULA_START) else value
 
 
 def image_png(image) -> bytes:

@@ -192,6 +192,12 @@ class HeadImportance:
     name: str  # short, for titles: "Taylor (T3-Vis)"
     description: str  # the definition and its normalisation, for captions
 
+    def settings(self) -> dict:
+        """The precompute settings that make a store's head importance this one (for dataset-wide views)."""
+        if self.method is None:
+            return {"importance_values": self.values}
+        return {"importance_method": self.method}
+
 
 def importance_method(where, page: str) -> str:
     """The head-importance definition picker; T3-Vis's Taylor scores (what the paper used) come first."""
@@ -200,12 +206,14 @@ def importance_method(where, page: str) -> str:
     return where.selectbox("Head importance definition", list(imp.IMPORTANCE_METHODS),
                            format_func=imp.METHOD_NAMES.get, **K.option(page, "importance_method"),
                            help=" · ".join(imp.IMPORTANCE_METHODS.values()) + ". Computed once per dataset "
-                                f"on its first {imp.DEFAULT_EXAMPLES} documents, then cached.")
+                                f"on its first {imp.DEFAULT_EXAMPLES} documents, then read from a result store.")
 
 
 def computed_importance(model: lv.LoadedModel, method: str, required: bool = True) -> HeadImportance | None:
-    """Head importance by `method` on the current dataset (disk-cached). Without a labelled dataset: a
+    """Head importance by `method` on the current dataset, read from a result store: a precomputed one that serves
+    it, else the app's local store (computed there once, with a progress bar). Without a labelled dataset: a
     DatasetError when `required`, else a note and None."""
+    from longviz_core.dataset import run
     from longviz_core.views import importance as imp
 
     df = current_dataset(model)
@@ -215,9 +223,15 @@ def computed_importance(model: lv.LoadedModel, method: str, required: bool = Tru
                                   "the scaling.")
         st.info("Head importance needs a labelled dataset: only unscaled rows are shown.")
         return None
-    values = imp.cached_head_importance(model, df, max_tokens(model), method=method,
-                                        progress=progress_bar("Head importance"))
-    return HeadImportance(values, method, imp.METHOD_NAMES[method], imp.IMPORTANCE_METHODS[method])
+    settings = run.clamped(model, lv.PrecomputeSettings(max_tokens=max_tokens(model), importance_method=method))
+    store = serving_store(model, df, "head-importance", settings)
+    if store is None:
+        out = run.local_store_dir(model, df, settings)
+        store = lv.ResultStore(out, limit=0) if (out / "manifest.json").is_file() else None
+        if store is None or not store.has("head-importance"):  # computed once per dataset and definition, then read
+            store = run.local_store(model, df, "head-importance", settings, limit=0,
+                                    progress=progress_bar("Head importance"), on_wait=queue_notice())
+    return HeadImportance(store.head_importance(), method, imp.METHOD_NAMES[method], imp.IMPORTANCE_METHODS[method])
 
 
 def imported_importance(model: lv.LoadedModel) -> HeadImportance | None:
@@ -237,42 +251,22 @@ def head_importance(model: lv.LoadedModel, page: str, where=st, required: bool =
     return computed_importance(model, importance_method(where, page), required)
 
 
-def stop_until_clicked(page: str, label: str, wanted) -> None:
-    """For results that stay on screen while other widgets change: stops the page until `label` is clicked for
-    these settings (`wanted`, any value with a stable repr); other settings ask for a new click."""
-    key = K.page(page, "computed")
-    if st.button(label, key=K.page(page, "run_dataset")):
-        st.session_state[key] = repr(wanted)
-    if st.session_state.get(key) != repr(wanted):
-        st.stop()
-
-
-def store_serving(model: lv.LoadedModel, df, kind: str, **settings):
-    """The precomputed store for this model, dataset and max tokens when it holds `kind` made with these
-    settings (ResultStore.serves), else None; pages then read the dataset-wide view from it instead of
-    computing it, and say so."""
-    store = current_store(model, df)
-    return store if store is not None and store.serves(kind, **settings) else None
-
-
-def store_caption(store, kind: str, n_rows: int) -> None:
-    st.caption(f"Precomputed: {store.count(kind)} of {n_rows} documents, read from the result store {store.root} "
-               "(`python -m longviz_core precompute`). Change a setting the store was not made with to compute "
-               "in the app instead.")
-
-
 def export_settings(model: lv.LoadedModel, description: str, **options) -> dict:
     """What a downloaded file's run metadata records: the document, max tokens and the page's options."""
     return {"document": description, "max_tokens": max_tokens(model), **options}
 
 
-def current_store(model: lv.LoadedModel, df):
-    """The precomputed result store (`python -m longviz_core precompute`) made for this model, dataset and max
-    tokens, found at LONGVIZ_STORE_DIR (a store or a folder of stores); None when there is none."""
+def serving_store(model: lv.LoadedModel, df, kind: str, settings, only=None):
+    """The first precomputed result store (`python -m longviz_core precompute`) found at LONGVIZ_STORE_DIR (a store
+    or a folder of stores) for this model, dataset and max tokens that holds `kind` made with `settings`
+    (dataset.run.serves_view; `only`: the keys of the kind's settings the view reads); None when there is none."""
+    from longviz_core.dataset.run import serves_view
+
     root = os.environ.get("LONGVIZ_STORE_DIR", "").strip()
     if not root or df is None:
         return None
-    return cache.get_store(root, model.fingerprint, lv.dataset_fingerprint(df), max_tokens(model))
+    stores = cache.get_stores(root, model.fingerprint, lv.dataset_fingerprint(df), max_tokens(model))
+    return next((s for s in stores if serves_view(s, kind, settings, only)), None)
 
 
 def dataset_probs(model: lv.LoadedModel, df):

@@ -3,16 +3,15 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-import longviz_core as lv
 from longviz_core import attribution as ig
 from longviz_core import cache
-from longviz_core.dataset import aggregate
 from longviz_core.figures.text import attribution_header_html, legend_html, token_overlay_html
 from longviz_core.progress import format_seconds
 from longviz_core.tokens import token_label
 from longviz_core.views import attribution_tables as tables
 from longviz_core.views.masking import build_mask
 from pages import _common as common
+from pages import _dataset as dataset
 from pages import _export as export
 from pages._common import K
 
@@ -144,39 +143,26 @@ with common.guard():
 if df is None:
     st.info("Choose a dataset in the sidebar for the dataset-wide table.")
     st.stop()
-d1, d2, d3 = st.columns(3)
-n_docs = int(d1.number_input("Documents", 1, len(df), min(20, len(df)), **K.option(P, "ds_docs")))
-ds_steps = common.ig_steps_picker(d2, P, "ds_steps", custom=True, label="Steps")
+d1, d2 = st.columns(2)
+ds_steps = common.ig_steps_picker(d1, P, "ds_steps", custom=True, label="Steps")
+# a binary model's store of predicted-class IG serves either class (IG of the other class is the negation);
+# another model's store serves the class it was made for
+binary = model.num_labels == 2
+ds_settings = dict(n_steps=ds_steps, ig_method=method, precision=precision,
+                   target="predicted" if binary else str(int(target)))
+with common.guard():
+    store = dataset.store(model, df, P, "attribution", dataset.settings(model, **ds_settings),
+                          "Compute the dataset-wide table", default_docs=20,
+                          only=("n_steps", "method", "precision", "scores") + (() if binary else ("target",)))
+n_docs = store.count("attribution")
 if ss.get(K.page(P, "ds_min_docs"), 1) > n_docs:  # fewer documents chosen since
     ss[K.page(P, "ds_min_docs")] = n_docs
-min_docs = int(d3.number_input("Minimum documents containing a type", 1, n_docs, **K.option(P, "ds_min_docs"),
+min_docs = int(d2.number_input("Minimum documents containing a type", 1, n_docs, **K.option(P, "ds_min_docs"),
                                help="Hide token types found in fewer documents. Every type's mean is taken over all "
                                     "the documents (0 where it is absent), whatever this filter."))
-texts = df["text"].head(n_docs).tolist()
-ds_args = dict(target=int(target), n_steps=ds_steps, method=method, max_tokens=common.max_tokens(model),
-               precision=precision)
-view = dict(masked=bool(masked), min_docs=min_docs)  # the mask toggle above applies here too
-with common.guard():
-    ds = None
-    store = common.store_serving(model, df, "attribution", n_steps=ds_steps, method=method, precision=precision,
-                                 scores=ig.SCORE_SCALE)
-    if store is not None:
-        try:  # a binary model's store serves either class; another model's only the class it was made for
-            ds = cache.memo(("store_attributions", str(store.root), store.content_key(), int(target), masked,
-                             min_docs), lambda: store.dataset_attributions(int(target), **view))
-            common.store_caption(store, "attribution", len(df))
-        except lv.StoreError as exc:
-            st.caption(f"The result store cannot serve this table ({exc}); computing in the app.")
-    if ds is None:
-        ds = aggregate.cached_dataset_attributions(model, texts, **ds_args, **view)
-    if ds is None:
-        eta = ig.estimate_dataset_seconds(model, texts, ds_steps, ds_args["max_tokens"], precision)
-        st.info(f"Not computed yet: about {format_seconds(eta)} for {n_docs} documents at {ds_steps} steps "
-                "(documents already attributed at these settings are reused).")
-        if not st.button("Compute the dataset-wide table", key=K.page(P, "ds_run")):
-            st.stop()
-        ds = aggregate.dataset_attributions(model, texts, **ds_args, **view,
-                                     progress=common.progress_bar("Dataset attribution"), on_wait=common.queue_notice())
+with common.guard():  # the mask toggle above applies here too
+    ds = cache.memo(("store_attributions", str(store.root), store.content_key(), int(target), masked, min_docs),
+                    lambda: store.dataset_attributions(int(target), masked=bool(masked), min_docs=min_docs))
 meta = {**meta, "dataset_documents": ds.n_docs, "dataset_steps": ds_steps, "masked": masked, "min_docs": min_docs}
 st.caption(ds.description())
 pair(ds.table, "mean_attribution", ds.title(name(ds.target)), "dataset_token_types")

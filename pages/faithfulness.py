@@ -3,13 +3,11 @@ random rankings (seeds 003 and 004), for the current document or dataset-wide.""
 import streamlit as st
 
 import longviz_core as lv
-from longviz_core import attribution as attr
 from longviz_core import cache
-from longviz_core.dataset import aggregate
 from longviz_core.figures import agreement as fig
-from longviz_core.progress import format_seconds
 from longviz_core.views import faithfulness as fa
 from pages import _common as common
+from pages import _dataset as dataset
 from pages import _export as export
 
 common.run_through_app()
@@ -97,36 +95,13 @@ else:
     with common.guard():
         if df is None:
             raise lv.DatasetError("The dataset-wide summary needs a dataset: choose one in the sidebar.")
-        # a store holds the defaults: every layer, unscaled attention, the random ranking over the default seeds
-        store = common.store_serving(model, df, "faithfulness", n_steps=steps, target="predicted",
-                                     replacement=replacement, flip="exact scan", max_removed=max_removed,
-                                     seeds=seeds, scaled=False) if (lo, hi) == (1, L) and importance is None else None
-        if store is not None:
-            result = cache.memo(("store_faithfulness", str(store.root), store.content_key()),
-                                store.dataset_faithfulness)
-            common.store_caption(store, "faithfulness", len(df))
-        else:
-            count = st.slider("Documents (from the start of the dataset)", 1, len(df), min(10, len(df)),
-                              **K.option(P, "docs"))
-            estimate = attr.estimate_ig_seconds(model, common.max_tokens(model), steps,
-                                                on_wait=common.queue_notice())
-            runs = len(fa.RANKINGS) - 1 + len(seeds)
-            per_doc = 1 + runs * (len(fa.KS) + fa.removed_count(max_removed, common.max_tokens(model) - 2))
-            st.info(f"Uncached documents need IG and the deletion test: IG alone takes up to about "
-                    f"{format_seconds(count * estimate)} for {count} documents at "
-                    f"{common.max_tokens(model):,} tokens, and the deletion test scores up to {per_doc:,} copies "
-                    "per document, one forward each (cached documents are instant).")
-            common.stop_until_clicked(P, "Compute the dataset-wide summary", (
-                model.fingerprint, lv.dataset_fingerprint(df), count, steps, settings, common.max_tokens(model)))
-            labels = df["label"].iloc[:count] if "label" in df else None
-            result = aggregate.dataset_faithfulness(model, df["text"].iloc[:count], labels,
-                                             max_tokens=common.max_tokens(model), ig_steps=steps, layers=layers,
-                                             scale=importance, replacement=replacement, seeds=seeds,
-                                             max_removed=max_removed, progress=common.progress_bar("Dataset"),
-                                             on_wait=common.queue_notice())
-    st.caption(f"{result.n_documents} documents ({result.from_cache} from the disk cache); mean ± std over "
-               "documents; the flip fraction's mean is over the documents that flipped; each document's random "
-               f"row is its mean over {len(seeds)} seeds.")
+        store = dataset.store(model, df, P, "faithfulness", dataset.settings(
+            model, n_steps=steps, replacement=replacement, seeds=tuple(seeds), max_removed=max_removed,
+            faithfulness_layers=None if (lo, hi) == (1, L) else tuple(layers), faithfulness_scaled=scaling is not None,
+            **({} if scaling is None else scaling.settings())), "Compute the dataset-wide summary")
+        result = cache.memo(("store_faithfulness", str(store.root), store.content_key()), store.dataset_faithfulness)
+    st.caption(f"Mean ± std over {result.n_documents} documents; the flip fraction's mean is over the documents that "
+               f"flipped; each document's random row is its mean over {len(seeds)} seeds.")
     meta = common.export_settings(model, description, scope=scope, ig_steps=steps, documents=result.n_documents,
                                   **settings)
     export.table(fig.faithfulness_summary(result.summary), "dataset faithfulness", model, meta)

@@ -9,6 +9,7 @@ from longviz_core.tokens import readable_token
 from longviz_core.views import importance as imp
 from longviz_core.views import pooling
 from pages import _common as common
+from pages import _dataset as dataset
 from pages import _export as export
 
 common.run_through_app()
@@ -56,24 +57,9 @@ with common.guard():
         df = common.current_dataset(model)
         if df is None:
             raise lv.DatasetError("The dataset-wide grid needs a dataset: choose one in the sidebar.")
-        store = common.store_serving(model, df, "attention", grid=grid)
-        if store is not None:
-            pooled = cache.memo(("store_pooled", str(store.root), store.content_key()), store.pooled_attention)
-            st.caption(f"Precomputed: the average of {pooled.n_documents} of {len(df)} documents, read from the "
-                       f"result store {store.root}.")
-        else:
-            count = st.slider("Documents (from the start of the dataset)", 1, len(df), min(8, len(df)),
-                              **K.option(P, "docs"))
-            mt = common.max_tokens(model)
-            key = ("pooled_dataset", model.fingerprint, lv.dataset_fingerprint(df), mt, count, grid)
-            texts = list(df["text"].iloc[:count])
-
-            def compute():
-                bar = common.progress_bar("Averaging attention over the dataset")
-                docs = (lv.analyze(model, t, mt, on_wait=common.queue_notice()).attention for t in texts)
-                return pooling.pool_dataset(docs, grid, total=len(texts), progress=bar)
-
-            pooled = cache.memo(key, compute)
+        store = dataset.store(model, df, P, "attention", dataset.settings(model, grid=grid),
+                              "Compute the dataset-wide grid", only=("grid", "pooling"), default_docs=8)
+        pooled = cache.memo(("store_pooled", str(store.root), store.content_key()), store.pooled_attention)
     maps = pooling.normalised_maps(pooled, None if importance is None else importance.values)
 
 what = "this document" if scope == "this document" else f"the average of {pooled.n_documents} documents"

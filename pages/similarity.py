@@ -2,14 +2,13 @@
 import streamlit as st
 
 import longviz_core as lv
-from longviz_core import attribution as attr
 from longviz_core import cache
 from longviz_core.dataset import aggregate
 from longviz_core.figures import agreement as fig
-from longviz_core.progress import format_seconds
 from longviz_core.views import agreement as ag
 from longviz_core.views.similarity import DEFAULT_P, METRICS, rbo_top_weight
 from pages import _common as common
+from pages import _dataset as dataset
 from pages import _export as export
 
 common.run_through_app()
@@ -107,33 +106,15 @@ else:
     with common.guard():
         if df is None:
             raise lv.DatasetError("Dataset-wide tables need a dataset: choose one in the sidebar.")
-        # a store holds the default configuration: no extra layer range (one equal to "all layers" or the final
-        # layer adds no row), scaled rows when the dataset is labelled (dropped here when scaling is off), made
-        # with the store's head-importance definition (an imported file is never the store's)
-        from_store = len(ag.attention_sources(L, layer_range)) == 2 and (scaling is None or scaling.method)
-        by = {} if scaling is None else {"importance_method": scaling.method}
-        store = common.store_serving(model, df, "agreement", n_steps=steps, target="predicted", p=p,
-                                     mask=list(kinds), **by) if from_store else None
-        if store is not None:
-            result = cache.memo(("store_agreement", str(store.root), store.content_key()), store.dataset_agreement)
-            if not scale:
-                result = aggregate.without_scaled(result)
-            common.store_caption(store, "agreement", len(df))
-        else:
-            count = st.slider("Documents (from the start of the dataset)", 1, len(df), min(10, len(df)),
-                              **K.option(P, "docs"))
-            estimate = attr.estimate_ig_seconds(model, common.max_tokens(model), steps,
-                                                on_wait=common.queue_notice())
-            st.info(f"Uncached documents need IG: up to about {format_seconds(count * estimate)} for {count} "
-                    f"documents at {common.max_tokens(model):,} tokens (cached documents are instant).")
-            common.stop_until_clicked(P, "Compute dataset-wide tables", (
-                model.fingerprint, lv.dataset_fingerprint(df), count, steps, kinds, layer_range, p,
-                None if scaling is None else scaling.name, common.max_tokens(model)))
-            result = aggregate.dataset_agreement(model, df["text"].iloc[:count], max_tokens=common.max_tokens(model),
-                                          ig_steps=steps, importance=importance, mask_kinds=kinds,
-                                          layer_range=layer_range, p=p, progress=common.progress_bar("Dataset"),
-                                          on_wait=common.queue_notice())
-    st.caption(f"{result.n_documents} documents ({result.from_cache} from the disk cache); mean ± std.")
+        # an extra source equal to all layers or the final layer adds no row: the same store as none
+        extra = layer_range if len(ag.attention_sources(L, layer_range)) > 2 else None
+        settings = dataset.settings(model, n_steps=steps, rbo_p=p, mask_kinds=tuple(kinds), layer_range=extra,
+                                    **({} if scaling is None else scaling.settings()))
+        store = dataset.store(model, df, P, "agreement", settings, "Compute dataset-wide tables")
+        result = cache.memo(("store_agreement", str(store.root), store.content_key()), store.dataset_agreement)
+        if scaling is None:  # the store of a labelled dataset also holds the scaled rows
+            result = aggregate.without_scaled(result)
+    st.caption(f"Mean ± std over {result.n_documents} documents.")
     meta = {**meta, "documents": result.n_documents}
     st.subheader("Table 1 (dataset)")
     export.table(fig.table1(ag.mean_std_table(result.table, ag.TABLE1_METRICS)), "dataset table 1", model, meta)

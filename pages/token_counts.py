@@ -2,17 +2,50 @@
 of one token along the document (paper §3.1.2, Algorithms 1-3, Figs. 5-7)."""
 import streamlit as st
 
+import longviz_core as lv
 from longviz_core import cache
+from longviz_core.dataset.kinds import COUNTS
 from longviz_core.figures import attention as fig
 from longviz_core.views import counts as tc
 from longviz_core.views.masking import build_mask
 from pages import _common as common
+from pages import _dataset as dataset
 from pages import _export as export
 
 common.run_through_app()
 
 K, P = common.K, "counts"
 SCOPES = ("all layers and heads", "one layer", "one head")
+
+
+def dataset_counts() -> None:
+    """The dataset scope: every document's paper-rule counts by type at the store's fixed settings (k = 10, all
+    layers and heads), summed over the documents (views.counts.dataset_type_counts, by the store)."""
+    c1, c2 = st.columns(2)
+    top_n = c1.slider("N (bars shown)", 3, 50, 10, **K.option(P, "n"))
+    masked = c2.toggle("Mask special tokens, punctuation and stopwords (§3.4)", **K.option(P, "mask"))
+    k, rule = COUNTS["k"], COUNTS["rule"]
+    st.caption(f"Fixed for the dataset: k = {k}, all layers and heads, counted {tc.COUNT_RULES[rule]}, by token type. "
+               "A type's count is the sum over the documents of its count in each; `documents`: how many count it.")
+    with common.guard():
+        df = common.current_dataset(model)
+        if df is None:
+            raise lv.DatasetError("Dataset-wide counts need a dataset: choose one in the sidebar.")
+        store = dataset.store(model, df, P, "attention", dataset.settings(model), "Count over the dataset",
+                              only=("counts",))
+        tables = {d: cache.memo(("store_counts", str(store.root), store.content_key(), d, masked),
+                                lambda d=d: store.type_counts(d, masked)) for d in tc.DIRECTIONS}
+    settings = common.export_settings(model, "dataset", documents=store.count("attention"), k=k, bars=top_n,
+                                      scope="all layers and heads", masked=masked, count=tc.COUNT_RULES[rule])
+    meaning = tc.COUNT_MEANINGS[rule].replace("top-k", f"top-{k}")
+    st.subheader(f"Top {top_n} by {meaning}, summed over {store.count('attention')} documents")
+    cols = st.columns(2)
+    for col, d, colour in zip(cols, tc.DIRECTIONS, ("#2171b5", "#cb181d")):
+        export.chart(fig.counts_bar_chart(tables[d], f"{d} · by type, summed over documents", top_n, colour,
+                                          rule=rule), f"dataset {d} by type", model, settings, where=col)
+        export.table(tables[d], f"dataset {d} counts by type", model, settings, where=col)
+    st.stop()
+
 
 st.title("Token counts")
 with common.guard():
@@ -24,6 +57,9 @@ st.caption(f"{description} · {analysis.n:,} tokens. For every token and head: i
            "so no count exceeds the number of tokens. **Once per head list**: every (token, head) list counts "
            "separately.")
 
+over = st.radio("Counted over", ("this document", "dataset"), horizontal=True, **K.option(P, "over"))
+if over == "dataset":
+    dataset_counts()
 c1, c2, c3, c4 = st.columns(4)
 k = c1.slider("k (list length)", 1, tc.TOPK_MAX, 10, **K.option(P, "k"))
 top_n = c2.slider("N (bars shown)", 3, 50, 10, **K.option(P, "n"))

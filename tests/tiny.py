@@ -57,7 +57,7 @@ def make_tiny_bert(path: Path, layers=2, heads=2, hidden=32, labels=2, seed=0) -
     path.mkdir(parents=True, exist_ok=True)
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *sorted(set(WORDS)), *"abcdefghijklmnopqrstuvwxyz"]
     (path / "vocab.txt").write_text("\n".join(vocab) + "\n")
-    tok = BertTokenizerFast(vocab_file=str(path / "vocab.txt"))
+    tok = BertTokenizerFast(vocab=str(path / "vocab.txt"))  # transformers 5 ignores vocab_file=: [UNK] for all
     torch.manual_seed(seed)
     config = BertConfig(
         vocab_size=len(vocab), hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,

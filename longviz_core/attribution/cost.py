@@ -1,4 +1,4 @@
-"""What Integrated Gradients costs: wall time (estimate_ig_seconds, estimate_dataset_seconds) and memory per step
+"""What Integrated Gradients costs: wall time (estimate_ig_seconds) and memory per step
 (internal_batch_size_for).
 
 Time: one forward and one forward+backward timed at a length bucket, cached on disk per model, bucket and
@@ -17,9 +17,9 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from .._disk import digest, write_cache
+from .._disk import digest, sealed, unsealed, write_cache
 from ..errors import AttributionError
-from ..model.encoding import DEFAULT_MAX_TOKENS, Encoded
+from ..model.encoding import Encoded
 from ..model.loading import LoadedModel
 from ..progress import Progress, report
 from ..runtime import COMPUTE
@@ -80,24 +80,6 @@ def estimate_ig_seconds(
         report(progress, 1.0, "Timed")
     scale = padded_length(model, n_tokens) / padded_length(model, bucket)
     return scale * (n_steps * timing["step"] + 2 * timing["forward"])
-
-def estimate_dataset_seconds(
-    model: LoadedModel,
-    texts,
-    n_steps: int,
-    max_tokens: int = DEFAULT_MAX_TOKENS,
-    precision: str = "fp32",
-    *,
-    cache_dir: str | os.PathLike | None = None,
-    on_wait=None,
-) -> float:
-    """Expected wall time of dataset.aggregate.dataset_attributions over `texts` (each document's own length, truncated)."""
-    total = 0.0
-    for text in texts:
-        ids = model.tokenizer(text, add_special_tokens=False, truncation=False, verbose=False)["input_ids"]
-        n = min(len(ids) + 2, max_tokens, model.max_tokens)
-        total += estimate_ig_seconds(model, max(n, 3), n_steps, precision, cache_dir=cache_dir, on_wait=on_wait)
-    return total
 
 class Passes(NamedTuple):
     forward: float  # wall seconds of one forward without gradients
@@ -170,17 +152,17 @@ def _free_memory_bytes(device) -> int:
 def _timing_path(model, bucket, precision, cache_dir) -> Path:
     name = digest({"model": model.fingerprint, "bucket": bucket, "precision": precision,
                     "device": model.device.type})
-    return _inputs.cache_folder(cache_dir) / f"timing-{name}.json"
+    return _inputs.cache_folder(cache_dir) / f"timing-{name}.sealed.json"
 
 def _read_timing(model, bucket, precision, cache_dir) -> dict | None:
     try:
-        t = json.loads(_timing_path(model, bucket, precision, cache_dir).read_text())
+        t = json.loads(unsealed(_timing_path(model, bucket, precision, cache_dir).read_bytes()))
         return t if t.get("step", 0) > 0 and t.get("forward", -1) >= 0 else None
     except (OSError, ValueError, AttributeError):
         return None
 
 def _write_timing(model, bucket, precision, timing, cache_dir) -> None:
-    write_cache(_timing_path(model, bucket, precision, cache_dir), json.dumps(timing).encode())
+    write_cache(_timing_path(model, bucket, precision, cache_dir), sealed(json.dumps(timing).encode()))
 
 def record_timing(model, n_tokens, precision, result, cache_dir=None) -> None:
     """A finished run (an ig.Attribution) is the best timing there is: rescale the bucket's timing so it predicts this run.

@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .._disk import bytes_digest, digest, write_cache
+from .._disk import bytes_digest, digest, sealed, unsealed, write_cache
 from ..errors import AttributionError, CacheCorruptError
 from ..model.analysis import DocumentAnalysis
 from ..model.encoding import Encoded
@@ -62,7 +62,7 @@ WEAK_BASELINE_PROB = 0.5
 #   while the normalised scores (unit L2 norm) look as confident as those of a decisive document.
 WEAK_OUTPUT_DIFFERENCE = 0.1
 SCORE_SCALE = "l2"  # what Attribution.scores are (recorded with precomputed results, see dataset.kinds.KINDS)
-CACHE_VERSION = 2  # 2: the file holds the raw sums under "raw" (1 held them under "scores")
+CACHE_VERSION = 3  # 3: sealed files (checksummed); 2: the raw sums under "raw" (1 held them under "scores")
 # Units of work for progress: a forward without gradients is 1, a forward+backward about 3.
 _FWD_UNITS, _FB_UNITS = 1.0, 3.0
 
@@ -358,14 +358,14 @@ def _write_cache(path: Path, a: Attribution) -> None:
             "internal_batch_size": a.internal_batch_size, "seconds": a.seconds}
     buf = io.BytesIO()
     np.savez(buf, raw=a.raw, meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8))
-    write_cache(path, buf.getvalue())
+    write_cache(path, sealed(buf.getvalue()))
 
 
 def _read_cache(path: Path, key: str, n: int) -> Attribution:
     """The cached result (the raw sums; the normalised scores are recomputed from them); CacheCorruptError if
     the file cannot be read or does not match."""
     try:
-        with np.load(path, allow_pickle=False) as z:
+        with np.load(io.BytesIO(unsealed(path.read_bytes())), allow_pickle=False) as z:
             raw = np.asarray(z["raw"], dtype=np.float64)
             meta = json.loads(bytes(z["meta"]).decode())
         if meta.get("key") != key or raw.shape != (n,) or not np.all(np.isfinite(raw)):

@@ -4,15 +4,20 @@ dataset) that returns a store.Record; dataset.run computes them into a store.
 Kinds and what they store per document:
     attention        received (layers, heads, n) float32: attention each token receives, per head;
                      pooled (layers, heads, g, g) float32: the head maps on relative positions (dataset grid);
-                     input_ids (n,); table `document` (row, label, predicted, prob_<class>, n_tokens, ...)
+                     input_ids (n,); table `document` (row, label, predicted, prob_<class>, n_tokens, ...);
+                     table `counts`: the paper-rule top-k counts by token type (views.counts.token_counts at
+                     COUNTS: k = 10, all layers and heads) for both directions, unmasked and masked
     attribution      scores (n,) float64 Integrated Gradients, L2-normalised (what every view uses), raw (n,) the
                      per-token sums before normalising; tables `summary` (target, total, delta, F(x), F(x'),
                      converged, weak) and `by_token` (views.attribution_tables.document_token_sums)
     head-importance  (dataset level) importance (layers, heads) by `importance_method` (default T3-Vis's
-                     Taylor scores, see views/importance.py), normalised as that method does, and raw
+                     Taylor scores, see views/importance.py), normalised as that method does, and raw; or the
+                     values given in Settings.importance_values (an imported file, the API's `importance=`)
     agreement        tables `rows` (Tables 1-2), `heads` (every head's agreement with |IG|), `sets` (top-5 % sets)
     faithfulness     table `rows`: AOPC / LOdds at each k and the first decision flip (exact scan) per ranking;
                      the random row: means and sds over its seeds
+Every option that changes a kind's numbers is a field of Settings and is recorded in the store's manifest (the
+kind's `settings`), so a store is only ever read for the settings it was made with.
 A kind whose module is not in this installation is reported by name instead of failing half-way.
 """
 from __future__ import annotations
@@ -23,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import pandas as pd
 
 from ..errors import StoreError
@@ -31,11 +37,16 @@ from ..progress import Progress
 from .store import Record, doc_id_of, load_unit
 
 ALL_KINDS = ("attention", "attribution", "head-importance", "agreement", "faithfulness")  # dependency order
+# The token counts the attention kind stores: the Token counts page's dataset scope shows them at these settings.
+COUNTS = {"k": 10, "rule": "paper", "by": "type", "layers": "all", "heads": "all"}
+_SEQUENCES = {"importance_values": lambda row: tuple(float(x) for x in row), "mask_kinds": str, "layer_range": int,
+              "rankings": str, "ks": float, "seeds": int, "faithfulness_layers": int}
 
 
 @dataclass(frozen=True)
 class Settings:
-    """Everything that changes the numbers (recorded per kind in the manifest)."""
+    """Everything that changes the numbers (recorded per kind in the manifest). None means the view's own
+    default (views.importance, views.similarity, views.agreement, views.faithfulness)."""
 
     max_tokens: int = 2048
     grid: int = 64  # cells per axis of the pooled (dataset-wide) head maps
@@ -48,8 +59,31 @@ class Settings:
     precision: str = "fp32"
     importance_docs: int | None = None  # labelled documents (first rows) for head importance; None = module default
     importance_method: str = "t3vis"  # head importance: "t3vis" (Taylor, T3-Vis) or "michel" (gate gradient)
+    # (layers, heads) head importance to use instead of computing it (an imported file); needs no labels
+    importance_values: tuple | None = None
+    # agreement (Tables 1-2, per-head grids, top-5 % sets)
+    rbo_p: float | None = None  # RBO persistence; None = views.similarity.DEFAULT_P
+    top: float | None = None  # the top set's fraction; None = views.similarity.DEFAULT_TOP
+    mask_kinds: tuple | None = None  # any of views.agreement.MASK_KINDS; None = all of them
+    layer_range: tuple | None = None  # an extra attention source (lo, hi), 0-based inclusive
+    # faithfulness (deletion curves, first flips)
+    rankings: tuple | None = None  # None = views.faithfulness.RANKINGS
+    ks: tuple | None = None  # fractions removed; None = views.faithfulness.KS
+    replacement: str = "mask"  # what a removed token becomes: "mask" or "pad"
+    seeds: tuple | None = None  # the random ranking's seeds; None = views.faithfulness.DEFAULT_SEEDS
+    max_removed: float = 1.0  # the flip scan's limit, a fraction of the removable tokens
+    faithfulness_layers: tuple | None = None  # the attention ranking's layers (0-based); None = all
+    faithfulness_scaled: bool = False  # the attention ranking scaled by the store's head importance
 
     def __post_init__(self):
+        for name, item in _SEQUENCES.items():  # lists (a command line, JSON, an array) kept as tuples: hashable
+            value = getattr(self, name)
+            if value is not None:
+                try:
+                    object.__setattr__(self, name, tuple(item(v) for v in value))
+                except (TypeError, ValueError):
+                    raise ValueError(f"{name} must be a sequence" + (" of rows (layers x heads)" if name ==
+                                     "importance_values" else "") + f", got {value!r}") from None
         if int(self.max_tokens) < 3:
             raise ValueError(f"max_tokens must be >= 3, got {self.max_tokens}")
         if int(self.n_steps) < 2:
@@ -60,6 +94,17 @@ class Settings:
             raise ValueError(f"importance_docs must be >= 1, got {self.importance_docs}")
         if self.importance_method not in ("t3vis", "michel"):
             raise ValueError(f"importance_method must be 't3vis' or 'michel', got {self.importance_method!r}")
+        if self.rbo_p is not None and not 0 < float(self.rbo_p) < 1:
+            raise ValueError(f"rbo_p must be in (0, 1), got {self.rbo_p}")
+        if self.top is not None and not 0 < float(self.top) <= 1:
+            raise ValueError(f"top must be in (0, 1], got {self.top}")
+        if self.layer_range is not None and (len(self.layer_range) != 2 or not 0 <= self.layer_range[0]
+                                             <= self.layer_range[1]):
+            raise ValueError(f"layer_range must be (lo, hi) with 0 <= lo <= hi, got {self.layer_range}")
+        if self.replacement not in ("mask", "pad"):
+            raise ValueError(f"replacement must be 'mask' or 'pad', got {self.replacement!r}")
+        if not 0 < float(self.max_removed) <= 1:
+            raise ValueError(f"max_removed must be a fraction in (0, 1], got {self.max_removed}")
 
 
 @dataclass
@@ -81,7 +126,8 @@ class Doc:
         if self._analysis is None:
             from ..model.analysis import analyze
 
-            self._analysis = analyze(self.job.model, self.text, self.job.settings.max_tokens)
+            self._analysis = analyze(self.job.model, self.text, self.job.settings.max_tokens,
+                                     on_wait=self.job.on_wait)
         return self._analysis
 
     def load(self, kind: str) -> Record:
@@ -91,12 +137,19 @@ class Doc:
 
 @dataclass
 class Job:
-    """What every kind's function is given: the model, the dataset, the settings and the store's folder."""
+    """What every kind's function is given: the model, the dataset, the settings and the store's folder, and how
+    the run may reuse the per-document disk caches (never part of the numbers)."""
 
     model: LoadedModel
     df: pd.DataFrame
     settings: Settings
     root: Path  # the store (units are read from their files: a writer never opens other shards' indexes)
+    # In-process runs (the app, the Python API) reuse and fill the disk caches of IG, head importance and the flip
+    # scans, so a store made for other settings of a later kind does not redo them; a command-line run keeps
+    # its results in the store alone.
+    use_cache: bool = False
+    cache_dir: Path | None = None
+    on_wait: Callable | None = None  # told the place in the compute queue (runtime.COMPUTE) while waiting
 
 
 @dataclass(frozen=True)
@@ -127,8 +180,25 @@ def _attention(job: Job, doc: Doc) -> Record:
             "pooled": pool_dataset([a.attention], job.settings.grid).cells,  # (layers, heads, g, g)
             "input_ids": enc.input_ids,  # (n,)
         },
-        tables={"document": table},
+        tables={"document": table, "counts": _type_counts(a)},
     )
+
+
+def _type_counts(analysis) -> pd.DataFrame:
+    """The document's token counts by type at COUNTS, both directions, unmasked and masked (the Token counts
+    page's mask): columns direction, masked, token, count, each part in token_counts' order."""
+    from ..views.counts import DIRECTIONS, tally, token_counts, topk_indices
+    from ..views.masking import build_mask
+
+    topk = topk_indices(analysis.attention, k=COUNTS["k"])
+    parts = []
+    for masked in (False, True):
+        tallies = tally(topk, analysis.tokens, build_mask(analysis.tokens) if masked else None)
+        for direction in DIRECTIONS:
+            table = token_counts(analysis, COUNTS["k"], direction, COUNTS["by"], mask=tallies.mask, tallies=tallies,
+                                 rule=COUNTS["rule"])
+            parts.append(table.assign(direction=direction, masked=masked)[["direction", "masked", "token", "count"]])
+    return pd.concat(parts, ignore_index=True).astype({"count": "int64"})
 
 
 def _target(job: Job, analysis) -> int:
@@ -151,7 +221,7 @@ def _attribution(job: Job, doc: Doc) -> Record:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)  # recorded in the summary table instead
         attr = integrated_gradients(job.model, a, _target(job, a), s.n_steps, s.ig_method, precision=s.precision,
-                                    use_cache=False)
+                                    use_cache=job.use_cache, cache_dir=job.cache_dir, on_wait=job.on_wait)
     by_token = document_token_sums(a.tokens, attr.scores, job.model.tokenizer.all_special_tokens)
     summary = pd.DataFrame([{"target": attr.target, "n_steps": attr.n_steps, "total": attr.total, "delta": attr.delta,
                              "prob_input": attr.prob_input, "prob_baseline": attr.prob_baseline,
@@ -160,31 +230,44 @@ def _attribution(job: Job, doc: Doc) -> Record:
                   scalars={"target": attr.target, "delta": attr.delta})
 
 
-def _score_scale() -> str:
-    from ..attribution.ig import SCORE_SCALE
+def _attribution_settings(s: Settings) -> dict:
+    from ..attribution.ig import DELTA_WARN, SCORE_SCALE, validate_settings
 
-    return SCORE_SCALE
+    validate_settings(int(s.n_steps), s.ig_method, s.precision, None, DELTA_WARN, int(s.n_steps))  # before a manifest
+    return {"n_steps": s.n_steps, "method": s.ig_method, "target": str(s.target), "precision": s.precision,
+            "scores": SCORE_SCALE}
 
 
 def _head_importance(job: Job, progress: Progress | None) -> Record:
-    from ..views.importance import normalise_importance, raw_head_importance
+    from ..views.importance import cached_raw_head_importance, normalise_importance, raw_head_importance
 
+    if job.settings.importance_values is not None:
+        given = np.asarray(job.settings.importance_values, dtype=np.float64)  # (layers, heads)
+        if given.shape != (job.model.num_layers, job.model.num_heads):
+            raise StoreError(f"The head importance given has shape {given.shape}; this model has "
+                             f"{job.model.num_layers} layers x {job.model.num_heads} heads.")
+        return Record(arrays={"raw": given, "importance": given})
     cfg = _importance_settings(job.settings)
-    raw = raw_head_importance(job.model, job.df, job.settings.max_tokens, cfg["examples"], progress,
-                              method=cfg["importance_method"])
+    args = (job.model, job.df, job.settings.max_tokens, cfg["examples"])
+    raw = (cached_raw_head_importance(*args, method=cfg["importance_method"], cache_dir=job.cache_dir,
+                                      progress=progress) if job.use_cache else
+           raw_head_importance(*args, progress, method=cfg["importance_method"]))
     return Record(arrays={"raw": raw, "importance": normalise_importance(raw, cfg["normalise"])})
 
 
 def _importance_settings(s: Settings) -> dict:
+    from .._disk import array_digest
     from ..views.importance import DEFAULT_EXAMPLES, DEFAULT_NORMALISATION
 
+    if s.importance_values is not None:  # given, not computed: the values themselves are the setting
+        return {"given": array_digest(s.importance_values)}
     method = s.importance_method
     return {"examples": s.importance_docs or DEFAULT_EXAMPLES, "importance_method": method,
             "normalise": DEFAULT_NORMALISATION[method]}
 
 
 def _agreement(job: Job, doc: Doc) -> Record:
-    from ..views.agreement import MASK_KINDS, document_numbers, mask_for
+    from ..views.agreement import document_numbers, mask_for
 
     cfg = _agreement_settings(job.settings)
     a = doc.analysis
@@ -193,8 +276,8 @@ def _agreement(job: Job, doc: Doc) -> Record:
         importance = load_unit(job.root, None, "head-importance").arrays["importance"]
     except StoreError:  # an unlabelled dataset has no head importance: unscaled rows only
         importance = None
-    numbers = document_numbers(a, scores, importance, mask_for(a.tokens, MASK_KINDS),
-                                None, cfg["p"], cfg["top"])
+    numbers = document_numbers(a, scores, importance, mask_for(a.tokens, cfg["mask"]), cfg["layer_range"],
+                               cfg["p"], cfg["top"])
     heads = [{"metric": metric, "masked": masked, "layer": layer, "head": head, "value": value}
              for key, grid in numbers["grids"].items() for metric, masked in [key.split("|")]
              for layer, row in enumerate(grid) for head, value in enumerate(row)]
@@ -205,14 +288,21 @@ def _agreement(job: Job, doc: Doc) -> Record:
     heads_df = pd.DataFrame(heads, columns=["metric", "masked", "layer", "head", "value"]).astype({"value": float})
     sets_df = pd.DataFrame(sets, columns=["source", "scaled", "masked", "token", "attention_only",
                                           "attribution_only", "both"])
-    return Record(tables={"rows": pd.DataFrame(numbers["table"]), "heads": heads_df, "sets": sets_df})
+    return Record(tables={"rows": numbers["table"], "heads": heads_df, "sets": sets_df})
 
 
 def _agreement_settings(s: Settings) -> dict:
     from ..views.agreement import MASK_KINDS
     from ..views.similarity import DEFAULT_P, DEFAULT_TOP
 
-    return {"p": DEFAULT_P, "top": DEFAULT_TOP, "mask": list(MASK_KINDS), "layer_range": None}
+    kinds = MASK_KINDS if s.mask_kinds is None else s.mask_kinds
+    unknown = set(kinds) - set(MASK_KINDS)
+    if unknown:
+        raise ValueError(f"unknown mask kind(s) {sorted(unknown)}; choose from {list(MASK_KINDS)}")
+    return {"p": DEFAULT_P if s.rbo_p is None else float(s.rbo_p),
+            "top": DEFAULT_TOP if s.top is None else float(s.top),
+            "mask": [k for k in MASK_KINDS if k in kinds],
+            "layer_range": None if s.layer_range is None else list(s.layer_range)}
 
 
 def _faithfulness(job: Job, doc: Doc) -> Record:
@@ -220,9 +310,11 @@ def _faithfulness(job: Job, doc: Doc) -> Record:
 
     cfg = _faithfulness_settings(job.settings)
     a = doc.analysis
-    result = faithfulness(job.model, a, doc.load("attribution").arrays["scores"], rankings=cfg["rankings"],
-                          ks=cfg["ks"], replacement=cfg["replacement"], seeds=cfg["seeds"],
-                          max_removed=cfg["max_removed"])
+    scale = load_unit(job.root, None, "head-importance").arrays["importance"] if cfg["scaled"] else None
+    result = faithfulness(job.model, a, doc.load("attribution").arrays["scores"], layers=cfg["attention_layers"],
+                          scale=scale, rankings=cfg["rankings"], ks=cfg["ks"], replacement=cfg["replacement"],
+                          seeds=cfg["seeds"], max_removed=cfg["max_removed"], resume=job.use_cache,
+                          cache_dir=job.cache_dir, on_wait=job.on_wait)
     rows = result.table()
     rows.insert(0, "p_original", result.p_original)
     rows.insert(0, "n", result.n)
@@ -231,20 +323,23 @@ def _faithfulness(job: Job, doc: Doc) -> Record:
 
 
 def _faithfulness_settings(s: Settings) -> dict:
-    from ..views.faithfulness import DEFAULT_SEEDS, KS, RANKINGS
+    from ..views.faithfulness import DEFAULT_SEEDS, KS, RANKINGS, check_ks, check_settings
 
-    return {"rankings": list(RANKINGS), "ks": list(KS), "replacement": "mask", "flip": "exact scan",
-            "max_removed": 1.0, "seeds": list(DEFAULT_SEEDS), "attention_layers": None, "scaled": False}
+    rankings = list(RANKINGS if s.rankings is None else s.rankings)
+    seeds = check_settings(rankings, None, DEFAULT_SEEDS if s.seeds is None else s.seeds, s.max_removed)
+    return {"rankings": rankings, "ks": list(check_ks(KS if s.ks is None else s.ks)), "replacement": s.replacement,
+            "flip": "exact scan", "max_removed": float(s.max_removed), "seeds": list(seeds),
+            "attention_layers": None if s.faithfulness_layers is None else list(s.faithfulness_layers),
+            "scaled": bool(s.faithfulness_scaled)}
 
 
 KINDS: dict[str, Kind] = {
     k.name: k
     for k in (
-        Kind("attention", ("model.analysis", "views.pooling"), (),
-             lambda s: {"grid": s.grid, "pooling": "relative"}, _attention),
+        Kind("attention", ("model.analysis", "views.pooling", "views.counts"), (),
+             lambda s: {"grid": s.grid, "pooling": "relative", "counts": dict(COUNTS)}, _attention),
         Kind("attribution", ("attribution.ig", "views.masking", "views.attribution_tables"), ("attention",),
-             lambda s: {"n_steps": s.n_steps, "method": s.ig_method, "target": str(s.target),
-                        "precision": s.precision, "scores": _score_scale()}, _attribution),
+             _attribution_settings, _attribution),
         Kind("head-importance", ("views.importance",), (), _importance_settings, _head_importance,
              dataset_level=True),
         Kind("agreement", ("views.agreement", "views.similarity"), ("attention", "attribution", "head-importance"),
@@ -269,8 +364,9 @@ def kind_names(what) -> list[str]:
     return [w.strip() for w in (what.split(",") if isinstance(what, str) else what) if w and w.strip()]
 
 
-def resolve_kinds(what) -> tuple[str, ...]:
-    """Validated kinds plus the kinds they depend on, in dependency order."""
+def resolve_kinds(what, settings: Settings | None = None) -> tuple[str, ...]:
+    """Validated kinds plus the kinds they depend on, in dependency order (faithfulness with an attention ranking
+    scaled by head importance also needs head importance)."""
     names = kind_names(what)
     if not names:
         raise ValueError(f"choose at least one of {', '.join(ALL_KINDS)}")
@@ -287,10 +383,12 @@ def resolve_kinds(what) -> tuple[str, ...]:
 
     for w in names:
         add(w)
+    if "faithfulness" in wanted and settings is not None and settings.faithfulness_scaled:
+        add("head-importance")
     missing = {k: why for k, why in available_kinds().items() if k in wanted and why}
     if missing:
         raise StoreError("Cannot compute " + "; ".join(f"'{k}': {why}" for k, why in missing.items()) + ".")
     return tuple(k for k in ALL_KINDS if k in wanted)
 
 
-__all__ = ["ALL_KINDS", "KINDS", "Doc", "Job", "Kind", "Settings", "available_kinds", "kind_names", "resolve_kinds"]
+__all__ = ["ALL_KINDS", "COUNTS", "KINDS", "Doc", "Job", "Kind", "Settings", "available_kinds", "kind_names", "resolve_kinds"]

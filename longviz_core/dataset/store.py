@@ -13,7 +13,12 @@ and its parent fsync'ed: a unit exists completely or not at all, whatever moment
 Only then is it indexed. The reader trusts the files, not the index: units on disk that no index knows
 (a writer killed between the rename and the insert) are indexed on the fly in memory, index rows without
 files are ignored, and a unit indexed by several writers (the shard count changed between runs) is read
-from one of them. So the index can never disagree with what is on disk.
+from one of them. So the index can never disagree with what is on disk. A damaged index file is set aside
+with a warning and its units are indexed from their files too; the writer that owns it starts it afresh.
+
+Every file's size and BLAKE2b are recorded in its unit's meta.json and checked whenever the file is read (a
+store is a lab's shared truth: it must never serve flipped numbers); the manifest carries its own checksum.
+A write that fails (a full disk) leaves nothing of its unit behind and is a StoreError saying so.
 
 Why one SQLite file per writer rather than one shared file: shards never contend for a lock, shards on
 different machines can write into one shared directory (SQLite's locking and WAL are unsafe on network
@@ -22,16 +27,19 @@ merging shards needs no step of its own: the reader unions the files.
 
 Arrays are .npy (np.save / np.load with allow_pickle=False), tables Parquet: nothing is ever unpickled.
 Every table row of a unit is mirrored into the index table "<kind>__<table>" with a doc_id column, so the
-dataset-wide views are SQL queries plus the pure aggregation functions of dataset.aggregate. Those (and the view
-types) are imported where they are used: aggregate also holds the in-app dataset functions, which bring torch,
-and reading a store (`store-info`) needs none of it.
+dataset-wide views are SQL queries plus the combining functions of dataset.aggregate: the store's aggregation
+methods are the only code that turns per-document results into dataset numbers, whether the store was made by
+the command line, by Ray or by the app. Those functions (and the view types) are imported where they are used:
+some bring torch (through the views' definitions), and reading a store (`store-info`) needs none of it.
 """
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import io
 import json
+import logging
 import os
 import re
 import shutil
@@ -48,10 +56,13 @@ import pandas as pd
 from .._disk import atomic_write, bytes_digest, file_lock, fsync_dir
 from ..errors import CacheCorruptError, ManifestMismatchError, StoreError
 
+log = logging.getLogger(__name__)
+
 FORMAT = 1
 MANIFEST = "manifest.json"
 _DOCS, _DATASET, _INDEX, _TMP = "docs", "dataset", "index", "tmp"
 _META = "meta.json"
+_CHECKSUM = "checksum"  # the manifest's own BLAKE2b, over its other keys
 _NAME = re.compile(r"^[a-z][a-z0-9_-]*$")
 _DOC_ID = re.compile(r"^[0-9]+$")
 # Version keys whose change may change the numbers; a mismatch refuses unless explicitly allowed.
@@ -80,13 +91,26 @@ def table_name(kind: str, table: str) -> str:
 
 # ================================================================================================ manifest
 def read_manifest(root) -> dict | None:
+    """The store's manifest (None when there is none), its checksum checked: a manifest that settings are read
+    from must not have changed since it was written (a flipped digit could make a store claim other settings)."""
     path = Path(root) / MANIFEST
     try:
-        return json.loads(path.read_text())
+        manifest = json.loads(path.read_text())
+        recorded = manifest.pop(_CHECKSUM, None) if isinstance(manifest, dict) else None
+        if not isinstance(manifest, dict):
+            raise ValueError("not a JSON object")
+        if recorded is not None and recorded != _manifest_checksum(manifest):
+            raise ValueError("its checksum differs from the one recorded when it was written")
+        return manifest
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:
-        raise CacheCorruptError(f"The store manifest {path} is unreadable ({exc}); it cannot be trusted.") from exc
+        raise CacheCorruptError(f"The store manifest {path} is unreadable or damaged ({exc}); it cannot be trusted. "
+                                f"Restore it from a backup, or precompute into a new --out directory.") from exc
+
+
+def _manifest_checksum(manifest: dict) -> str:
+    return bytes_digest(json.dumps(manifest, sort_keys=True).encode())
 
 
 def manifest_conflicts(old: dict, new: dict, allow_version_change: bool = False) -> list[str]:
@@ -137,7 +161,11 @@ def open_manifest(root, manifest: dict, allow_version_change: bool = False) -> d
             merged["kinds"] = {**old.get("kinds", {}), **manifest.get("kinds", {})}
             if merged == old:
                 return old
-        atomic_write(root / MANIFEST, json.dumps(merged, indent=2, sort_keys=True).encode())
+        try:
+            sealed_manifest = {**merged, _CHECKSUM: _manifest_checksum(merged)}
+            atomic_write(root / MANIFEST, json.dumps(sealed_manifest, indent=2, sort_keys=True).encode())
+        except OSError as exc:
+            raise _write_error(root, "the manifest", exc) from exc
         return merged
 
 
@@ -160,12 +188,12 @@ class StoreWriter:
             fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError as exc:
             self._lock.close()
-            raise StoreError(f"Another process is already writing '{writer}' into {self.root}.") from exc
+            raise StoreError(f"Another run is already writing '{writer}' into {self.root}; wait until it "
+                             "finishes (a run in another session or process).") from exc
         self._stage = self.root / _TMP / writer
         shutil.rmtree(self._stage, ignore_errors=True)  # what a killed run of this writer left half-staged
         self._stage.mkdir()
-        self.conn = _connect(self.root / _INDEX / f"{writer}.sqlite")
-        _init_schema(self.conn)
+        self.conn = _open_writer_index(self.root / _INDEX / f"{writer}.sqlite")
 
     def close(self) -> None:
         self.conn.close()
@@ -198,16 +226,26 @@ class StoreWriter:
         final = _unit_dir(self.root, doc_id, kind)
         if (final / _META).is_file():
             return False
-        stage, meta = self._stage_unit(doc_id, kind, record)
-        if not self.publish(stage, final):
+        stage = self._stage / f"{doc_id or 'dataset'}-{kind}-{uuid.uuid4().hex[:8]}"
+        try:
+            meta = self._stage_unit(stage, doc_id, kind, record)
+            published = self.publish(stage, final)
+        except OSError as exc:  # nothing of the unit is in place: the store is as it was before this commit
+            shutil.rmtree(stage, ignore_errors=True)
+            raise _write_error(self.root, f"the '{kind}' results of {doc_id or 'the dataset'}", exc) from exc
+        if not published:
             return False
         if doc_id is not None:
-            _index_unit(self.conn, doc_id, kind, meta, record.tables)
+            try:
+                _index_unit(self.conn, doc_id, kind, meta, record.tables)
+            except sqlite3.OperationalError as exc:  # e.g. "database or disk is full"
+                raise StoreError(f"Could not index the '{kind}' results of {doc_id} in the store {self.root} "
+                                 f"({exc}); the results themselves are written and readers index them from "
+                                 "their files. Free space and run the same command again.") from exc
         return True
 
-    def _stage_unit(self, doc_id: str | None, kind: str, record: Record) -> tuple[Path, dict]:
-        """The unit's files in a fresh folder of the staging area, each and the folder fsync'ed; (folder, meta)."""
-        stage = self._stage / f"{doc_id or 'dataset'}-{kind}-{uuid.uuid4().hex[:8]}"
+    def _stage_unit(self, stage: Path, doc_id: str | None, kind: str, record: Record) -> dict:
+        """The unit's files in `stage`, a fresh folder of the staging area, each and the folder fsync'ed; its meta."""
         stage.mkdir()
         meta = {"format": FORMAT, "doc_id": doc_id, "kind": kind, "scalars": _jsonable(record.scalars),
                 "arrays": {}, "tables": {}}
@@ -224,7 +262,7 @@ class StoreWriter:
             meta["tables"][name] = _write_file(stage / f"{name}.parquet", buf.getvalue())
         _write_file(stage / _META, json.dumps(meta, indent=1, sort_keys=True).encode())
         fsync_dir(stage)
-        return stage, meta
+        return meta
 
     def publish(self, stage: Path, final: Path) -> bool:
         """Rename a staged unit folder into place (atomic on POSIX) and fsync its parent: from here on the unit
@@ -249,32 +287,37 @@ class StoreWriter:
 
 
 # ================================================================================================= reading
-def load_unit(root, doc_id: str | None, kind: str, verify: bool = False) -> Record:
+def load_unit(root, doc_id: str | None, kind: str) -> Record:
     """One unit's arrays, tables and scalars, straight from its files (doc_id None: a dataset-level unit).
 
-    Sizes are always checked, content hashes when verify=True; damage raises CacheCorruptError."""
+    Every file's size and BLAKE2b checksum (recorded in meta.json when the unit was written) are checked as it
+    is read; damage raises CacheCorruptError naming the unit and how to recompute it."""
     unit = _unit_dir(Path(root), doc_id, kind)
     if not (unit / _META).is_file():
         where = f"document {doc_id}" if doc_id is not None else "the dataset"
         raise StoreError(f"The store has no '{kind}' results for {where}.")
     meta = _read_meta(unit)
-    arrays = {name: _load_npy(unit / f"{name}.npy", info, verify) for name, info in meta["arrays"].items()}
-    tables = {name: _load_parquet(unit / f"{name}.parquet", info, verify) for name, info in meta["tables"].items()}
+    arrays = {name: _load_npy(unit / f"{name}.npy", info) for name, info in meta["arrays"].items()}
+    tables = {name: _load_parquet(unit / f"{name}.parquet", info) for name, info in meta["tables"].items()}
     return Record(arrays=arrays, tables=tables, scalars=meta["scalars"])
 
 
 class ResultStore:
     """Read access to a store: documents, units, and the dataset-wide aggregates the app shows.
 
-    The set of units is read from the files when the store is opened (call refresh() to see newer ones)."""
+    The set of units is read from the files when the store is opened (call refresh() to see newer ones).
+    `limit`: read only the first `limit` documents (dataset rows < limit), as the app does for the documents a
+    user asked for; every count and aggregate is then over those."""
 
-    def __init__(self, path):
+    def __init__(self, path, limit: int | None = None):
         self.root = Path(path)
+        self.limit = None if limit is None else int(limit)
         manifest = read_manifest(self.root)
         if manifest is None:
             raise StoreError(f"{self.root} is not a longviz result store (no {MANIFEST}).")
         self.manifest = manifest
         self._conns: list[tuple[str, sqlite3.Connection]] = []
+        self._damaged: set[str] = set()  # index files found damaged: their units are indexed from the files
         self._lock = threading.RLock()  # one store serves every session of the app: queries take turns
         self.refresh()
 
@@ -332,13 +375,25 @@ class ResultStore:
         self.close()
         self.manifest = read_manifest(self.root) or self.manifest
         on_disk = scan_units(self.root)  # {(doc_id, kind)}
+        if self.limit is not None:
+            on_disk = {(d, k) for d, k in on_disk if int(d) < self.limit}
         owner: dict[tuple[str, str], int] = {}
         for path in sorted((self.root / _INDEX).glob("*.sqlite")):
-            conn = _connect_read(path)
+            if path.stem in self._damaged:
+                continue
+            try:
+                conn = _connect_read(path)
+            except sqlite3.DatabaseError as exc:
+                self._index_damaged(path.stem, exc)
+                continue
             try:
                 rows = conn.execute("SELECT doc_id, kind FROM entries").fetchall()
-            except sqlite3.DatabaseError:  # an index file that is not (yet) initialised or is damaged
+            except sqlite3.OperationalError:  # a writer has created the file but not its tables yet
                 conn.close()
+                continue
+            except sqlite3.DatabaseError as exc:
+                conn.close()
+                self._index_damaged(path.stem, exc)
                 continue
             self._conns.append((path.stem, conn))
             for doc_id, kind in rows:
@@ -358,6 +413,12 @@ class ResultStore:
         self._units = on_disk
         return self
 
+    def _index_damaged(self, name: str, exc: Exception) -> None:
+        """Stop using a damaged index file; the units it held are indexed from their files (the truth)."""
+        self._damaged.add(name)
+        log.warning("The store index %s is damaged (%s); indexing its units from the unit files instead. "
+                    "The next precompute into the store rebuilds it.", self.root / _INDEX / f"{name}.sqlite", exc)
+
     def close(self) -> None:
         for _, conn in getattr(self, "_conns", []):
             conn.close()
@@ -375,7 +436,9 @@ class ResultStore:
         return self.count(kind) > 0 or (_unit_dir(self.root, None, kind) / _META).is_file()
 
     def complete(self, kind: str) -> bool:
-        return self.count(kind) >= self.n_documents
+        """Whether every document (of the first `limit`, when given) has `kind`."""
+        wanted = self.n_documents if self.limit is None else min(self.n_documents, self.limit)
+        return self.count(kind) >= wanted
 
     def content_key(self) -> str:
         """Changes whenever a unit is added: a cache key for aggregates computed from the store."""
@@ -388,16 +451,17 @@ class ResultStore:
         return h.hexdigest()
 
     # ---- units
-    def load(self, doc_id: str | None, kind: str, verify: bool = False) -> Record:
-        """One unit's arrays, tables and scalars (doc_id None: the dataset-level unit of `kind`); see load_unit."""
-        return load_unit(self.root, doc_id, kind, verify)
+    def load(self, doc_id: str | None, kind: str) -> Record:
+        """One unit's arrays, tables and scalars (doc_id None: the dataset-level unit of `kind`), checksums
+        checked; see load_unit."""
+        return load_unit(self.root, doc_id, kind)
 
     def array(self, doc_id: str | None, kind: str, name: str) -> np.ndarray:
         unit = _unit_dir(self.root, doc_id, kind)
         meta = _read_meta(unit) if (unit / _META).is_file() else None
         if meta is None or name not in meta["arrays"]:
             raise StoreError(f"The store has no array '{name}' of '{kind}' for {doc_id or 'the dataset'}.")
-        return _load_npy(unit / f"{name}.npy", meta["arrays"][name], False)
+        return _load_npy(unit / f"{name}.npy", meta["arrays"][name])
 
     def verify(self) -> list[str]:
         """Check every unit's files against their recorded sizes and hashes; returns the problems found."""
@@ -406,7 +470,7 @@ class ResultStore:
                                       if (p / _META).is_file()]
         for doc_id, kind in keys:
             try:
-                self.load(doc_id, kind, verify=True)
+                self.load(doc_id, kind)
             except (CacheCorruptError, StoreError) as exc:
                 problems.append(str(exc))
         return problems
@@ -416,20 +480,31 @@ class ResultStore:
         """Run `sql` on every index with a TEMP table `owned(doc_id)` holding the documents whose `kind` unit
         that index owns, and concatenate the results. Write the query so that rows are restricted with
         `doc_id IN (SELECT doc_id FROM owned)`; combine per-index partial results in the caller."""
-        frames = []
         with self._lock:
-            for i, (_, conn) in enumerate(self._conns):
-                owned = [(d,) for (d, k), o in self._owner.items() if k == kind and o == i]
-                if not owned:
-                    continue
+            while True:
+                try:
+                    return self._query(kind, sql, params)
+                except _DamagedIndex as damaged:  # found damaged only now (e.g. truncated past its first page)
+                    self._index_damaged(damaged.name, damaged.__cause__)
+                    self._refresh()
+
+    def _query(self, kind: str, sql: str, params: tuple) -> pd.DataFrame:
+        frames = []
+        for i, (name, conn) in enumerate(self._conns):
+            owned = [(d,) for (d, k), o in self._owner.items() if k == kind and o == i]
+            if not owned:
+                continue
+            try:
                 conn.execute("DROP TABLE IF EXISTS temp.owned")
                 conn.execute("CREATE TEMP TABLE owned(doc_id TEXT PRIMARY KEY)")
                 conn.executemany("INSERT INTO temp.owned VALUES (?)", owned)
-                try:
-                    frames.append(pd.read_sql_query(sql, conn, params=params))
-                except (sqlite3.OperationalError, pd.errors.DatabaseError) as exc:
-                    if "no such table" not in str(exc):
-                        raise
+                frames.append(pd.read_sql_query(sql, conn, params=params))
+            except (sqlite3.DatabaseError, pd.errors.DatabaseError) as exc:
+                if "no such table" in str(exc):
+                    continue
+                if name == "(files)" or not _is_damage(exc):
+                    raise
+                raise _DamagedIndex(name) from exc
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
     def table(self, kind: str, name: str) -> pd.DataFrame:
@@ -470,10 +545,38 @@ class ResultStore:
             return None
         return self.array(None, "head-importance", "importance")
 
+    def type_counts(self, direction: str = "attended", masked: bool = False) -> pd.DataFrame:
+        """Dataset-wide top-k counts by token type (views.counts.dataset_type_counts: per type the sum over
+        documents of its paper-rule count, and the documents counting it), from the attention kind's per-document
+        tables at the manifest's fixed `counts` settings (k = 10, all layers and heads). masked: the counts with
+        the Token counts page's mask (special tokens, non-alphanumeric, stopwords)."""
+        from ..views.counts import DIRECTIONS, dataset_type_counts
+
+        if direction not in DIRECTIONS:
+            raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
+        if "counts" not in (self.settings("attention") or {}):
+            raise StoreError(f"The attention results in {self.root} hold no token counts (made by an earlier "
+                             "version); precompute them again into a new store.")
+        if self.count("attention") == 0:
+            raise StoreError("The store has no attention results.")
+        t = table_name("attention", "counts")
+        # per index: each type's sum, documents and first appearance (document, row), so ties keep the order
+        # in which the types first appear in the documents' tables, however the documents are sharded
+        partial = self.query("attention", f'SELECT token, SUM("count") AS "count", COUNT(*) AS documents, '
+                             f"MIN(doc_id || printf('%09d', _i)) AS first FROM \"{t}\" WHERE doc_id IN "
+                             f'(SELECT doc_id FROM owned) AND direction = ? AND masked = ? GROUP BY token',
+                             (direction, int(bool(masked))))
+        if partial.empty:
+            return dataset_type_counts([pd.DataFrame({"token": pd.Series(dtype=object),
+                                                      "count": pd.Series(dtype=np.int64)})])
+        first = partial.groupby("token")["first"].transform("min")
+        partial = partial.assign(first=first).sort_values(["first", "token"], kind="stable")
+        return dataset_type_counts([partial[["token", "count", "documents"]]])
+
     def attribution_by_token_type(self, target: int | None = None, masked: bool = False,
                                   min_docs: int = 1) -> pd.DataFrame:
         """Dataset-wide attribution by token type (Fig 10e/f) over every document with an attribution unit,
-        see `aggregate.combine_token_sums` (the in-app aggregate.dataset_attributions goes through it too).
+        see `aggregate.combine_token_sums`.
 
         target: the class the attributions should explain; None takes them as stored. A store whose IG
         explains each document's predicted class serves either class of a binary classifier: IG of the other
@@ -503,7 +606,8 @@ class ResultStore:
         return combine_token_sums(partial, n, min_docs)
 
     def dataset_attributions(self, target: int, masked: bool = False, min_docs: int = 1):
-        """The store's answer to aggregate.dataset_attributions(target=...), as its DatasetAttribution."""
+        """The dataset-wide attribution table for class `target` as a DatasetAttribution (see
+        attribution_by_token_type)."""
         from .aggregate import DatasetAttribution
 
         table = self.attribution_by_token_type(target, masked, min_docs)
@@ -534,9 +638,9 @@ class ResultStore:
         return combine_set_counts(partial)
 
     def dataset_agreement(self):
-        """The store's answer to aggregate.dataset_agreement (default configuration: every mask kind, no
-        layer range, the default p and top), as its DatasetAgreement: Tables 1-2 by summarise_agreement,
-        per-head grids and top-set counts summed in SQL."""
+        """Tables 1-2, the per-head grids and the top-set counts over the documents, for the configuration the
+        store was made with (its manifest's agreement settings: p, top, mask kinds, layer range), as a
+        DatasetAgreement: Tables 1-2 by summarise_agreement, per-head grids and top-set counts summed in SQL."""
         from .aggregate import DatasetAgreement, summarise_agreement, with_doc
 
         rows = self.table("agreement", "rows")
@@ -558,9 +662,9 @@ class ResultStore:
         )
 
     def dataset_faithfulness(self):
-        """The store's answer to aggregate.dataset_faithfulness (default settings: every ranking, all
-        layers unscaled, the exact first-flip scan, the random ranking over its default seeds), as its
-        DatasetFaithfulness."""
+        """The faithfulness summary over the documents for the settings the store was made with (its manifest's
+        faithfulness settings: rankings, ks, replacement, seeds, scan limit, attention layers and scaling), as a
+        DatasetFaithfulness: per ranking the mean and sd over documents (summarise_faithfulness)."""
         from .aggregate import DatasetFaithfulness, summarise_faithfulness, with_doc
 
         rows = self.table("faithfulness", "rows")
@@ -580,6 +684,16 @@ class ResultStore:
 
 
 # ================================================================================================== workers
+def _write_error(root: Path, what: str, exc: OSError) -> StoreError:
+    """A failed write as a StoreError saying what the store holds now and what to do."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        cause = f"the disk holding {root} is full (or the quota is used up)"
+    else:
+        cause = f"{exc.strerror or exc} ({getattr(exc, 'filename', None) or root})"
+    return StoreError(f"Could not write {what} into the store {root}: {cause}. Everything written before is intact; "
+                      "free space (or fix the cause) and run the same command again: it resumes where it stopped.")
+
+
 def _unit_dir(root: Path, doc_id: str | None, kind: str) -> Path:
     return root / _DATASET / kind if doc_id is None else root / _DOCS / doc_id / kind
 
@@ -625,48 +739,98 @@ def _jsonable(d: dict) -> dict:
     return json.loads(json.dumps(out))  # raises here, not later, on anything JSON cannot hold
 
 
+def _repair_hint(unit: Path) -> str:
+    """The fix for a damaged unit: remove it; the next precompute into the store recomputes exactly it."""
+    return f"delete {unit} and run the same `longviz precompute` command again: it recomputes just that unit"
+
+
 def _read_meta(unit: Path) -> dict:
     try:
-        return json.loads((unit / _META).read_text())
-    except (OSError, ValueError) as exc:
-        raise CacheCorruptError(f"{unit / _META} is unreadable ({exc}); delete {unit} and re-run the precompute.") from exc
+        meta = json.loads((unit / _META).read_text())
+        if not all(isinstance(meta.get(k), dict) for k in ("arrays", "tables", "scalars")):
+            raise ValueError("arrays, tables or scalars missing")
+        return meta
+    except (OSError, ValueError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise CacheCorruptError(f"{unit / _META} is unreadable ({exc}); {_repair_hint(unit)}.") from exc
 
 
-def _read_checked(path: Path, info: dict, verify: bool) -> bytes:
+def _read_checked(path: Path, info: dict) -> bytes:
+    """The file's bytes, its size and BLAKE2b checksum compared with what meta.json recorded at write time."""
     try:
         data = path.read_bytes()
     except OSError as exc:
-        raise CacheCorruptError(f"{path} is missing or unreadable ({exc}); delete {path.parent} and re-run the precompute.") from exc
-    if len(data) != info["bytes"] or (verify and bytes_digest(data) != info["blake2b"]):
-        raise CacheCorruptError(f"{path} is damaged (size or checksum differs from meta.json); "
-                                f"delete {path.parent} and re-run the precompute to recompute it.")
+        raise CacheCorruptError(f"{path} is missing or unreadable ({exc}); {_repair_hint(path.parent)}.") from exc
+    if len(data) != info.get("bytes") or bytes_digest(data) != info.get("blake2b"):
+        raise CacheCorruptError(f"{path} is damaged (its size or checksum differs from the one recorded in meta.json "
+                                f"when it was written); {_repair_hint(path.parent)}.")
     return data
 
 
-def _load_npy(path: Path, info: dict, verify: bool) -> np.ndarray:
-    data = _read_checked(path, info, verify)
+def _load_npy(path: Path, info: dict) -> np.ndarray:
+    data = _read_checked(path, info)
     try:
         return np.load(io.BytesIO(data), allow_pickle=False)
     except ValueError as exc:
-        raise CacheCorruptError(f"{path} is not a plain numeric array ({exc}).") from exc
+        raise CacheCorruptError(f"{path} is not a plain numeric array ({exc}); {_repair_hint(path.parent)}.") from exc
 
 
-def _load_parquet(path: Path, info: dict, verify: bool) -> pd.DataFrame:
-    data = _read_checked(path, info, verify)
+def _load_parquet(path: Path, info: dict) -> pd.DataFrame:
+    data = _read_checked(path, info)
     try:
         return pd.read_parquet(io.BytesIO(data))
     except Exception as exc:  # pyarrow raises several types for damaged files
-        raise CacheCorruptError(f"{path} is not a readable Parquet file ({exc}).") from exc
+        raise CacheCorruptError(f"{path} is not a readable Parquet file ({exc}); "
+                                f"{_repair_hint(path.parent)}.") from exc
 
 
 def _read_unit_tables(root: Path, doc_id: str, kind: str) -> tuple[dict, dict]:
     unit = _unit_dir(root, doc_id, kind)
     meta = _read_meta(unit)
-    tables = {name: _load_parquet(unit / f"{name}.parquet", info, False) for name, info in meta["tables"].items()}
+    tables = {name: _load_parquet(unit / f"{name}.parquet", info) for name, info in meta["tables"].items()}
     return meta, tables
 
 
 # ---- SQLite
+class _DamagedIndex(Exception):
+    """Raised inside ResultStore.query when an index file turns out damaged only while it is queried."""
+
+    def __init__(self, name: str):
+        super().__init__(name)
+        self.name = name
+
+
+def _is_damage(exc: Exception) -> bool:
+    """Whether an SQLite error means a damaged file (rather than a bad query)."""
+    cause = exc if isinstance(exc, sqlite3.DatabaseError) else exc.__cause__ or exc.__context__
+    if any(s in str(exc) for s in ("malformed", "not a database")):
+        return True
+    return isinstance(cause, sqlite3.DatabaseError) and not isinstance(cause, sqlite3.OperationalError)
+
+
+def _open_writer_index(path: Path) -> sqlite3.Connection:
+    """The writer's own index, schema ready. A damaged one (truncated, overwritten) is removed with a warning
+    and started afresh: the unit files are the truth; the run re-indexes the units of its rows as it passes
+    them, and readers index any other unit from its files."""
+    conn = None
+    try:
+        conn = _connect(path)
+        _init_schema(conn)
+        if conn.execute("PRAGMA quick_check(1)").fetchone()[0] != "ok":
+            raise sqlite3.DatabaseError("database disk image is malformed (quick_check)")
+        return conn
+    except sqlite3.DatabaseError as exc:
+        if not _is_damage(exc):
+            raise
+        log.warning("The store index %s is damaged (%s); rebuilding it from the unit files.", path, exc)
+        if conn is not None:
+            conn.close()
+        for p in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+            p.unlink(missing_ok=True)
+    conn = _connect(path)
+    _init_schema(conn)
+    return conn
+
+
 def _connect(path: Path) -> sqlite3.Connection:
     conn = sqlite3.connect(path, timeout=60, check_same_thread=False)
     conn.execute("PRAGMA journal_mode=WAL")  # readers (the app) never block the writer and vice versa
@@ -679,8 +843,12 @@ def _connect_read(path: Path) -> sqlite3.Connection:
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=60, check_same_thread=False)
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
         return conn
-    except sqlite3.OperationalError:  # a read-only directory cannot hold WAL's shared-memory file
-        return sqlite3.connect(f"file:{path}?immutable=1", uri=True, check_same_thread=False)
+    except sqlite3.OperationalError as exc:  # a read-only directory cannot hold WAL's shared-memory file
+        if _is_damage(exc):
+            raise
+        conn = sqlite3.connect(f"file:{path}?immutable=1", uri=True, check_same_thread=False)
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        return conn
 
 
 def _init_schema(conn: sqlite3.Connection) -> None:

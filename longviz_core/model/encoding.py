@@ -54,8 +54,8 @@ class Encoded:
 
 
 def text_hash(text: str) -> str:
-    """The document's id in analyses and in a store's `document` table: a SHA-256 prefix. Kept as it is (the
-    cache keys use `_disk.text_digest`) because stores record it and a resumed store must not mix two ids."""
+    """The document's id in analyses and in a store's `document` table: a SHA-256 prefix. Kept as it is (other
+    content hashes are BLAKE2b, in _disk) because stores record it and a resumed store must not mix two ids."""
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
@@ -73,6 +73,11 @@ def encode(
         raise InputTextError("The document is empty (or whitespace only): paste or pick a text to analyse.")
     if "\x00" in text:
         raise InputTextError("The document contains NUL bytes: it looks like binary data, not text.")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:  # lone surrogates, e.g. from a "\ud800" escape in a JSON file
+        raise InputTextError(f"The document is not valid Unicode (an unpaired surrogate at character {exc.start}); "
+                             "re-save it as UTF-8 text.") from None
     max_tokens = int(max_tokens)
     if max_tokens < 3:
         raise InputTextError(f"max_tokens must be at least 3 (<s>, one token, </s>), got {max_tokens}.")

@@ -79,6 +79,7 @@ def load_model(source: str, device=None, progress: Progress | None = None) -> Lo
         _check_classifier(config, source)
         is_longformer = config.model_type == "longformer"
         windows = _one_sided_windows(config, source) if is_longformer else ()  # before the model asserts on them
+        _check_tokenizer_files(path, config, source)
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
         model, info = AutoModelForSequenceClassification.from_pretrained(
             path, trust_remote_code=False, attn_implementation="eager", output_loading_info=True
@@ -86,7 +87,18 @@ def load_model(source: str, device=None, progress: Progress | None = None) -> Lo
     except ModelLoadError:
         raise
     except (OSError, ValueError, KeyError) as exc:
-        raise _translate_load_error(source, exc) from exc
+        raise _translate_load_error(source, exc, local=Path(path).is_dir()) from exc
+    except Exception as exc:  # safetensors' SafetensorError, torch's RuntimeError / UnpicklingError
+        raise ModelLoadError(
+            f"The weights of '{source}' cannot be read: the weight file is damaged or incomplete "
+            f"({type(exc).__name__}: {_first_line(exc)}). Copy or download the checkpoint again."
+        ) from exc
+    if len(tokenizer) <= len(set(tokenizer.all_special_ids)):
+        raise ModelLoadError(
+            f"The tokenizer of '{source}' has no vocabulary beyond its {len(tokenizer)} special tokens, so every "
+            "word would become an unknown token. Save the tokenizer the model was trained with next to it "
+            "(tokenizer.save_pretrained(<dir>))."
+        )
     missing_head = [k for k in info.get("missing_keys", []) if "classifier" in k or k.startswith("score")]
     if missing_head:
         raise NotAClassifierError(
@@ -140,6 +152,44 @@ def _one_sided_windows(config, source: str) -> tuple[int, ...]:
     return tuple(w // 2 for w in full)
 
 
+_TOKENIZER_JSON = "tokenizer.json"
+
+
+def _check_tokenizer_files(path: str, config, source: str) -> None:
+    """A local checkpoint must carry its tokenizer: tokenizer.json (a fast tokenizer) or every vocabulary
+    file of its tokenizer class (e.g. vocab.json and merges.txt for RoBERTa/Longformer, vocab.txt for BERT).
+    Without them transformers quietly builds a tokenizer of special tokens only and every word becomes
+    unknown. A Hub id is left to transformers, which downloads what the repository has."""
+    from transformers.models.auto.tokenization_auto import TOKENIZER_MAPPING_NAMES, tokenizer_class_from_name
+
+    folder = Path(path)
+    if not folder.is_dir():
+        return
+    present = {p.name for p in folder.iterdir() if p.is_file() and p.stat().st_size > 0}
+    if _TOKENIZER_JSON in present:
+        return
+    name = None
+    try:
+        name = json.loads((folder / "tokenizer_config.json").read_text()).get("tokenizer_class")
+    except (OSError, ValueError, AttributeError):
+        pass
+    name = name or TOKENIZER_MAPPING_NAMES.get(config.model_type)
+    cls = tokenizer_class_from_name(name.removesuffix("Fast")) if name else None
+    needed = sorted(f for key, f in (getattr(cls, "vocab_files_names", None) or {}).items() if key != "tokenizer_file")
+    missing = [f for f in needed if f not in present]
+    if missing or not needed:
+        lacks = f"; of {', '.join(needed)} it lacks {', '.join(missing)}" if needed else ""
+        raise ModelLoadError(
+            f"'{source}' has no complete tokenizer: no {_TOKENIZER_JSON}{lacks}. Save the tokenizer the model "
+            "was trained with into the checkpoint folder (tokenizer.save_pretrained(<dir>))."
+        )
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def _resolve_path(source: str) -> str:
     p = Path(source).expanduser()
     if p.exists():
@@ -163,11 +213,14 @@ def _check_classifier(config, source: str) -> None:
         )
 
 
-def _translate_load_error(source: str, exc: Exception) -> ModelLoadError:
+def _translate_load_error(source: str, exc: Exception, local: bool) -> ModelLoadError:
     text = str(exc)
     offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0")
     if "Unrecognized model" in text or "does not appear to have" in text and "classification" in text:
         return NotAClassifierError(f"'{source}' cannot be loaded as a sequence classifier: {text.splitlines()[0]}")
+    if local:  # a checkpoint folder on disk: no Hub involved, whatever the error's wording
+        return ModelLoadError(f"Could not load the checkpoint in '{source}': {_first_line(exc)}. Check its files "
+                              "(config.json, the weights and the tokenizer files), or save it again.")
     if offline or any(s in text for s in ("connect", "Connection", "resolve", "offline", "Max retries", "timed out")):
         return HubUnreachableError(
             f"Could not reach the Hugging Face Hub for '{source}'. On an offline machine download the "

@@ -7,8 +7,8 @@ For one document:
   - `top_sets`: the positions in the top 5 % of attention only, of attribution only, and of both (the notebook's
     "Examining the Specifics"), with normalised values and ranks, and counts per token type.
   - `head_agreement`: one metric between each head's received attention and |IG|, (layers, heads).
-`document_numbers` is one document's share of the dataset-wide numbers (every configuration, JSON-ready);
-dataset.aggregate turns them into means and sums over documents.
+`document_numbers` is one document's share of the dataset-wide numbers (every configuration); the
+precompute stores it and a result store's aggregation turns it into means and sums over documents.
 
 Head-importance scaling multiplies each head's received attention by its importance before the heads are
 summed (the notebook's scale_by_importance). It does not apply to the per-head grid: every metric min-max
@@ -16,7 +16,6 @@ normalises or ranks each head on its own, so multiplying one head by a positive 
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from typing import Sequence
@@ -194,11 +193,10 @@ def head_agreement(analysis: DocumentAnalysis, attribution, metric: str = "rbo",
 
 # ------------------------------------------------------------------------------------------- per document, for the dataset
 def document_numbers(analysis, attribution, importance, mask, layer_range, p, top) -> dict:
-    """Everything the dataset view needs from one document, as JSON-ready lists and dicts: `table` (the
-    agreement_table rows), `grids` ("metric|masked" -> (layers, heads) nested lists, None for NaN) and
-    `counts` ("source|scaled|masked" -> token -> counts per top-5 % set). The per-document unit of
-    dataset.aggregate.dataset_agreement and of the precompute's "agreement" kind, so both produce the same
-    numbers."""
+    """Everything the dataset view needs from one document: `table` (the agreement_table), `grids`
+    ("metric|masked" -> (layers, heads) array, NaN for a dead head) and `counts` ("source|scaled|masked" -> token
+    -> counts per top-5 % set): what the precompute's "agreement" kind stores for a document (a result store then
+    aggregates them). Values are kept as computed (float64), never rounded."""
     table = agreement_table(analysis, attribution, importance=importance, mask=mask, layer_range=layer_range,
                             p=p, top=top)
     bands = analysis.attention
@@ -221,9 +219,8 @@ def document_numbers(analysis, attribution, importance, mask, layer_range, p, to
                 grid = head_agreement(analysis, attribution, metric, mask, masked, p, top)
             except SimilarityError:
                 continue
-            grids[f"{metric}|{masked}"] = [[None if not np.isfinite(v) else float(v) for v in r] for r in grid]
-    records = json.loads(table.to_json(orient="records"))  # NaN -> null, numpy -> plain types
-    return {"table": records, "grids": grids, "counts": counts}
+            grids[f"{metric}|{masked}"] = grid
+    return {"table": table, "grids": grids, "counts": counts}
 
 
 def mean_std_table(summary: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:

@@ -444,7 +444,8 @@ def dataset_type_counts(tables) -> pd.DataFrame:
     """Dataset-wide counts by token type from per-document `token_counts(..., by="type")` tables: a type's
     count is the sum over documents of its count in each (so, under the paper's rule, at most the dataset's
     number of tokens). Columns token, count, documents (how many documents count it), sorted by count
-    descending, ties in the order the tokens first appear in the tables (as given)."""
+    descending, ties in the order the tokens first appear in the tables (as given). A table may also be a
+    partial sum over several documents, with its own `documents` column (a result store sums in SQL first)."""
     tables = list(tables)
     if not tables:
         raise CountsError("no per-document count tables to aggregate")
@@ -452,9 +453,10 @@ def dataset_type_counts(tables) -> pd.DataFrame:
         if not isinstance(t, pd.DataFrame) or not {"token", "count"} <= set(t.columns) or "position" in t.columns:
             raise CountsError(f"table {i} is not a by-type count table (columns token, count)")
     rule = _same_rule(tables)
-    rows = pd.concat([t[["token", "count"]] for t in tables], ignore_index=True)
+    rows = pd.concat([t[["token", "count"]].assign(documents=t["documents"] if "documents" in t else 1)
+                      for t in tables], ignore_index=True)
     rows = rows[rows["count"] > 0]
-    frame = rows.groupby("token", sort=False).agg(count=("count", "sum"), documents=("count", "size"))
+    frame = rows.groupby("token", sort=False).agg(count=("count", "sum"), documents=("documents", "sum"))
     frame = frame.reset_index().astype({"count": np.int64, "documents": np.int64})
     frame = frame.sort_values("count", ascending=False, kind="stable").reset_index(drop=True)
     if rule is not None:

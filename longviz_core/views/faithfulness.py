@@ -32,8 +32,8 @@ costs one forward per removable token; `max_removed` caps the scan (a fraction o
 With resume=True each scan's position is kept on disk (LONGVIZ_CACHE_DIR/flip-scans/), so an interrupted run goes
 on where its scans stopped.
 
-Dataset-wide means and sds over documents: dataset.aggregate.dataset_faithfulness and the precompute's
-"faithfulness" kind.
+Dataset-wide means and sds over documents: the precompute's "faithfulness" kind stores every document's numbers
+and a result store aggregates them (dataset.aggregate.summarise_faithfulness).
 """
 from __future__ import annotations
 
@@ -412,7 +412,7 @@ class _ScanStore:
 
     def __init__(self, model: LoadedModel, enc: Encoded, replacement_id: int, predicted: int, cache_dir) -> None:
         self.store = JsonStore("flip-scans", cache_dir)
-        self.base = {"v": 1, "model": model.fingerprint, "ids": array_digest(enc.input_ids),
+        self.base = {"v": 2, "model": model.fingerprint, "ids": array_digest(enc.input_ids),
                      "positions": array_digest(enc.position_ids), "global": array_digest(enc.global_mask),
                      "replacement": int(replacement_id), "predicted": int(predicted)}
         self.last = time.monotonic()
@@ -533,7 +533,7 @@ def check_ks(ks) -> tuple[float, ...]:
 
 
 def check_settings(rankings, batch_size, seeds, max_removed) -> tuple[int, ...]:
-    """Validates the options shared by faithfulness and dataset.aggregate.dataset_faithfulness; returns the seeds
+    """Validates the options shared by faithfulness and the precompute's faithfulness settings; returns the seeds
     as ints."""
     if not rankings:
         raise FaithfulnessError("choose at least one ranking")

@@ -48,7 +48,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .._disk import atomic_write, cache_folder
+from .._disk import cache_folder, sealed, unsealed, write_cache
 from ..errors import LongvizError
 from ..model.encoding import DEFAULT_MAX_TOKENS, encode
 from ..model.loading import LoadedModel, dataset_fingerprint
@@ -145,23 +145,39 @@ def cached_head_importance(
 ) -> np.ndarray:
     """`head_importance`, with the raw scores read from / written to the disk cache (one entry per method)."""
     how = _normalisation(method, normalise)
+    raw = cached_raw_head_importance(model, dataset, max_tokens, max_examples, method=method, cache_dir=cache_dir,
+                                     progress=progress)
+    return normalise_importance(raw, how)
+
+
+def cached_raw_head_importance(
+    model: LoadedModel,
+    dataset,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    max_examples: int | None = DEFAULT_EXAMPLES,
+    *,
+    method: str = DEFAULT_METHOD,
+    cache_dir: str | os.PathLike | None = None,
+    progress: Progress | None = None,
+) -> np.ndarray:
+    """`raw_head_importance`, read from / written to the disk cache (one entry per method)."""
     path = importance_cache_path(model, dataset, max_tokens, max_examples, cache_dir, method=method)
     raw = _read_cached(path, (model.num_layers, model.num_heads))
     if raw is None:
         raw = raw_head_importance(model, dataset, max_tokens, max_examples, progress, method=method)
         buf = io.BytesIO()
         np.save(buf, raw, allow_pickle=False)
-        atomic_write(path, buf.getvalue())
+        write_cache(path, sealed(buf.getvalue()))
     else:
         report(progress, 1.0, "head importance read from the cache")
-    return normalise_importance(raw, how)
+    return raw
 
 
 def importance_cache_path(model: LoadedModel, dataset, max_tokens, max_examples, cache_dir=None, *,
                           method: str = DEFAULT_METHOD) -> Path:
     _check_method(method)
     n = len(dataset) if max_examples is None else min(int(max_examples), len(dataset))
-    name = f"{method}-{model.fingerprint}-{dataset_fingerprint(dataset)}-t{int(max_tokens)}-m{n}.npy"
+    name = f"{method}-{model.fingerprint}-{dataset_fingerprint(dataset)}-t{int(max_tokens)}-m{n}.npy.sealed"
     return cache_folder("head_importance", cache_dir) / name
 
 
@@ -363,7 +379,7 @@ def _read_cached(path: Path, shape) -> np.ndarray | None:
     if not path.is_file():
         return None
     try:
-        value = np.load(path, allow_pickle=False)
+        value = np.load(io.BytesIO(unsealed(path.read_bytes())), allow_pickle=False)
         return _check_array(value, shape)
     except (OSError, ValueError, HeadImportanceError):
         return None

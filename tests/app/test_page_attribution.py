@@ -13,7 +13,6 @@ from streamlit.testing.v1 import AppTest
 
 from longviz_core import _disk, load_model
 from longviz_core.attribution import ig as A
-from longviz_core.dataset.aggregate import cached_dataset_attributions
 from pages._common import K
 
 TIMEOUT = 300
@@ -99,16 +98,23 @@ def test_overlay_tables_toggles_and_cache(demo, calls):
 
 
 def test_dataset_wide_table(demo, calls):
+    """The table is the local store's aggregation, computed on a click for the first N documents; its numbers
+    equal lv.dataset_attributions for the class shown (another store: IG of that class, not of the predicted
+    one); the mask and minimum-documents filters read the same store; fewer documents and a new session compute
+    nothing."""
+    import longviz_core as lv
+
     at = _open(max_tokens=128, steps=2)
     at.button(key=K.page(P, "run")).click().run()
-    at.number_input(key=K.page(P, "ds_docs")).set_value(2)
+    at.slider(key=K.page(P, "docs")).set_value(2)
     at.selectbox(key=K.page(P, "ds_steps")).set_value("custom").run()
     at.number_input(key=K.page(P, "ds_steps_n")).set_value(2).run()
-    assert any("2 documents at 2 steps" in i.value for i in at.info)
-    at.button(key=K.page(P, "ds_run")).click().run()
+    assert any("0 of the first 2 documents are computed" in i.value for i in at.info)
+    at.button(key=K.page(P, "run_dataset")).click().run()
     assert not at.exception
     n_after = len(calls)
     assert n_after <= 3  # the page's document plus at most two dataset documents (one may be the same)
+    assert any("2 of the first 2 documents" in c.value and "local result store" in c.value for c in at.caption)
     tables = [d.value for d in at.dataframe if "mean_attribution" in d.value.columns]
     assert len(tables) == 2 and (tables[0]["n_docs"] >= 1).all()
     assert list(tables[0].columns) == ["token", "mean_attribution", "n_docs", "occurrences", "mean_per_occurrence",
@@ -116,11 +122,7 @@ def test_dataset_wide_table(demo, calls):
     class_name = _metric(at, "Attribution label").value
     title = f"Dataset-wide attribution for class '{class_name}' (IG, L2-normalised per document)"
     assert sum(title in m.value for m in at.markdown) == 2  # the positive and the negative table
-    model = load_model("demo")
-    target = next(i for i, n in model.id2label.items() if n == class_name)
-    full = cached_dataset_attributions(model, _demo_texts(2), target, 2, max_tokens=128).table
-    pd.testing.assert_frame_equal(tables[0].reset_index(drop=True),
-                                  full[full["mean_attribution"] > 0].head(10).reset_index(drop=True))
+    shown_first = tables[0].reset_index(drop=True)
 
     # the mask toggle applies to the dataset table; the minimum-documents filter hides rare types; no new IG
     at.toggle(key=K.page(P, "mask")).set_value(True).run()
@@ -131,14 +133,21 @@ def test_dataset_wide_table(demo, calls):
     shown = set(pd.concat(tables)["token"])
     assert shown and not shown & {"the", "of", "and", "a", ",", "."}
     assert any("stopwords and non-alphanumeric tokens masked" in c.value for c in at.caption)
-    at.number_input(key=K.page(P, "ds_docs")).set_value(1).run()  # fewer documents than the filter asked for
+    at.slider(key=K.page(P, "docs")).set_value(1).run()  # fewer documents than the filter asked for
     assert not at.exception and at.number_input(key=K.page(P, "ds_min_docs")).value == 1
     again = _open(max_tokens=128, steps=2)
-    again.number_input(key=K.page(P, "ds_docs")).set_value(2)
+    again.slider(key=K.page(P, "docs")).set_value(2)
     again.selectbox(key=K.page(P, "ds_steps")).set_value("custom").run()
     again.number_input(key=K.page(P, "ds_steps_n")).set_value(2).run()
     assert len([d for d in again.dataframe if "mean_attribution" in d.value.columns]) == 2
     assert len(calls) == n_after
+
+    model = load_model("demo")
+    target = next(i for i, n in model.id2label.items() if n == class_name)
+    full = lv.dataset_attributions(model, _demo_texts(2), target, 2, max_tokens=128).table
+    # IG of the other class is the negation: the same sums up to float32 rounding of the scores
+    pd.testing.assert_frame_equal(shown_first, full[full["mean_attribution"] > 0].head(10).reset_index(drop=True),
+                                  rtol=1e-5, atol=1e-7)
 
 
 def _current(at):
@@ -173,10 +182,9 @@ def test_tiny_model_pasted_text_and_file_dataset(calls, tmp_path):
     assert _metric(at, "True label").value == "—"
     overlay = next(h.proto.body for h in at.html if 'data-pos="0"' in h.proto.body)
     assert "&lt;s&gt;" in overlay and "hsl(" in overlay
-    at.number_input(key=K.page(P, "ds_docs")).set_value(2)
     at.selectbox(key=K.page(P, "ds_steps")).set_value("custom").run()
     at.number_input(key=K.page(P, "ds_steps_n")).set_value(2).run()
-    at.button(key=K.page(P, "ds_run")).click().run()
+    at.button(key=K.page(P, "run_dataset")).click().run()
     assert not at.exception and calls == [3, 2, 2]
     tables = [d.value for d in at.dataframe if "mean_attribution" in d.value.columns]
     assert len(tables) == 2 and set(tables[0]["n_docs"]) <= {1, 2}

@@ -109,6 +109,10 @@ def test_heatmap_grid_every_toggle(demo):
     _ok(at)
     at.slider(key=K.page("heatmap", "docs")).set_value(3).run()
     _ok(at)
+    if any(b.key == K.page("heatmap", "run_dataset") for b in at.button):  # not in the local store yet
+        at.button(key=K.page("heatmap", "run_dataset")).click().run()
+        _ok(at)
+    assert any("3 of the first 3 documents" in c.value for c in at.caption)
     assert len(at.get("image")) == 1
     at.checkbox(key=K.page("heatmap", "scale")).uncheck().run()
     at.radio(key=K.page("heatmap", "colour")).set_value("linear").run()

@@ -12,6 +12,7 @@ import shutil
 import time
 
 import pytest
+
 from support.browser import (
     chromium,
     click_label,

@@ -9,6 +9,7 @@ traceback, and the work already done is still there afterwards).
 """
 from __future__ import annotations
 
+import io
 import pickle
 import shutil
 import threading
@@ -21,6 +22,7 @@ from streamlit.testing.v1 import AppTest
 
 import longviz_core as lv
 from longviz_core import attribution as ig
+from longviz_core._disk import unsealed
 from longviz_core.dataset import store as st_store
 from support.apps import app_test, page
 from tiny import text_of
@@ -155,7 +157,7 @@ def test_8_corrupted_store_files_are_reported_and_the_rest_is_kept(tmp_path):
     store = st_store.ResultStore(root)
     npy = root / "docs" / st_store.doc_id_of(0) / "attention" / "pooled.npy"
     npy.write_bytes(npy.read_bytes()[:40])  # truncated
-    with pytest.raises(lv.CacheCorruptError, match="re-run the precompute"):
+    with pytest.raises(lv.CacheCorruptError, match="run the same `longviz precompute` command again"):
         store.load(st_store.doc_id_of(0), "attention")
     problems = store.verify()
     assert len(problems) == 1 and "pooled.npy" in problems[0]
@@ -410,5 +412,5 @@ def test_ui_9_two_sessions_write_the_same_entry_at_once(demo, tmp_path, monkeypa
     assert out[0]["problems"] == [] and out[1]["problems"] == [], out
     assert out[0]["score"] == out[1]["score"]
     files = list((cache_dir / "attributions").glob("*.npz"))
-    assert len(files) == 1 and np.load(files[0])["raw"].size > 0  # one whole file
+    assert len(files) == 1 and np.load(io.BytesIO(unsealed(files[0].read_bytes())))["raw"].size > 0  # one whole file
     assert "Traceback" not in (tmp_path / "server.log").read_text()

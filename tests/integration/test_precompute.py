@@ -1,6 +1,6 @@
 """The precompute on a tiny Longformer: a run killed (SIGKILL) at the worst moments and resumed equals an
-uninterrupted run; two shards merge into the single-shard store; the store's dataset-wide numbers equal the
-in-app dataset functions (one code path); manifests refuse to mix settings."""
+uninterrupted run; two shards merge into the single-shard store; the store's dataset-wide numbers equal
+brute-force loops of the single-document views over the documents; manifests refuse to mix settings."""
 from __future__ import annotations
 
 import shutil
@@ -197,26 +197,88 @@ def test_shard_split_is_deterministic_and_complete():
 
 
 # ----------------------------------------------------------------------------------------- one code path
-def test_store_numbers_equal_the_in_app_dataset_functions(setup, reference, tmp_path):
-    from longviz_core.dataset.aggregate import (
-        dataset_agreement,
-        dataset_attributions,
-        dataset_faithfulness,
-    )
+def _nan_mean_std(values) -> tuple[float, float]:
+    v = np.asarray(values, dtype=np.float64)
+    v = v[np.isfinite(v)]
+    return (float(v.mean()), float(v.std())) if v.size else (np.nan, np.nan)
+
+
+def test_store_numbers_equal_loops_over_the_documents(setup, reference):
+    """Oracles: the single-document views, run on every document in a plain loop (IG recomputed as the kind
+    computes it: one thread, no cache, so bit for bit the stored scores), then numpy means, population sds, sums
+    and Counters over the documents; against the store's aggregation methods."""
+    from collections import Counter
+
+    from longviz_core.attribution import ConvergenceWarning, integrated_gradients
+    from longviz_core.views import agreement as ag
+    from longviz_core.views import faithfulness as fa
     from longviz_core.views.importance import head_importance
     from longviz_core.views.pooling import pool_dataset
 
     _, _, model, df = setup
     store = ResultStore(reference)
     texts = list(df["text"])
-    np.testing.assert_array_equal(store.pooled_attention().cells,
-                                  pool_dataset((analyze(model, t, MAX_TOKENS).attention for t in texts)).cells)
-    np.testing.assert_allclose(store.head_importance(), head_importance(model, df, MAX_TOKENS), rtol=1e-12)
+    analyses = [analyze(model, t, MAX_TOKENS) for t in texts]
+    np.testing.assert_array_equal(store.pooled_attention().cells, pool_dataset(a.attention for a in analyses).cells)
+    importance = head_importance(model, df, MAX_TOKENS)
+    np.testing.assert_allclose(store.head_importance(), importance, rtol=1e-12)
     assert store.settings("head-importance") == {"examples": 32, "importance_method": "t3vis", "normalise": "minmax"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        scores = [integrated_gradients(model, a, None, STEPS, use_cache=False).scores for a in analyses]
+    masks = [ag.mask_for(a.tokens, ag.MASK_KINDS) for a in analyses]
 
-    app = dataset_agreement(model, texts, max_tokens=MAX_TOKENS, ig_steps=STEPS,
-                            importance=store.head_importance(), cache_dir=tmp_path)
+    # agreement: Tables 1-2 (mean and population sd per configuration), per-head grids, top-set counts
+    tables = [ag.agreement_table(a, s, importance=importance, mask=m) for a, s, m in zip(analyses, scores, masks)]
     ours = store.dataset_agreement()
+    assert ours.n_documents == len(texts) and len(ours.table) == len(tables[0])
+    for i, row in ours.table.iterrows():
+        config = tuple(tables[0].loc[i, ["source", "scaled", "masked"]])
+        assert (row["source"], row["scaled"], row["masked"]) == config
+        for metric in ("cosine", "kendall_tau", "rbo", "jaccard_top", "cosine_rank"):
+            mean, std = _nan_mean_std([t.loc[i, metric] for t in tables])
+            np.testing.assert_allclose([row[f"{metric} mean"], row[f"{metric} std"]], [mean, std], rtol=1e-9,
+                                       atol=1e-12)
+    assert set(ours.head_grids) == {(m, mode) for m in ag.HEAD_METRICS for mode in ag.MASK_MODES}
+    for metric, mode in ours.head_grids:
+        grids = np.array([ag.head_agreement(a, s, metric, m, mode) for a, s, m in zip(analyses, scores, masks)])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a head dead in every document stays NaN
+            np.testing.assert_allclose(ours.head_grids[metric, mode], np.nanmean(grids, axis=0), rtol=1e-9)
+    for (label, scaled, mode), counts in ours.set_counts.items():
+        source = next(s for s in ag.attention_sources(model.num_layers) if s.label == label)
+        total = Counter()
+        for a, s, m in zip(analyses, scores, masks):
+            attention = a.attention.received(layers=source.layers, scale=importance if scaled else None)
+            total.update(ag.top_sets(a.tokens, attention, s, m, mode).both["token"])
+        assert dict(zip(counts["token"], counts["both"])) == {**{t: 0 for t in counts["token"]}, **total}
+
+    # faithfulness: per ranking the mean and population sd over documents; flips over those that flipped
+    rows = [fa.faithfulness(model, a, s).table().set_index("ranking") for a, s in zip(analyses, scores)]
+    summary = store.dataset_faithfulness().summary.set_index("ranking")
+    for ranking in rows[0].index:
+        for col in ("aopc", "lodds", "aopc@10%", "flip_rate"):
+            want = np.array([r.loc[ranking, col] for r in rows])
+            np.testing.assert_allclose(summary.loc[ranking, [f"{col} mean", f"{col} std"]].to_numpy(float),
+                                       [want.mean(), want.std()], rtol=1e-9, atol=1e-15)
+        flips = np.array([r.loc[ranking, "flip_fraction"] for r in rows], dtype=float)
+        assert summary.loc[ranking, "flipped"] == np.isfinite(flips).sum()
+        np.testing.assert_allclose(summary.loc[ranking, "flip_fraction mean"], _nan_mean_std(flips)[0], rtol=1e-12)
+
+
+def test_the_api_dataset_functions_read_a_store(setup, reference, tmp_path):
+    """longviz_core.dataset_agreement / dataset_faithfulness / dataset_attributions run the same precompute into a
+    local store and return its aggregation: equal to the reference store made by precompute; a second call
+    computes nothing."""
+    import longviz_core as lv
+
+    _, _, model, df = setup
+    store = ResultStore(reference)
+    texts = list(df["text"])
+    app = lv.dataset_agreement(model, texts, max_tokens=MAX_TOKENS, ig_steps=STEPS,
+                               importance=store.head_importance(), cache_dir=tmp_path)
+    ours = store.dataset_agreement()
+    assert app.from_cache == 0
     pd.testing.assert_frame_equal(ours.table, app.table, rtol=1e-9)
     pd.testing.assert_frame_equal(ours.per_document, app.per_document, rtol=1e-9)
     assert ours.head_grids.keys() == app.head_grids.keys() and ours.set_counts.keys() == app.set_counts.keys()
@@ -224,15 +286,19 @@ def test_store_numbers_equal_the_in_app_dataset_functions(setup, reference, tmp_
         np.testing.assert_allclose(ours.head_grids[key], grid, rtol=1e-9)
     for key, counts in app.set_counts.items():
         pd.testing.assert_frame_equal(ours.set_counts[key], counts, check_dtype=False)
+    again = lv.dataset_agreement(model, texts, max_tokens=MAX_TOKENS, ig_steps=STEPS,
+                                 importance=store.head_importance(), cache_dir=tmp_path)
+    assert again.from_cache == len(texts)
 
-    app_f = dataset_faithfulness(model, texts, df["label"], max_tokens=MAX_TOKENS, ig_steps=STEPS, cache_dir=tmp_path)
+    app_f = lv.dataset_faithfulness(model, texts, df["label"], max_tokens=MAX_TOKENS, ig_steps=STEPS,
+                                    cache_dir=tmp_path)
     ours_f = store.dataset_faithfulness()
     pd.testing.assert_frame_equal(ours_f.summary, app_f.summary, rtol=1e-9)
     pd.testing.assert_frame_equal(ours_f.per_document, app_f.per_document, rtol=1e-9, check_dtype=False)
     pd.testing.assert_frame_equal(ours_f.long_curves(), app_f.long_curves(), rtol=1e-9)
 
     # IG of the other class of a binary model is the negation: a store of predicted-class IG serves class 1
-    want = dataset_attributions(model, texts, 1, STEPS, max_tokens=MAX_TOKENS, cache_dir=tmp_path).table
+    want = lv.dataset_attributions(model, texts, 1, STEPS, max_tokens=MAX_TOKENS, cache_dir=tmp_path).table
     got = store.dataset_attributions(1).table
     pd.testing.assert_frame_equal(got.sort_values("token").reset_index(drop=True),
                                   want.sort_values("token").reset_index(drop=True), rtol=1e-5, atol=1e-7)
@@ -253,6 +319,7 @@ def test_faithfulness_settings_and_an_earlier_store(reference, tmp_path):
     old = tmp_path / "old"
     shutil.copytree(reference, old)
     manifest = json.loads((old / "manifest.json").read_text())
+    del manifest["checksum"]  # an earlier version's manifest, which had none
     for key in ("flip", "max_removed", "seeds"):
         del manifest["kinds"]["faithfulness"][key]
     manifest["kinds"]["faithfulness"].update(flip_step=0.05, refine=True, seed=0)
@@ -261,15 +328,15 @@ def test_faithfulness_settings_and_an_earlier_store(reference, tmp_path):
         ResultStore(old).dataset_faithfulness()
 
 
-def test_attribution_by_token_type_equals_dataset_attributions(setup, tmp_path):
-    """Both routes to the dataset-wide table (the store's SQL sums, the in-app loop) give the same numbers for
-    every mask and min_docs choice; the store keeps the normalised scores and the raw sums of each document."""
+def test_attribution_by_token_type_keeps_scores_and_raw_sums(setup, tmp_path):
+    """The dataset-wide table of a store made for class 1 equals the Python API's (its own local store) for every
+    mask and min_docs choice; the store keeps the normalised scores and the raw sums of each document."""
+    import longviz_core as lv
     from longviz_core.attribution import (
         ConvergenceWarning,
         integrated_gradients,
         normalise_scores,
     )
-    from longviz_core.dataset.aggregate import dataset_attributions
 
     _, _, model, df = setup
     precompute(model, df, tmp_path / "s", "attribution", Settings(max_tokens=MAX_TOKENS, n_steps=STEPS, target="1"))
@@ -277,12 +344,12 @@ def test_attribution_by_token_type_equals_dataset_attributions(setup, tmp_path):
     assert store.serves("attribution", n_steps=STEPS, scores="l2")
     for masked, min_docs in ((False, 1), (True, 1), (False, 3), (True, 2)):
         got = store.dataset_attributions(1, masked=masked, min_docs=min_docs)
-        want = dataset_attributions(model, df["text"], 1, STEPS, max_tokens=MAX_TOKENS, cache_dir=tmp_path / "c",
-                                    masked=masked, min_docs=min_docs)
+        want = lv.dataset_attributions(model, df["text"], 1, STEPS, max_tokens=MAX_TOKENS, cache_dir=tmp_path / "c",
+                                       masked=masked, min_docs=min_docs)
         assert (got.n_docs, got.masked, got.min_docs) == (want.n_docs, want.masked, want.min_docs) == (
             len(df), masked, min_docs)
-        # the same float64 sums over at most 6 documents, in SQL's order or pandas': 2 * 6 eps * sum|terms|,
-        # and every normalised score is at most 1 in magnitude, so sum|terms| <= occurrences
+        # the same IG (one thread, bit for bit), summed in SQL in index order: 2 * 6 eps * sum|terms|, and every
+        # normalised score is at most 1 in magnitude, so sum|terms| <= occurrences
         pd.testing.assert_frame_equal(got.table.sort_values("token").reset_index(drop=True),
                                       want.table.sort_values("token").reset_index(drop=True), rtol=0,
                                       atol=12 * np.finfo(float).eps * float(want.table["occurrences"].max()))
@@ -300,15 +367,24 @@ def test_attribution_by_token_type_equals_dataset_attributions(setup, tmp_path):
 
 
 def test_local_store_is_the_in_app_path(setup, reference, tmp_path):
-    from longviz_core.dataset.run import local_store
+    from longviz_core.dataset.run import local_store, local_store_dir
 
     _, _, model, df = setup
     calls = []
-    store = local_store(model, df, "attention", SETTINGS, progress=lambda f, m: calls.append(f), cache_dir=tmp_path)
-    assert store.root.parent == tmp_path / "stores" and store.count("attention") == len(df) and calls[-1] == 1.0
-    np.testing.assert_array_equal(store.pooled_attention().cells, ResultStore(reference).pooled_attention().cells)
-    again = local_store(model, df, "attention", SETTINGS, cache_dir=tmp_path)
-    assert again.root == store.root and len(read_logs(store.root)) == len(df)  # reused, nothing recomputed
+    store = local_store(model, df, "attention", SETTINGS, progress=lambda f, m: calls.append((f, m)),
+                        cache_dir=tmp_path, limit=4)
+    assert store.root.parent == tmp_path / "stores" and store.count("attention") == 4 and store.complete("attention")
+    # documents done / total after each, with the time left from the documents measured so far
+    assert [f for f, _ in calls] == [0.25, 0.5, 0.75, 1.0] and calls[0][1].startswith("document 1/4, about")
+    assert calls[-1][1] == "document 4/4"
+    np.testing.assert_array_equal(store.pooled_attention().cells,
+                                  ResultStore(reference, limit=4).pooled_attention().cells)
+    again = local_store(model, df, "attention", SETTINGS, cache_dir=tmp_path)  # all 6: the first 4 are reused
+    assert again.root == store.root and len(read_logs(store.root)) == len(df)
+    np.testing.assert_array_equal(again.pooled_attention().cells, ResultStore(reference).pooled_attention().cells)
+    # settings written differently but giving the same numbers share a store; others get their own
+    assert local_store_dir(model, df, replace(SETTINGS, seeds=(0, 1, 2, 3, 4)), tmp_path) == store.root
+    assert local_store_dir(model, df, replace(SETTINGS, seeds=(0, 1)), tmp_path) != store.root
 
 
 # ----------------------------------------------------------------------------------------- refusals
@@ -356,16 +432,16 @@ def test_app_shows_the_dataset_grid_from_a_store_made_by_the_command(demo, tmp_p
     at.switch_page("pages/heatmap_grid.py").run()
     at.radio(key="heatmap.scope").set_value("dataset").run()
     assert not at.exception and not at.error
-    assert any("average of 3 of" in c.value and "result store" in c.value for c in at.caption)
+    assert any("3 of 60 documents, read from the result store" in c.value for c in at.caption)
     assert at.image  # the grid was drawn
 
 
 @pytest.mark.slow
 def test_dataset_pages_read_a_store_made_by_the_command(demo, demo_dataset, tmp_path, monkeypatch):
     """The agreement, faithfulness and attribution pages' dataset-wide views come from a store found through
-    LONGVIZ_STORE_DIR when it was made with the page's settings (here the defaults, at 256 tokens); the in-app
-    dataset functions are never called. A setting the store was not made with falls back to computing."""
-    from longviz_core.dataset import aggregate
+    LONGVIZ_STORE_DIR when it was made with the page's settings (here the defaults, at 256 tokens); nothing is
+    computed. A setting the store was not made with asks to compute into the app's local store instead."""
+    from longviz_core.dataset import aggregate, run
     from pages._common import K
     from support.apps import app_test, page
 
@@ -379,8 +455,7 @@ def test_dataset_pages_read_a_store_made_by_the_command(demo, demo_dataset, tmp_
     def no_computing(*args, **kwargs):
         raise AssertionError("the page computed a dataset-wide view instead of reading the store")
 
-    for name in ("dataset_agreement", "dataset_faithfulness", "dataset_attributions", "cached_dataset_attributions"):
-        monkeypatch.setattr(aggregate, name, no_computing)
+    monkeypatch.setattr(run, "precompute", no_computing)
 
     at = app_test()
     at.run()
@@ -407,11 +482,11 @@ def test_dataset_pages_read_a_store_made_by_the_command(demo, demo_dataset, tmp_
     assert list(at.dataframe[0].value["ranking"]) == list(summary["ranking"])
     at.number_input(key="faithfulness.seeds").set_value(3).run()  # the store holds the default 5 seeds only
     assert "read from the result store" not in captions()
-    assert any(b.label == "Compute the dataset-wide summary" for b in at.button)
+    assert any(b.label.startswith("Compute the dataset-wide summary") for b in at.button)
 
     at.switch_page(page("attribution")).run()
     if any(b.label == "Compute attributions" for b in at.button):  # the document's own IG first
         next(b for b in at.button if b.label == "Compute attributions").click().run()
     assert not at.exception and not at.error, (at.exception, at.error)
     assert read in captions(), captions()[-600:]
-    assert not any(b.label == "Compute the dataset-wide table" for b in at.button)
+    assert not any(b.label.startswith("Compute the dataset-wide table") for b in at.button)

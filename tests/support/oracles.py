@@ -95,7 +95,7 @@ def assert_stores_equal(a, b, rtol=1e-6, atol=1e-9) -> None:
         assert sa.doc_ids(kind) == sb.doc_ids(kind) and sa.doc_ids(kind), kind
         names = set()
         for doc_id in sa.doc_ids(kind):
-            ra, rb = sa.load(doc_id, kind, verify=True), sb.load(doc_id, kind, verify=True)
+            ra, rb = sa.load(doc_id, kind), sb.load(doc_id, kind)
             assert ra.arrays.keys() == rb.arrays.keys() and ra.tables.keys() == rb.tables.keys()
             for name in ra.arrays:
                 np.testing.assert_allclose(ra.arrays[name], rb.arrays[name], rtol=rtol, atol=atol)

@@ -11,7 +11,6 @@ import pandas as pd
 import pytest
 
 import longviz_core as lv
-from longviz_core.dataset import aggregate
 from longviz_core.figures import agreement as fig
 from longviz_core.tokens import token_label
 from longviz_core.views import agreement as ag
@@ -149,14 +148,16 @@ def test_head_agreement_equals_compare_per_head(doc, metric, mode):
             assert grid[layer, head] == pytest.approx(expected, abs=1e-6)
 
 
-def test_dataset_agreement_means_and_cache(tiny_longformer, tmp_path):
+def test_dataset_agreement_means_and_store(tiny_longformer, tmp_path):
+    """lv.dataset_agreement (a thin call: precompute into the local store, then the store's aggregation) against
+    the single-document functions, pandas means/sds, numpy means and Counters."""
     from longviz_core.attribution import integrated_gradients
 
     texts = [text_of(50), text_of(80), text_of(110)]
     importance = np.array([[0.5, 1.0], [1.0, 0.25]])
     kwargs = dict(max_tokens=128, ig_steps=4, importance=importance, layer_range=(0, 0), cache_dir=tmp_path)
     seen = []
-    result = aggregate.dataset_agreement(tiny_longformer, texts, progress=lambda f, m: seen.append(f), **kwargs)
+    result = lv.dataset_agreement(tiny_longformer, texts, progress=lambda f, m: seen.append(f), **kwargs)
     assert result.n_documents == 3 and result.from_cache == 0 and seen[-1] == 1.0
     # oracle: the single-document functions with the same (disk-cached) IG
     docs = []
@@ -185,8 +186,8 @@ def test_dataset_agreement_means_and_cache(tiny_longformer, tmp_path):
     for a, s, m in docs:
         total.update(ag.top_sets(a.tokens, a.attention.received(), s, m, "zero").both["token"])
     assert {t: int(counts.loc[t, "both"]) for t in total} == dict(total)
-    # second run from the disk cache
-    again = aggregate.dataset_agreement(tiny_longformer, texts, **kwargs)
+    # a second call reads the store: every document found there
+    again = lv.dataset_agreement(tiny_longformer, texts, **kwargs)
     assert again.from_cache == 3
     pd.testing.assert_frame_equal(again.table, result.table)
     shown = ag.mean_std_table(result.table, ag.TABLE1_METRICS)

@@ -8,14 +8,14 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
-from support.oracles import synthetic_bands
-from tiny import text_of
 
 import longviz_core as lv
 from longviz_core.attribution import _inputs
 from longviz_core.views import agreement as ag
 from longviz_core.views import attribution_tables as tables
 from longviz_core.views import pooling
+from support.oracles import synthetic_bands
+from tiny import text_of
 
 PROBS = np.array([[0.9, 0.1], [0.2, 0.8], [0.6, 0.4]])
 

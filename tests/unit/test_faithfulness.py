@@ -12,7 +12,6 @@ import pytest
 import torch
 
 import longviz_core as lv
-from longviz_core.dataset import aggregate
 from longviz_core.views import faithfulness as fa
 from tiny import make_tiny_longformer, text_of
 
@@ -445,13 +444,14 @@ def test_bad_attribution_is_a_clear_error(doc):
 
 # ---------------------------------------------------------------------------------------------- dataset
 @pytest.mark.slow
-def test_dataset_summary_and_disk_cache(tiny_longformer, tmp_path):
+def test_dataset_summary_and_store(tiny_longformer, tmp_path):
+    """lv.dataset_faithfulness (a thin call: precompute into the local store, then the store's aggregation)
+    against pandas over its per-document rows and the single-document function."""
     texts = [text_of(40), text_of(70), text_of(100)]
     kwargs = dict(max_tokens=128, ig_steps=4, rankings=("attention", "ig", "random"), seeds=(0, 1, 2),
                   cache_dir=tmp_path)
     seen = []
-    first = aggregate.dataset_faithfulness(tiny_longformer, texts, [0, 1, 0], progress=lambda f, m: seen.append(f),
-                                    **kwargs)
+    first = lv.dataset_faithfulness(tiny_longformer, texts, [0, 1, 0], progress=lambda f, m: seen.append(f), **kwargs)
     assert first.n_documents == 3 and first.from_cache == 0
     assert seen[-1] == 1.0 and all(0.0 <= f <= 1.0 for f in seen)
     per_doc = first.per_document
@@ -474,19 +474,13 @@ def test_dataset_summary_and_disk_cache(tiny_longformer, tmp_path):
                              seeds=(0, 1, 2)).table()
     for col in ("aopc", "aopc sd", "flip_fraction", "flip_rate"):
         np.testing.assert_allclose(per_doc[per_doc["doc"] == 1][col].to_numpy(), single[col].to_numpy())
-    # second run: every document from the disk cache, same numbers; a corrupt file is recomputed
-    again = aggregate.dataset_faithfulness(tiny_longformer, texts, [0, 1, 0], **kwargs)
+    # a second call reads the store: every document found there, the same numbers
+    again = lv.dataset_faithfulness(tiny_longformer, texts, [0, 1, 0], **kwargs)
     assert again.from_cache == 3
     np.testing.assert_allclose(again.per_document["aopc"], per_doc["aopc"])
-    files = sorted((tmp_path / "faithfulness").glob("*.json"))
-    assert len(files) == 3
-    files[0].write_text("{not json")
-    third = aggregate.dataset_faithfulness(tiny_longformer, texts, [0, 1, 0], **kwargs)
-    assert third.from_cache == 2
-    np.testing.assert_allclose(third.per_document["aopc"], per_doc["aopc"])
     assert len(first.long_curves()) == 3 * 3 * len(fa.KS)
-    fourth = aggregate.dataset_faithfulness(tiny_longformer, texts, [0, 1, 0], **{**kwargs, "seeds": (0, 1)})
-    assert fourth.from_cache == 0  # the seeds are part of the key
+    fourth = lv.dataset_faithfulness(tiny_longformer, texts, [0, 1, 0], **{**kwargs, "seeds": (0, 1)})
+    assert fourth.from_cache == 0  # the seeds are a setting: another store
 
 
 # ---------------------------------------------------------------------------------------------- acceptance
