@@ -83,10 +83,12 @@ def test_the_app_command_says_it_needs_a_clone(tmp_path, capsys):
         cli.app_script(tmp_path)
 
 
-def test_package_data_declares_every_file_under_data():
+def test_package_data_declares_every_file_that_is_not_python():
+    """The stopword list and the shipped demo model, and whatever is added beside them."""
     package = ROOT / "longviz_core"
-    shipped = {p for p in (package / "data").rglob("*") if p.is_file()}
-    assert package / "data" / "stopwords" / "english" in shipped
+    shipped = {p for p in package.rglob("*")
+               if p.is_file() and p.suffix not in (".py", ".pyc") and "__pycache__" not in p.parts}
+    assert {package / "data" / "stopwords" / "english", package / "demo" / "shipped" / "metrics.json"} <= shipped
     declared = {p for pattern in PYPROJECT["tool"]["setuptools"]["package-data"]["longviz_core"]
                 for p in package.glob(pattern) if p.is_file()}
     assert shipped <= declared
@@ -115,7 +117,7 @@ def test_the_built_wheel_holds_the_stopwords_and_no_app(tmp_path):
         entry_points = z.read(f"{info}/entry_points.txt").decode()
     shipped = {f"longviz_core/{p.relative_to(ROOT / 'longviz_core').as_posix()}"
                for p in (ROOT / "longviz_core").rglob("*") if p.is_file() and "__pycache__" not in p.parts}
-    assert "longviz_core/data/stopwords/english" in shipped and shipped <= names
+    assert "longviz_core/data/stopwords/english" in shipped and shipped <= names  # the shipped demo included
     assert {n.split("/")[0] for n in names} == {"longviz_core", info}
     assert "longviz = longviz_core.cli:main" in entry_points
     assert f"\nVersion: {__version__}\n" in metadata
