@@ -30,6 +30,7 @@ from .errors import (
     NotAClassifierError,
     StoreError,
 )
+from .explainers import EXPLAINERS, ExplainerError, Explanation, explain
 from .faithfulness import (
     DatasetFaithfulness,
     FaithfulnessError,
@@ -37,6 +38,7 @@ from .faithfulness import (
     RankingCurve,
     dataset_faithfulness,
 )
+from .leaderboard import LeaderboardError, document_leaderboard, leaderboard
 from .loading import DEMO, LoadedModel, dataset_fingerprint, load_dataset, load_model, normalise_dataset
 from .runtime import COMPUTE, BudgetLRU, ComputeQueue
 from .types import Progress
@@ -70,6 +72,13 @@ from .store import Record, ResultStore
 from .similarity import METRICS, SimilarityError, compare, compare_many
 
 __all__ = [
+    "EXPLAINERS",
+    "ExplainerError",
+    "Explanation",
+    "LeaderboardError",
+    "document_leaderboard",
+    "explain",
+    "leaderboard",
     "Attribution",
     "DatasetAgreement",
     "DatasetAttribution",

@@ -1,4 +1,5 @@
-"""Command line: `python -m longviz_core precompute ...` and `python -m longviz_core store-info DIR`.
+"""Command line: `python -m longviz_core precompute ...`, `python -m longviz_core store-info DIR` and
+`python -m longviz_core leaderboard ...` (the explainer leaderboard, longviz_core/leaderboard.py).
 
 See README, "Precomputing a dataset", for the workflow (single machine, shards, Ray) and the store's layout."""
 from __future__ import annotations
@@ -48,6 +49,10 @@ def _parser() -> argparse.ArgumentParser:
     info = sub.add_parser("store-info", help="what a store holds (and, with --verify, whether it is intact)")
     info.add_argument("path")
     info.add_argument("--verify", action="store_true", help="check every file's checksum")
+
+    from .leaderboard import add_arguments
+
+    add_arguments(sub.add_parser("leaderboard", help="score every explainer by deletion on a dataset's documents"))
     return p
 
 
@@ -100,7 +105,9 @@ def _store_info(a) -> int:
 def main(argv=None) -> int:
     a = _parser().parse_args(argv)
     try:
-        return {"precompute": _precompute, "store-info": _store_info}[a.command](a)
+        from .leaderboard import run_cli
+
+        return {"precompute": _precompute, "store-info": _store_info, "leaderboard": run_cli}[a.command](a)
     except (LongvizError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
