@@ -222,8 +222,10 @@ class _AttentionGrads:
         self.done: set[int] = set()
 
     def attach(self) -> None:
+        # Longformer returns probabilities only when every layer is asked to: each layer's forward hook drops
+        # them from the output, the chosen layers' after hooking their gradient
         for l, layer in enumerate(_encoder_layers(self.model.model)):
-            if l in self.layers:
+            if l in self.layers or self.model.is_longformer:
                 self.handles.append(layer.attention.self.register_forward_hook(partial(self._forward, l)))
 
     def remove(self) -> None:
@@ -239,10 +241,12 @@ class _AttentionGrads:
             return None
         local = out[1]  # (1, n_padded, H, g + 2 w_l + 1)
         glob = out[2] if len(out) > 2 else None  # (1, H, g, n_padded), a view of the softmax output
-        self.parts[layer] = {"want": 1 + (glob is not None)}
-        self.handles.append(_producer(local).register_prehook(partial(self._part, layer, "local", local.shape)))
-        if glob is not None:
-            self.handles.append(_producer(glob).register_prehook(partial(self._part, layer, "global", glob.shape)))
+        if layer in self.layers:
+            self.parts[layer] = {"want": 1 + (glob is not None)}
+            self.handles.append(_producer(local).register_prehook(partial(self._part, layer, "local", local.shape)))
+            if glob is not None:
+                self.handles.append(_producer(glob).register_prehook(
+                    partial(self._part, layer, "global", glob.shape)))
         empty = lambda t: t.new_zeros((t.shape[0], t.shape[1], 0, 0)).detach()  # noqa: E731
         return (out[0], empty(local), *((empty(glob),) if glob is not None else ()))
 
@@ -489,8 +493,9 @@ def explain(model: LoadedModel, analysis: DocumentAnalysis, method: str, target:
 
 class _PeakMemory:
     """Peak memory above the level at entry. CUDA: torch's peak allocation. CPU (Linux): the process's peak
-    resident set (VmHWM, reset at entry through /proc/self/clear_refs) minus the resident set at entry; the
-    process's other threads count too. `bytes` is None where neither is available."""
+    resident set (VmHWM, reset at entry through /proc/self/clear_refs, after freed heap memory is handed back with
+    malloc_trim) minus the resident set at entry; the process's other threads count too. `bytes` is None where
+    neither is available."""
 
     def __init__(self, device) -> None:
         self.device, self.bytes, self._base = torch.device(device), None, None
