@@ -6,6 +6,7 @@ import importlib
 import streamlit as st
 
 import longviz_core as lv
+from longviz_core import attribution as attr
 from longviz_core import cache
 from longviz_core import faithfulness as fa
 from longviz_core.figures import agreement as fig_faith
@@ -87,6 +88,14 @@ def show_leaderboard(runs, meta, title):
 
 if scope == "this document":
     meta = common.export_settings(model, description, scope=scope, **settings)
+    rankings = len([m for m in methods if m != "random"]) + (len(seeds) if "random" in methods else 0)
+    worst = rankings * (1 + len(fa.KS) + fa.removed_count(max_removed, analysis.n - 2))
+    note = (f"The deletion test scores up to {worst:,} perturbed copies, one forward each (fewer when decisions "
+            "flip early); the gradient explainers take one forward and backward each")
+    if "ig" in methods and attr.cached_attribution(model, analysis, target, steps) is None:
+        seconds = attr.estimate_ig_seconds(model, analysis.n, steps, on_wait=common.queue_notice())
+        note += f", Integrated Gradients about {attr.format_seconds(seconds)} ({steps} steps)"
+    st.info(note + ".")
     common.stop_until_clicked(P, "Run the explainers and the deletion test", (
         model.fingerprint, analysis.key, settings))
 
