@@ -376,6 +376,8 @@ def add_arguments(p) -> None:
     p.add_argument("--max-removed", type=float, default=1.0, help="the flip scan's limit, a fraction (default 1)")
     p.add_argument("--rank-by", default="signed", choices=RANK_BY)
     p.add_argument("--device", default=None, help="cpu / cuda (default: cuda when available)")
+    p.add_argument("--cache-dir", default=None,
+                   help="where each document's runs and the flip scans are kept (default: LONGVIZ_CACHE_DIR)")
     p.add_argument("--out", default=None, help="write the leaderboard as CSV here")
     p.add_argument("--runs", default=None, help="write every document's runs as CSV here")
 
@@ -393,7 +395,7 @@ def run_cli(a) -> int:
     bar = _cli_bar()
     runs, hits = leaderboard_runs(model, df["text"].iloc[: a.limit], methods, a.target, max_tokens=a.max_tokens,
                                   seeds=range(a.seeds), replacement=a.replacement, max_removed=a.max_removed,
-                                  rank_by=a.rank_by, options=options, progress=bar)
+                                  rank_by=a.rank_by, options=options, cache_dir=a.cache_dir, progress=bar)
     table = summarise(runs)
     print(f"\n{runs['doc'].nunique()} documents ({hits} from the cache)", file=sys.stderr)
     print(table[["method", "aopc", "aopc_sd", "lodds", "lodds_sd", "first_flip", "flip_rate", "seconds",
