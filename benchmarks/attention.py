@@ -40,7 +40,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from longviz_core.bands import AttentionBands  # noqa: E402
+from longviz_core.model.bands import AttentionBands  # noqa: E402
 from longviz_core.views.counts import (  # noqa: E402
     BYS,
     DIRECTIONS,
@@ -129,7 +129,7 @@ def all_views(bands: AttentionBands, k: int, grid: int) -> dict:
 
 
 def warm_up(w: int, k: int, grid: int) -> float:
-    """Run the compiled loops (`longviz_core._kernels`) once on small random bands, so that the timings below
+    """Run the compiled loops (`longviz_core.model._kernels`) once on small random bands, so that the timings below
     are per document."""
     rng = np.random.default_rng(0)
     n = 4 * w

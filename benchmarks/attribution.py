@@ -31,6 +31,7 @@ import torch  # noqa: E402
 
 from longviz_core import analyze, load_model  # noqa: E402
 from longviz_core import attribution as A  # noqa: E402
+from longviz_core.attribution.cost import time_passes  # noqa: E402
 
 
 def machine() -> str:
@@ -43,8 +44,8 @@ def machine() -> str:
 
 def floor(model, enc, repeats: int) -> tuple[float, float, list[float]]:
     """Median (wall, CPU) seconds of one forward+backward, and every wall timing."""
-    A._time_passes(model, enc, "fp32")  # warm-up (allocator, kernels)
-    runs = [A._time_passes(model, enc, "fp32") for _ in range(repeats)]
+    time_passes(model, enc, "fp32")  # warm-up (allocator, kernels)
+    runs = [time_passes(model, enc, "fp32") for _ in range(repeats)]
     print("  forward+backward: " + ", ".join(f"{p.step:.2f} s ({p.step_cpu:.2f} s CPU)" for p in runs), flush=True)
     walls = [p.step for p in runs]
     return statistics.median(walls), statistics.median(p.step_cpu for p in runs), walls

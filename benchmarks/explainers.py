@@ -50,7 +50,8 @@ import torch  # noqa: E402
 
 import longviz_core as lv  # noqa: E402
 from longviz_core import attribution as A  # noqa: E402
-from longviz_core import explainers as ex  # noqa: E402
+from longviz_core.attribution import cost  # noqa: E402
+from longviz_core.attribution import explainers as ex  # noqa: E402
 
 
 def machine() -> str:
@@ -171,7 +172,7 @@ def ig_batch_part(model_dir: Path, n: int, steps: int, batches) -> None:
     longviz's choice for `steps` steps; per step, the two endpoint forwards included."""
     print(f"\n[IG internal batch] {n} tokens, one fresh process per run; {load()}", flush=True)
     print(f"  {'run':<44}{'batch':>6}{'seconds':>9}{'s/step':>8}{'CPU s/step':>11}{'peak MiB':>10}{'MiB/step':>10}")
-    per_step = A._bytes_per_step(lv.load_model(str(model_dir), device="cpu"), n, "fp32")
+    per_step = cost._bytes_per_step(lv.load_model(str(model_dir), device="cpu"), n, "fp32")
     results = []
     model = lv.load_model(str(model_dir), device="cpu")
     with tempfile.TemporaryDirectory() as empty:
@@ -179,7 +180,7 @@ def ig_batch_part(model_dir: Path, n: int, steps: int, batches) -> None:
     print(f"  longviz's first choice for {steps} steps (nothing timed yet): {first}", flush=True)
     for b, k in [*((b, b) for b in batches), (0, steps)]:
         need = (b or steps) * per_step * 1.3
-        if need > A._free_memory_bytes(torch.device("cpu")):
+        if need > cost._free_memory_bytes(torch.device("cpu")):
             print(f"  skipped batch {b}: needs about {need / 2**30:.0f} GiB, more than is free", flush=True)
             continue
         out = subprocess.run([sys.executable, __file__, "--ig-child", str(model_dir), str(n), str(k), str(b)],

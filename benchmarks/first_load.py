@@ -22,8 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from test_e2e_browser import CHROMEDRIVER, CHROMIUM, chromium  # noqa: E402
-from test_load import serve  # noqa: E402
+from support.browser import CHROMEDRIVER, CHROMIUM, chromium  # noqa: E402
+from support.servers import serve  # noqa: E402
 
 
 def _visit(driver, url: str, timeout: float = 600) -> tuple[float | None, float]:

@@ -31,8 +31,8 @@ PAPER_DOCS = 5350
 
 
 def run(what: str, workers: int, threads: int, docs: int, n_steps: int, max_tokens: int, out: Path) -> dict:
-    from longviz_core.precompute import read_logs
-    from longviz_core.store import ResultStore
+    from longviz_core.dataset.run import read_logs
+    from longviz_core.dataset.store import ResultStore
 
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     started = time.monotonic()
@@ -60,8 +60,9 @@ def base_projection(max_tokens: int, n_steps: int) -> None:
     from transformers import AutoTokenizer, LongformerConfig, LongformerForSequenceClassification
 
     from longviz_core import load_dataset, load_model
+    from longviz_core.dataset.kinds import Settings
+    from longviz_core.dataset.run import precompute, read_logs
     from longviz_core.demo import ensure_demo
-    from longviz_core.precompute import Settings, precompute, read_logs
 
     demo = ensure_demo()
     tok = AutoTokenizer.from_pretrained(demo.model_dir)

@@ -15,11 +15,11 @@ import os
 
 import streamlit as st
 
-from .analysis import DocumentAnalysis, analyze
-from .encoding import text_hash
-from .loading import LoadedModel, load_dataset, load_model
+from .model.analysis import DocumentAnalysis, analyze
+from .model.encoding import text_hash
+from .model.loading import LoadedModel, load_dataset, load_model
+from .progress import Progress
 from .runtime import BudgetLRU
-from .types import Progress
 
 
 def _budget_bytes() -> int:
@@ -85,7 +85,7 @@ def get_dataset(source: str, id2label: dict | None = None, text_column=None, lab
 def get_store(root: str, model_fingerprint: str, dataset_fingerprint: str, max_tokens: int):
     """The ResultStore under `root` made for this model, dataset and max tokens, or None. Re-opened every
     minute, so documents a running precompute adds appear."""
-    from .precompute import find_store
+    from .dataset.run import find_store
 
     return find_store(root, model_fingerprint, dataset_fingerprint, max_tokens)
 

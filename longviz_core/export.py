@@ -10,12 +10,13 @@ import json
 import platform
 import re
 from datetime import datetime, timezone
-from importlib import metadata
 from typing import Mapping
 
 import altair as alt
 import numpy as np
 import pandas as pd
+
+from ._disk import package_versions
 
 # Packages whose versions decide the numbers and the pictures.
 PACKAGES = ("torch", "transformers", "captum", "tokenizers", "numpy", "pandas", "scipy", "rbo", "nltk",
@@ -79,17 +80,6 @@ def standalone_html(body_html: str, title: str = "longviz") -> bytes:
     return page.encode("utf-8")
 
 
-def package_versions(packages=PACKAGES) -> dict[str, str | None]:
-    """Installed versions (None for a package that is not installed)."""
-    out = {}
-    for name in packages:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = None
-    return out
-
-
 def run_metadata(model, settings: Mapping, model_name: str | None = None) -> dict:
     """What produced an export: the model (name, fingerprint, revision, shape), the view's settings and the
     package versions. `model` is a LoadedModel; `model_name` replaces its source (hosted mode shows names,
@@ -114,7 +104,7 @@ def run_metadata(model, settings: Mapping, model_name: str | None = None) -> dic
         },
         "settings": {str(k): _jsonable(v) for k, v in settings.items()},
         "python": platform.python_version(),
-        "packages": package_versions(),
+        "packages": package_versions(PACKAGES),
     }
 
 

@@ -10,8 +10,6 @@ import threading
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
-import torch
-
 
 class ComputeQueue:
     """A fair (first come, first served) re-entrant lock with a visible queue."""
@@ -64,7 +62,11 @@ class ComputeQueue:
 COMPUTE = ComputeQueue()
 
 
-def default_device() -> torch.device:
+def default_device():
+    """torch.device("cuda") when a GPU is available, else the CPU (torch is imported here, not with the module:
+    COMPUTE and BudgetLRU need no torch)."""
+    import torch
+
     return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
 
 

@@ -1,5 +1,5 @@
-"""What every page shares: session-state keys (all of them live here), the sidebar, accessors for the
-current model / dataset / document / analysis, an error guard and a progress adapter.
+"""What every page shares: the sidebar, accessors for the current model / dataset / document / analysis, an
+error guard and a progress adapter; the session-state keys (K, in pages/_keys.py) are re-exported here.
 
 Pages import this module; it only arranges widgets and calls the core."""
 from __future__ import annotations
@@ -14,38 +14,8 @@ import streamlit as st
 
 import longviz_core as lv
 from longviz_core import cache
-
-
-class K:
-    """Session-state keys. Page-specific widgets use `K.page(page, name)` so every key is built here."""
-
-    MODEL = "model_source"
-    DATASET_KIND = "dataset_kind"
-    DATASET_PATH = "dataset_path"
-    DATASET_UPLOAD = "dataset_upload"
-    DOC_MODE = "doc_mode"
-    DOC_INDEX = "doc_index"
-    DOC_SEED = "doc_seed"
-    PASTED = "pasted_text"
-    MAX_TOKENS = "max_tokens"
-    POSITIVE = "positive_class"
-    MASK = "mask_tokens"
-    SCALE = "scale_by_importance"
-    IMPORTED_IMPORTANCE = "attention.imported_importance"  # (layers, heads) array imported on the heatmap page
-
-    @staticmethod
-    def page(page: str, name: str) -> str:
-        return f"{page}.{name}"
-
-    @staticmethod
-    def option(page: str, name: str) -> dict:
-        """`key=` and `bind=` for a page option: its value lives under K.page(page, name) and in the URL, so a
-        copied link reopens the view with this option set (see pages/_links.py)."""
-        return {"key": K.page(page, name), "bind": "query-params"}
-
-
-DOC_MODES = ("by index", "random false negative", "random false positive", "most confident positive", "pasted text")
-DATASET_KINDS = ("demo", "file path", "upload")
+from pages import _hosting as hosting
+from pages._keys import DATASET_KINDS, DOC_MODES, K
 
 
 def run_through_app() -> None:
@@ -85,8 +55,6 @@ LOCAL_MAX_IG_STEPS = 5000
 
 def max_ig_steps() -> int:
     """The most Integrated Gradients steps a page may ask for: a hosted server's `max_ig_steps`, else 5,000."""
-    from pages import _hosting as hosting
-
     return hosting.max_ig_steps(hosting.config(), LOCAL_MAX_IG_STEPS)
 
 
@@ -135,8 +103,6 @@ def queue_notice():
 def sidebar() -> None:
     """The controls every page shares. In hosted mode models and datasets come from the lab's list; every
     option is bound to the URL (`bind="query-params"`) so a copied link reopens the same view."""
-    from pages import _hosting as hosting
-
     ss = st.session_state
     ss.setdefault(K.DOC_SEED, 0)
     cfg = hosting.config()
@@ -185,8 +151,6 @@ def current_dataset(model: lv.LoadedModel):
     if kind == "demo":
         return cache.get_dataset(lv.DEMO, model.id2label)
     if kind == "file path":
-        from pages import _hosting as hosting
-
         path = (ss.get(K.DATASET_PATH) or "").strip()
         # a hosted dataset may name its text/label columns in the configuration; locally they are detected
         if not path:
@@ -205,13 +169,14 @@ def max_tokens(model: lv.LoadedModel) -> int:
 def attribution_after_click(model: lv.LoadedModel, analysis, steps: int, page: str, label: str, note: str = ""):
     """IG of the predicted class: from the disk cache, or after an honest time estimate and a click on `label`."""
     from longviz_core import attribution as attr
+    from longviz_core.progress import format_seconds
 
     hit = attr.cached_attribution(model, analysis, None, steps)
     if hit is not None:
         return hit
     seconds = attr.estimate_ig_seconds(model, analysis.n, steps, on_wait=queue_notice())
     st.info(f"Integrated Gradients with {steps} steps on {analysis.n:,} tokens takes about "
-            f"{attr.format_seconds(seconds)} on this machine ({model.device.type}).{note}")
+            f"{format_seconds(seconds)} on this machine ({model.device.type}).{note}")
     if not st.button(label, key=K.page(page, "run_ig")):
         st.stop()
     return attr.integrated_gradients(model, analysis, None, steps, progress=progress_bar("Integrated Gradients"),

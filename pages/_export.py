@@ -13,7 +13,7 @@ import streamlit as st
 import longviz_core as lv
 from longviz_core import export
 from pages import _hosting
-from pages._common import K
+from pages._keys import K
 
 
 def chart(figure, name: str, model: lv.LoadedModel | None = None, settings: dict | None = None, *, where=st,

@@ -17,7 +17,7 @@ from streamlit.errors import StreamlitSecretNotFoundError
 import longviz_core as lv
 from longviz_core import cache
 from longviz_core.config import ConfigError, HostConfig, config_path, load_config
-from pages import _common  # attribute access at call time: _common imports this module too
+from pages._keys import DOC_MODES, K
 
 
 @st.cache_resource(show_spinner=False, max_entries=4)
@@ -83,7 +83,7 @@ def _oidc_gate(cfg: HostConfig) -> None:
 
 
 def _password_gate() -> None:
-    ss, K = st.session_state, _common.K
+    ss = st.session_state
     if ss.get(K.page("login", "password_ok")):
         return
     expected = _secrets("longviz").get("password")
@@ -119,7 +119,7 @@ def sidebar_sources(cfg: HostConfig) -> None:
     The selectboxes store the *source* under the usual keys (K.MODEL, K.DATASET_PATH with K.DATASET_KIND =
     "file path"), so `_common.current_model()` / `current_dataset()` work unchanged; a value outside the
     lists cannot be chosen."""
-    ss, K = st.session_state, _common.K
+    ss = st.session_state
     models = {m.source: m.name for m in cfg.models}
     # Bound to the URL by *name* (the selectbox's label): links never carry server paths, and a name that
     # is not in the list is dropped by Streamlit before it reaches the session.
@@ -141,8 +141,8 @@ def doc_modes(cfg: HostConfig | None) -> tuple[str, ...]:
     """The document choices offered: all of them locally; hosted mode may forbid pasted text, and without
     any dataset only pasted text remains."""
     if cfg is None:
-        return _common.DOC_MODES
-    modes = _common.DOC_MODES if cfg.datasets or cfg.allow_upload else ("pasted text",)
+        return DOC_MODES
+    modes = DOC_MODES if cfg.datasets or cfg.allow_upload else ("pasted text",)
     return tuple(m for m in modes if m != "pasted text" or cfg.allow_pasted_text)
 
 

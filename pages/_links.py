@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from pages import _common  # attribute access at call time: _common may import this module
+from pages._keys import K
 
 SEED = "seed"  # query parameter of K.DOC_SEED
 _MAX_SEED = 10**9
@@ -24,7 +24,7 @@ def sync() -> None:
 
     Call on every run after the sidebar (whose "Pick another" button changes the seed) and before the page
     runs (which reads it)."""
-    ss, K = st.session_state, _common.K
+    ss = st.session_state
     first_run = K.page("links", "restored")
     if not ss.get(first_run):
         ss[first_run] = True

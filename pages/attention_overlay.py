@@ -4,7 +4,8 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from longviz_core.figures.text import legend_html, token_label, token_overlay_html
+from longviz_core.figures.text import legend_html, token_overlay_html
+from longviz_core.tokens import token_label
 from longviz_core.views.masking import build_mask
 from pages import _common as common
 from pages import _export as export

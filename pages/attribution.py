@@ -6,8 +6,12 @@ import streamlit as st
 import longviz_core as lv
 from longviz_core import attribution as ig
 from longviz_core import cache
+from longviz_core.dataset import aggregate
 from longviz_core.figures.explainers import explainer_header_html
-from longviz_core.figures.text import attribution_header_html, legend_html, token_label, token_overlay_html
+from longviz_core.figures.text import attribution_header_html, legend_html, token_overlay_html
+from longviz_core.progress import format_seconds
+from longviz_core.tokens import token_label
+from longviz_core.views import attribution_tables as tables
 from longviz_core.views.masking import build_mask, special_mask
 from pages import _common as common
 from pages import _export as export
@@ -71,7 +75,7 @@ with common.guard():
         with st.spinner("Timing one step of the model (once per model and length)…"):
             eta = ig.estimate_ig_seconds(model, analysis.n, n_steps, precision, on_wait=common.queue_notice())
         st.info(f"Not computed yet for these settings: {n_steps} steps on {analysis.n:,} tokens take about "
-                f"{ig.format_seconds(eta)} on this machine ({model.device.type}).")
+                f"{format_seconds(eta)} on this machine ({model.device.type}).")
         if not st.button("Compute attributions", type="primary", key=K.page(P, "run")):
             st.stop()
         attr = ig.integrated_gradients(model, analysis, **settings, progress=common.progress_bar("Integrated Gradients"),
@@ -96,7 +100,7 @@ st.caption(
     f"{description} · token scores: IG summed over the embedding dimension, divided by their L2 norm (sign kept) · "
     f"{attr.n_steps} steps ({attr.method}, {attr.precision}) · convergence delta {attr.delta:+.2e} on the raw sums "
     f"(F(x) − F(baseline) = {attr.prob_input:.4f} − {attr.prob_baseline:.4f} = {attr.expected:+.4f}) · "
-    + ("loaded from cache" if attr.from_cache else f"computed in {ig.format_seconds(attr.seconds)}")
+    + ("loaded from cache" if attr.from_cache else f"computed in {format_seconds(attr.seconds)}")
 )
 if attr.warning:
     st.warning(attr.warning)
@@ -142,7 +146,7 @@ export.overlay(token_overlay_html(analysis.tokens, scores, mask=mask, vmax=vmax,
                header_html=header, legend_html=legend_html("diverging", vmax=vmax, label=legend))
 
 # ---- the selected token
-d = ig.token_detail(analysis, attr, int(pos))
+d = tables.token_detail(analysis, attr, int(pos))
 t = st.columns(4)
 t[0].metric("Token", repr(d["token"]), f"position {d['position']:,} of {d['n']:,}", delta_color="off")
 t[1].metric("Attribution", f"{d['attribution']:+.4f}", f"rank {d['attribution_rank']:,}", delta_color="off")
@@ -151,10 +155,10 @@ t[3].metric("Received attention (all layers, heads)", f"{d['received_attention']
             f"rank {d['attention_rank']:,}", delta_color="off")
 
 # ---- tables (Fig 10)
-ranked = ig.top_attributions(analysis.tokens, attr.scores, analysis.n, "positive", mask)
-negative = ig.top_attributions(analysis.tokens, attr.scores, analysis.n, "negative", mask)
+ranked = tables.top_attributions(analysis.tokens, attr.scores, analysis.n, "positive", mask)
+negative = tables.top_attributions(analysis.tokens, attr.scores, analysis.n, "negative", mask)
 pair(pd.concat([ranked, negative.iloc[::-1]], ignore_index=True), "attribution", "Tokens", "tokens", selectable=True)
-pair(ig.attribution_by_token(analysis.tokens, attr.scores, mask), "attribution",
+pair(tables.attribution_by_token(analysis.tokens, attr.scores, mask), "attribution",
      "Token types (sum over the document)", "token_types")
 
 # ---- dataset-wide average by token type
@@ -188,14 +192,14 @@ with common.guard():
         except lv.StoreError as exc:
             st.caption(f"The result store cannot serve this table ({exc}); computing in the app.")
     if ds is None:
-        ds = ig.cached_dataset_attributions(model, texts, **ds_args, **view)
+        ds = aggregate.cached_dataset_attributions(model, texts, **ds_args, **view)
     if ds is None:
         eta = ig.estimate_dataset_seconds(model, texts, ds_steps, ds_args["max_tokens"], precision)
-        st.info(f"Not computed yet: about {ig.format_seconds(eta)} for {n_docs} documents at {ds_steps} steps "
+        st.info(f"Not computed yet: about {format_seconds(eta)} for {n_docs} documents at {ds_steps} steps "
                 "(documents already attributed at these settings are reused).")
         if not st.button("Compute the dataset-wide table", key=K.page(P, "ds_run")):
             st.stop()
-        ds = ig.dataset_attributions(model, texts, **ds_args, **view,
+        ds = aggregate.dataset_attributions(model, texts, **ds_args, **view,
                                      progress=common.progress_bar("Dataset attribution"), on_wait=common.queue_notice())
 meta = {**meta, "dataset_documents": ds.n_docs, "dataset_steps": ds_steps, "masked": masked, "min_docs": min_docs}
 st.caption(ds.description())

@@ -1,21 +1,20 @@
 """Explainers: which explanation can you trust on this long document? Every explainer scored by deleting its
 top tokens (AOPC / LOdds, seed 003; first decision flip, seed 004) with its cost, side by side, for the current
 document or over the dataset; their agreement; every score exported."""
-import importlib
-
 import streamlit as st
 
 import longviz_core as lv
 from longviz_core import attribution as attr
 from longviz_core import cache
-from longviz_core import faithfulness as fa
+from longviz_core.dataset import leaderboard as lb
 from longviz_core.figures import agreement as fig_faith
 from longviz_core.figures import explainers as fig
+from longviz_core.progress import format_seconds
+from longviz_core.views import faithfulness as fa
 from pages import _common as common
 from pages import _export as export
 
 common.run_through_app()
-lb = importlib.import_module("longviz_core.leaderboard")  # the attribute `lv.leaderboard` is the function
 
 K, P = common.K, "explainers"
 SCAN_LIMITS = {"100 % (every count)": 1.0, "50 %": 0.5, "20 %": 0.2, "10 %": 0.1}
@@ -94,7 +93,7 @@ if scope == "this document":
             "flip early); the gradient explainers take one forward and backward each")
     if "ig" in methods and attr.cached_attribution(model, analysis, target, steps) is None:
         seconds = attr.estimate_ig_seconds(model, analysis.n, steps, on_wait=common.queue_notice())
-        note += f", Integrated Gradients about {attr.format_seconds(seconds)} ({steps} steps)"
+        note += f", Integrated Gradients about {format_seconds(seconds)} ({steps} steps)"
     st.info(note + ".")
     common.stop_until_clicked(P, "Run the explainers and the deletion test", (
         model.fingerprint, analysis.key, settings))
@@ -125,7 +124,9 @@ if scope == "this document":
             matrix = lb.agreement_matrix(explanations, metric, rank_by=rank_by)
         st.caption("Rankings of the text tokens (<s> and </s> left out) by each explainer's deletion key; random is "
                    "its seed 0. RBO: extrapolated, p = 0.99.")
-        export.chart(fig.agreement_heatmap(matrix, metric), f"explainer agreement {metric}", model, meta)
+        labels = {m: lv.EXPLAINERS[m].label for m in matrix.index}
+        export.chart(fig.agreement_heatmap(matrix, metric, labels=labels), f"explainer agreement {metric}", model,
+                     meta)
     export.download_table(fig.scores_table(analysis.tokens, explanations), "explainer scores per token", model,
                           meta)
 else:

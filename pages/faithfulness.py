@@ -5,8 +5,10 @@ import streamlit as st
 import longviz_core as lv
 from longviz_core import attribution as attr
 from longviz_core import cache
-from longviz_core import faithfulness as fa
+from longviz_core.dataset import aggregate
 from longviz_core.figures import agreement as fig
+from longviz_core.progress import format_seconds
+from longviz_core.views import faithfulness as fa
 from pages import _common as common
 from pages import _export as export
 
@@ -111,13 +113,13 @@ else:
             runs = len(fa.RANKINGS) - 1 + len(seeds)
             per_doc = 1 + runs * (len(fa.KS) + fa.removed_count(max_removed, common.max_tokens(model) - 2))
             st.info(f"Uncached documents need IG and the deletion test: IG alone takes up to about "
-                    f"{attr.format_seconds(count * estimate)} for {count} documents at "
+                    f"{format_seconds(count * estimate)} for {count} documents at "
                     f"{common.max_tokens(model):,} tokens, and the deletion test scores up to {per_doc:,} copies "
                     "per document, one forward each (cached documents are instant).")
             common.stop_until_clicked(P, "Compute the dataset-wide summary", (
                 model.fingerprint, lv.dataset_fingerprint(df), count, steps, settings, common.max_tokens(model)))
             labels = df["label"].iloc[:count] if "label" in df else None
-            result = fa.dataset_faithfulness(model, df["text"].iloc[:count], labels,
+            result = aggregate.dataset_faithfulness(model, df["text"].iloc[:count], labels,
                                              max_tokens=common.max_tokens(model), ig_steps=steps, layers=layers,
                                              scale=importance, replacement=replacement, seeds=seeds,
                                              max_removed=max_removed, progress=common.progress_bar("Dataset"),

@@ -5,7 +5,7 @@ import streamlit as st
 import longviz_core as lv
 from longviz_core import cache
 from longviz_core.figures import attention as fig
-from longviz_core.figures.text import readable_token
+from longviz_core.tokens import readable_token
 from longviz_core.views import importance as imp
 from longviz_core.views import pooling
 from pages import _common as common

@@ -2,11 +2,13 @@
 import streamlit as st
 
 import longviz_core as lv
-from longviz_core import agreement as ag
 from longviz_core import attribution as attr
 from longviz_core import cache
+from longviz_core.dataset import aggregate
 from longviz_core.figures import agreement as fig
-from longviz_core.similarity import DEFAULT_P, METRICS, rbo_top_weight
+from longviz_core.progress import format_seconds
+from longviz_core.views import agreement as ag
+from longviz_core.views.similarity import DEFAULT_P, METRICS, rbo_top_weight
 from pages import _common as common
 from pages import _export as export
 
@@ -115,19 +117,19 @@ else:
         if store is not None:
             result = cache.memo(("store_agreement", str(store.root), store.content_key()), store.dataset_agreement)
             if not scale:
-                result = ag.without_scaled(result)
+                result = aggregate.without_scaled(result)
             common.store_caption(store, "agreement", len(df))
         else:
             count = st.slider("Documents (from the start of the dataset)", 1, len(df), min(10, len(df)),
                               **K.option(P, "docs"))
             estimate = attr.estimate_ig_seconds(model, common.max_tokens(model), steps,
                                                 on_wait=common.queue_notice())
-            st.info(f"Uncached documents need IG: up to about {attr.format_seconds(count * estimate)} for {count} "
+            st.info(f"Uncached documents need IG: up to about {format_seconds(count * estimate)} for {count} "
                     f"documents at {common.max_tokens(model):,} tokens (cached documents are instant).")
             common.stop_until_clicked(P, "Compute dataset-wide tables", (
                 model.fingerprint, lv.dataset_fingerprint(df), count, steps, kinds, layer_range, p,
                 None if scaling is None else scaling.name, common.max_tokens(model)))
-            result = ag.dataset_agreement(model, df["text"].iloc[:count], max_tokens=common.max_tokens(model),
+            result = aggregate.dataset_agreement(model, df["text"].iloc[:count], max_tokens=common.max_tokens(model),
                                           ig_steps=steps, importance=importance, mask_kinds=kinds,
                                           layer_range=layer_range, p=p, progress=common.progress_bar("Dataset"),
                                           on_wait=common.queue_notice())

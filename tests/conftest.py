@@ -67,3 +67,29 @@ def tiny_bert(tmp_path_factory):
     from longviz_core import load_model
 
     return load_model(str(make_tiny_bert(tmp_path_factory.mktemp("tiny_bert"))))
+
+
+# ---- a served app and a headless browser (e2e and link tests)
+@pytest.fixture(scope="module")
+def app_server(demo, tmp_path_factory):
+    from support.browser import require_browser
+    from support.servers import ROOT, serve
+
+    require_browser()
+    tmp = tmp_path_factory.mktemp("e2e")
+    env = dict(os.environ)
+    env.pop("LONGVIZ_CONFIG", None)
+    log = tmp / "server.log"
+    proc, port = serve(ROOT / "app.py", env, log)
+    yield f"http://127.0.0.1:{port}", log
+    proc.terminate()
+    proc.wait(30)
+
+
+@pytest.fixture(scope="module")
+def browser(app_server, tmp_path_factory):
+    from support.browser import chromium
+
+    driver = chromium(tmp_path_factory.mktemp("chromium-profile"))
+    yield driver
+    driver.quit()

@@ -47,7 +47,11 @@ def make_tiny_longformer(path: Path, layers=2, heads=2, hidden=32, window=8, lab
 
 
 def make_tiny_bert(path: Path, layers=2, heads=2, hidden=32, labels=2, seed=0) -> Path:
-    from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
+    from transformers import (
+        BertConfig,
+        BertForSequenceClassification,
+        BertTokenizerFast,
+    )
 
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)

@@ -17,7 +17,7 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from ..similarity import METRICS
+from ..views.similarity import METRICS
 
 CURVE_METRICS = {
     "aopc": ("AOPC(k) = p(y|x) − p(y|x without top k%)", "higher = more faithful"),

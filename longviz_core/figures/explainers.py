@@ -15,10 +15,10 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from ..explainers import EXPLAINERS
-from .text import _STYLE, token_label
+from ..tokens import token_label
 
 METRIC_TITLES = {"kendall_tau": "Kendall τ-b", "rbo": "RBO (extrapolated)"}
+_HEADER_STYLE = "font-family:ui-sans-serif,system-ui,sans-serif;font-size:0.8rem;color:#333;margin:4px 0"
 
 
 def leaderboard_view(table: pd.DataFrame) -> pd.DataFrame:
@@ -27,7 +27,7 @@ def leaderboard_view(table: pd.DataFrame) -> pd.DataFrame:
     per explanation, peak extra memory in MB, and the cost class. Numbers keep full precision (format them in
     the widget), so a displayed table equals the exported one."""
     missing = [c for c in ("method", "label", "aopc", "aopc_sd", "lodds", "lodds_sd", "first_flip", "flip_rate",
-                           "seconds", "peak_bytes", "best") if c not in table]
+                           "seconds", "peak_bytes", "cost", "best") if c not in table]
     if missing:
         raise ValueError(f"missing column(s) {missing}; have {list(table.columns)}")
     return pd.DataFrame({
@@ -41,18 +41,19 @@ def leaderboard_view(table: pd.DataFrame) -> pd.DataFrame:
         "flip rate": table["flip_rate"].to_numpy(),
         "seconds": table["seconds"].to_numpy(),
         "peak MB": table["peak_bytes"].to_numpy() / 2**20,
-        "cost": [EXPLAINERS[m].cost if m in EXPLAINERS else "" for m in table["method"]],
+        "cost": table["cost"].to_numpy(),
     })
 
 
-def agreement_heatmap(matrix: pd.DataFrame, metric: str = "kendall_tau", title: str | None = None) -> alt.Chart:
-    """A square heatmap of leaderboard.agreement_matrix (rows and columns: explainers, labelled), values printed
-    in the cells; NaN (a constant ranking) grey."""
+def agreement_heatmap(matrix: pd.DataFrame, metric: str = "kendall_tau", title: str | None = None,
+                      labels: dict[str, str] | None = None) -> alt.Chart:
+    """A square heatmap of leaderboard.agreement_matrix (rows and columns: explainers, named by `labels`, method
+    -> label, where given), values printed in the cells; NaN (a constant ranking) grey."""
     if metric not in METRIC_TITLES:
         raise ValueError(f"metric must be one of {list(METRIC_TITLES)}, got {metric!r}")
     if list(matrix.index) != list(matrix.columns):
         raise ValueError("the agreement matrix must be square with the same explainers on both axes")
-    names = [EXPLAINERS[m].label if m in EXPLAINERS else m for m in matrix.index]
+    names = [(labels or {}).get(m, m) for m in matrix.index]
     values = matrix.to_numpy(dtype=np.float64)
     rows, cols = np.meshgrid(np.arange(len(names)), np.arange(len(names)), indexing="ij")
     data = pd.DataFrame({"a": np.asarray(names)[rows.ravel()], "b": np.asarray(names)[cols.ravel()],
@@ -98,5 +99,5 @@ def explainer_header_html(explainer: str, source: str, target_label: str, predic
     ]
     th = "".join(f'<th style="text-align:left;padding:2px 10px 2px 0">{html.escape(h)}</th>' for h, _ in cells)
     td = "".join(f'<td style="padding:2px 10px 2px 0">{html.escape(v)}</td>' for _, v in cells)
-    return (f'{_STYLE}<div class="lv-lg"><table style="border-collapse:collapse"><tr>{th}</tr><tr>{td}</tr></table>'
+    return (f'<div style="{_HEADER_STYLE}"><table style="border-collapse:collapse"><tr>{th}</tr><tr>{td}</tr></table>'
             f'<div style="color:#666">{html.escape(source)}</div></div>')

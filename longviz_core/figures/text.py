@@ -4,9 +4,10 @@ Shared by the attribution overlay (mode="diverging": green positive / red negati
 and the summed-attention overlay (mode="sequential": white -> red). The output is a self-contained HTML
 string: every piece of text is escaped, so a document containing markup shows as text.
 
-Readability: byte-level BPE markers become what they encode ('Ġ' -> space, 'Ċ' -> line break), subword
-pieces are joined without a space, and the space that starts a word is placed *between* boxes so a word
-reads as one unit. Special tokens (<s>, </s>, [CLS], ...) appear as small grey tags.
+Readability: tokens are decoded by `longviz_core.tokens` (byte-level BPE markers become what they encode, 'Ġ'
+-> space, 'Ċ' -> line break), subword pieces are joined without a space, and the space that starts a word is
+placed *between* boxes so a word reads as one unit. Special tokens (<s>, </s>, [CLS], ...) appear as small grey
+tags.
 
 `attribution_header_html` is the attribution overlay's header row (paper Fig 9), with F(x) − F(baseline).
 """
@@ -14,12 +15,11 @@ from __future__ import annotations
 
 import html
 import math
-import re
-from functools import lru_cache
 
 import numpy as np
 
-_SPECIAL = re.compile(r"^(<[^<>\s]{1,20}>|\[[A-Z_]{2,10}\])$")
+from ..tokens import detect_scheme, is_special_token, readable_token, token_label
+
 _MODES = ("diverging", "sequential")
 # Hue and lightness follow captum's visualisation (hsl(120|0, 75%, 100 - 50 * |x|)): white at 0,
 # a mid green/red at the extremes, where black text stays readable.
@@ -40,60 +40,6 @@ _STYLE = (
     "margin:0 6px}"
     "</style>"
 )
-
-
-@lru_cache(maxsize=1)
-def _byte_decoder() -> dict[str, int]:
-    """GPT-2 / RoBERTa byte-level alphabet: printable stand-in character -> byte it encodes."""
-    visible = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
-    visible += list(range(ord("®"), ord("ÿ") + 1))
-    chars, extra = {}, 0
-    for b in range(256):
-        if b in visible:
-            chars[chr(b)] = b
-        else:
-            chars[chr(256 + extra)] = b
-            extra += 1
-    return chars
-
-
-def readable_token(tok: str) -> str:
-    """The text a model token stands for: 'Ġtraining' -> ' training', 'Ċ' -> '\\n', '##ing' -> 'ing',
-    '▁word' -> ' word'. Byte-level pieces that are not valid UTF-8 on their own are kept as they are."""
-    if not isinstance(tok, str):
-        tok = str(tok)
-    if _SPECIAL.match(tok):
-        return tok
-    if tok.startswith("##") and len(tok) > 2:
-        return tok[2:]
-    tok = tok.replace("▁", " ")
-    dec = _byte_decoder()
-    if tok and all(c in dec for c in tok):
-        try:
-            return bytes(dec[c] for c in tok).decode("utf-8")
-        except UnicodeDecodeError:
-            pass  # half of a multi-byte character: show the stand-in glyphs rather than nothing
-    return tok.replace("Ġ", " ").replace("Ċ", "\n").replace("ĉ", "\t")
-
-
-def token_label(tok: str) -> str:
-    """A one-line label for tables and hover text: the readable token without its word-start space;
-    whitespace-only tokens as visible glyphs ('\n' -> '↵', ' ' -> '␣')."""
-    text = readable_token(tok)
-    core = text.strip()
-    if core:
-        return core.replace("\n", "↵")
-    return "↵" * text.count("\n") or "␣"
-
-
-def is_special_token(tok: str) -> bool:
-    return bool(_SPECIAL.match(str(tok)))
-
-
-def _word_starts_with_space(tokens: list[str]) -> bool:
-    """True for byte-level BPE / SentencePiece (the space is in the token), False for WordPiece
-    (a space before every token except '##' continuations)."""
-    return any(t.startswith(("Ġ", "▁", "Ċ")) for t in tokens if isinstance(t, str))
 
 
 def _colour(x: float, mode: str) -> str:
@@ -144,7 +90,9 @@ def token_overlay_html(
     if not math.isfinite(vmax) or vmax < 0:
         raise ValueError(f"vmax must be a finite non-negative number, got {vmax}")
     scale = vmax if vmax > 0 else 1.0
-    space_in_token = _word_starts_with_space(tokens)
+    # byte-level BPE and SentencePiece carry the space in the token; WordPiece needs one before every token
+    # except '##' continuations
+    space_in_token = detect_scheme(tokens) != "wordpiece"
 
     out = [_STYLE, '<div class="lv-ov">']
     if title:

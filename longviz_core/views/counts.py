@@ -21,11 +21,11 @@ Conventions (the paper leaves them open; these are ours):
   token then neither counts (it owns no set) nor is counted (it is skipped inside other lists, which are not
   refilled). Re-ranking without masked tokens would change what the model attended to, and it would make the
   mask toggle recompute every head instead of re-counting cached lists.
-- Token type = the normalised token (`masking.normalise_tokens`: markers removed, byte-level text decoded,
+- Token type = the normalised token (`tokens.type_labels`: markers removed, byte-level text decoded,
   lower-cased), so 'Ġtraining', 'training' and 'ĠTraining' are one type; tokens that normalise to nothing
   (whitespace, byte fragments) keep a visible form of the raw token.
 
-Everything is computed from the attention bands, in compiled loops (`longviz_core._kernels`): no n x n matrix
+Everything is computed from the attention bands, in compiled loops (`longviz_core.model._kernels`): no n x n matrix
 is built and the band is never transposed or copied ("attending" reads each key's column in place). The lists
 (`topk_indices`) are computed once per document and cached; every count (any scope, k, direction, rule and
 mask) is then one compiled pass over the owners' lists with a "last owner seen" stamp per position and per
@@ -43,11 +43,11 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from ..bands import AttentionBands, _selection
 from ..errors import LongvizError
-from ..types import Progress, report
-from .. import _kernels
-from .masking import normalise_tokens
+from ..model import _kernels
+from ..model.bands import AttentionBands, selection
+from ..progress import Progress, report
+from ..tokens import type_labels
 
 TOPK_MAX = 64  # lists the app computes once per document; the k slider re-counts their prefixes
 Direction = Literal["attended", "attending"]
@@ -176,7 +176,7 @@ def _attending_head(bands: AttentionBands, layer: int, head: int, k: int, work: 
 
 
 def _col_bits(band: np.ndarray) -> int:
-    """Bits of the column field of the sort keys (`longviz_core._kernels`); the row field must fit beside it."""
+    """Bits of the column field of the sort keys (`longviz_core.model._kernels`); the row field must fit beside it."""
     n, width = band.shape
     col_bits = int(width - 1).bit_length()
     if int(n - 1).bit_length() + 31 + col_bits > 63:
@@ -332,7 +332,7 @@ def _counts(tallies, k, direction, layers, heads, rule) -> tuple[np.ndarray, np.
     lists = tallies.topk.lists(direction)
     L, H, n, _ = lists.shape
     try:
-        sel_l, sel_h = _selection(layers, L, "layer"), _selection(heads, H, "head")
+        sel_l, sel_h = selection(layers, L, "layer"), selection(heads, H, "head")
     except ValueError as exc:
         raise CountsError(str(exc)) from None
     key = (k, direction, tuple(sel_l.tolist()), tuple(sel_h.tolist()), rule)
@@ -372,7 +372,7 @@ _RECENT = 8  # counts kept per Tallies: a page's two directions and rules
 def token_types(tokens) -> tuple[np.ndarray, list[str], np.ndarray]:
     """(type id per position (n,), type labels, first position of each type): types numbered by first
     appearance, so sorting ties by type id is sorting by first position."""
-    labels = _type_labels(tokens)
+    labels = type_labels(tokens)
     uniq, first, inverse = np.unique(np.asarray(labels, dtype=object), return_index=True, return_inverse=True)
     order = np.argsort(first, kind="stable")
     rank = np.empty_like(order)
@@ -508,17 +508,6 @@ def _tallies_for(analysis, k, mask, topk, tallies) -> Tallies:
 
 
 # ---------------------------------------------------------------------------------------------- helpers
-def _type_labels(tokens) -> list[str]:
-    norm = normalise_tokens(list(tokens))
-    return [t if t else _visible(raw) for t, raw in zip(norm, tokens)]
-
-
-def _visible(raw: str) -> str:
-    """A readable stand-in for a token that normalises to nothing (whitespace, byte fragments)."""
-    shown = str(raw).replace("Ġ", "␣").replace("Ċ", "↵").replace("ĉ", "⇥").replace("▁", "␣").strip()
-    return shown or "␣"
-
-
 def _check_k(k) -> int:
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
         raise CountsError(f"k must be a positive integer, got {k!r}")

@@ -42,18 +42,18 @@ from __future__ import annotations
 import io
 import os
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from ..encoding import DEFAULT_MAX_TOKENS, encode
+from .._disk import atomic_write, cache_folder
 from ..errors import LongvizError
-from ..loading import LoadedModel, dataset_fingerprint
+from ..model.encoding import DEFAULT_MAX_TOKENS, encode
+from ..model.loading import LoadedModel, dataset_fingerprint
+from ..progress import Progress, report
 from ..runtime import COMPUTE
-from ..types import Progress, report
 
 IMPORTANCE_METHODS: dict[str, str] = {
     "t3vis": "Taylor (T3-Vis): Σ(w·∇w)² per head, global min-max",
@@ -149,7 +149,9 @@ def cached_head_importance(
     raw = _read_cached(path, (model.num_layers, model.num_heads))
     if raw is None:
         raw = raw_head_importance(model, dataset, max_tokens, max_examples, progress, method=method)
-        _atomic_save(path, raw)
+        buf = io.BytesIO()
+        np.save(buf, raw, allow_pickle=False)
+        atomic_write(path, buf.getvalue())
     else:
         report(progress, 1.0, "head importance read from the cache")
     return normalise_importance(raw, how)
@@ -157,12 +159,10 @@ def cached_head_importance(
 
 def importance_cache_path(model: LoadedModel, dataset, max_tokens, max_examples, cache_dir=None, *,
                           method: str = DEFAULT_METHOD) -> Path:
-    from ..demo import cache_root
-
     _check_method(method)
     n = len(dataset) if max_examples is None else min(int(max_examples), len(dataset))
     name = f"{method}-{model.fingerprint}-{dataset_fingerprint(dataset)}-t{int(max_tokens)}-m{n}.npy"
-    return cache_root(cache_dir) / "head_importance" / name
+    return cache_folder("head_importance", cache_dir) / name
 
 
 def load_head_importance(source, num_layers: int | None = None, num_heads: int | None = None,
@@ -366,15 +366,3 @@ def _read_cached(path: Path, shape) -> np.ndarray | None:
         return _check_array(value, shape)
     except (OSError, ValueError, HeadImportanceError):
         return None
-
-
-def _atomic_save(path: Path, value: np.ndarray) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.stem, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            np.save(fh, value, allow_pickle=False)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -1,14 +1,8 @@
 """Token masks for the paper's masking (section 3.4): special tokens, non-alphanumeric tokens, English stopwords.
 
 Every mask is a boolean array aligned with the model's tokens, True = masked (left out of rankings and tables).
-Tokens are raw tokenizer strings in one of three schemes, detected per token list unless given:
-
-* "byte_level" (GPT-2 / RoBERTa / Longformer): each character stands for one byte (GPT-2's byte-to-unicode
-  table), so 'Ġ' is a space, 'Ċ' a newline, 'ĉ' a tab, 'č' a carriage return, and a multi-byte character may be
-  cut across tokens ('âĢ' + 'ľ' = '“'). Tokens are decoded back to text before they are judged.
-* "sentencepiece": '▁' marks the start of a word.
-* "wordpiece" (BERT): '##' marks a continuation piece; any other token starts a word. Also the fallback for
-  plain word lists.
+Tokens are raw tokenizer strings in one of three schemes (byte-level BPE, SentencePiece, WordPiece), detected per
+token list unless given, and judged in the comparable form of `longviz_core.tokens` (decoded, lower-cased).
 
 The stopword list is NLTK's English list, shipped with the package in NLTK's corpus layout
 (longviz_core/data/nltk_data/corpora/stopwords/english) because `nltk.download` cannot reach the internet on
@@ -20,35 +14,19 @@ import functools
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal, NamedTuple
+from typing import NamedTuple
 
 import nltk
 import numpy as np
 
-Scheme = Literal["byte_level", "sentencepiece", "wordpiece"]
-SCHEMES: tuple[Scheme, ...] = ("byte_level", "sentencepiece", "wordpiece")
+from ..tokens import Scheme, as_token_list, token_form, with_scheme
 
 DEFAULT_SPECIAL_TOKENS: tuple[str, ...] = ("<s>", "</s>", "<pad>", "<unk>", "<mask>", "[CLS]", "[SEP]", "[PAD]")
 
 NLTK_DATA_DIR = Path(__file__).resolve().parent.parent / "data" / "nltk_data"
 _STOPWORD_FILE = NLTK_DATA_DIR / "corpora" / "stopwords" / "english"
 
-# Leading characters that mean "this token starts a new word" in byte-level BPE: space, newline, tab, CR.
-_BYTE_LEVEL_WORD_START = ("Ġ", "Ċ", "ĉ", "č")
-_BYTE_LEVEL_MARKERS = "".join(_BYTE_LEVEL_WORD_START)
 _APOSTROPHES = "'’"
-
-
-def _byte_level_table() -> dict[int, int]:
-    """str.translate table inverting GPT-2's bytes_to_unicode: printable Latin-1 bytes stand for themselves, the
-    68 others (controls, space, 127-160, soft hyphen) are U+0100 onwards in byte order. Translating a byte-level
-    token with it gives a string whose latin-1 encoding is the token's bytes."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    shifted = [b for b in range(256) if b not in set(printable)]
-    return {256 + k: b for k, b in enumerate(shifted)}
-
-
-_BYTE_LEVEL_TABLE = _byte_level_table()
 
 
 def register_nltk_data() -> None:
@@ -91,43 +69,16 @@ class _TokenInfo(NamedTuple):
     is_stop: bool        # `text` (or `text` without a leading apostrophe) is a stopword, judged as a whole word
 
 
-def detect_scheme(tokens: Sequence[str]) -> Scheme:
-    """Tokenization scheme from its markers: 'Ġ'-style -> byte_level, '▁' -> sentencepiece, else wordpiece."""
-    if any(t.startswith(_BYTE_LEVEL_WORD_START) for t in tokens):
-        return "byte_level"
-    if any(t.startswith("▁") for t in tokens):
-        return "sentencepiece"
-    return "wordpiece"
-
-
 @functools.lru_cache(maxsize=1 << 17)
 def _info(token: str, scheme: Scheme) -> _TokenInfo:
     """Everything the masks need about one raw token (cached: a document repeats a few thousand types)."""
-    starts = continues = False
-    if scheme == "byte_level":
-        body = token.lstrip(_BYTE_LEVEL_MARKERS)
-        starts = len(body) < len(token)
-        if body.isascii():
-            token = body  # fast path (most tokens): printable ASCII stands for itself; the markers are whitespace
-        else:
-            try:
-                # Bytes of a multi-byte character cut across tokens carry no text on their own: dropped, so a
-                # fragment-only token ('âĢ') normalises to '' like a whitespace token.
-                token = token.translate(_BYTE_LEVEL_TABLE).encode("latin-1").decode("utf-8", errors="ignore")
-            except UnicodeEncodeError:
-                pass  # an added token outside the byte alphabet (e.g. a custom special token) is already text
-    elif scheme == "sentencepiece":
-        starts = token.startswith("▁")
-        token = token.lstrip("▁")
-    elif token.startswith("##") and len(token) > 2:
-        continues = True
-        token = token[2:]
-    text = token.strip().lower().replace("’", "'")
+    form = token_form(token, scheme)
+    text = form.text
     stop = english_stopwords()
     return _TokenInfo(
         text=text,
-        starts_word=starts,
-        continues=continues,
+        starts_word=form.starts_word,
+        continues=form.continues,
         first_alnum=text[:1].isalnum(),
         last_alnum=text[-1:].isalnum(),
         has_alnum=text.isalnum() or any(c.isalnum() for c in text),
@@ -135,43 +86,16 @@ def _info(token: str, scheme: Scheme) -> _TokenInfo:
     )
 
 
-def _as_tokens(tokens: Sequence[str]) -> list[str]:
-    if isinstance(tokens, (str, bytes)) or not isinstance(tokens, (Sequence, np.ndarray)):
-        raise ValueError(f"tokens must be a list of strings, got {type(tokens).__name__}")
-    tokens = list(tokens)
-    for i, t in enumerate(tokens):
-        if not isinstance(t, str):
-            raise ValueError(f"tokens must be a list of strings; token {i} is {type(t).__name__}: {t!r}")
-    return tokens
-
-
-def _validate(tokens: Sequence[str], scheme: Scheme | None) -> tuple[list[str], Scheme]:
-    tokens = _as_tokens(tokens)
-    if scheme is None:
-        scheme = detect_scheme(tokens)
-    elif scheme not in SCHEMES:
-        raise ValueError(f"scheme must be one of {SCHEMES} or None, got {scheme!r}")
-    return tokens, scheme
-
-
-def normalise_tokens(tokens: Sequence[str], scheme: Scheme | None = None) -> list[str]:
-    """Readable, comparable form of each token: markers removed ('Ġ', 'Ċ', '▁', '##'), byte-level tokens decoded,
-    whitespace stripped, lowercased, curly apostrophe -> "'".
-    'ĠThe' -> 'the', 'Ċ' -> '', byte fragment 'âĢ' -> '' (no text of its own)."""
-    tokens, scheme = _validate(tokens, scheme)
-    return [_info(t, scheme).text for t in tokens]
-
-
 def special_mask(tokens: Sequence[str], special_tokens: Sequence[str] | None = DEFAULT_SPECIAL_TOKENS) -> np.ndarray:
     """True where the raw token is one of `special_tokens` (exact match; pass tokenizer.all_special_tokens)."""
-    return _special(_as_tokens(tokens), special_tokens)
+    return _special(as_token_list(tokens), special_tokens)
 
 
 def nonalnum_mask(tokens: Sequence[str], scheme: Scheme | None = None) -> np.ndarray:
     """True where the normalised token has no letter or digit at all: punctuation, whitespace-only tokens ('Ġ',
     'Ċ'), and byte fragments of a multi-byte character ('âĢ'). Tokens mixing letters and punctuation ("'s",
     SentencePiece '▁U.S.') keep their content and are not masked here."""
-    tokens, scheme = _validate(tokens, scheme)
+    tokens, scheme = with_scheme(tokens, scheme)
     return _nonalnum([_info(t, scheme) for t in tokens])
 
 
@@ -183,7 +107,7 @@ def stopword_mask(tokens: Sequence[str], scheme: Scheme | None = None) -> np.nda
     the previous word when it carries no word-start marker and joins letters/digits to letters/digits
     (byte_level, sentencepiece), or when it starts with '##' (wordpiece). Contraction pieces ("'s", "'ll") are
     looked up without their apostrophe, matching NLTK's bare forms ('s', 'll')."""
-    tokens, scheme = _validate(tokens, scheme)
+    tokens, scheme = with_scheme(tokens, scheme)
     return _stopwords([_info(t, scheme) for t in tokens], scheme)
 
 
@@ -196,7 +120,7 @@ def build_mask(
     scheme: Scheme | None = None,
 ) -> np.ndarray:
     """Union of the chosen masks (True = masked). special_tokens=None uses DEFAULT_SPECIAL_TOKENS."""
-    tokens, scheme = _validate(tokens, scheme)
+    tokens, scheme = with_scheme(tokens, scheme)
     mask = np.zeros(len(tokens), dtype=bool)
     if special:
         mask |= _special(tokens, special_tokens)

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import _kernels
-from ..bands import AttentionBands, by_layers
-from ..types import Progress, report
+from ..model import _kernels
+from ..model.bands import AttentionBands, by_layers
+from ..progress import Progress, report
 
 GRID_SIZES: tuple[int, ...] = (32, 64, 128)
 DEFAULT_GRID = 64

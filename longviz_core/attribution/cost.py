@@ -1,0 +1,262 @@
+"""What Integrated Gradients costs: wall time (estimate_ig_seconds, estimate_dataset_seconds) and memory per step
+(internal_batch_size_for).
+
+Time: one forward and one forward+backward timed at a length bucket, cached on disk per model, bucket and
+precision, and rescaled by every finished run (record_timing). Memory: a formula per step of activations kept
+for the backward pass (see internal_batch_size_for), against the free memory of the device.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+import torch
+
+from .._disk import digest, write_cache
+from ..model.encoding import DEFAULT_MAX_TOKENS, Encoded
+from ..model.loading import LoadedModel
+from ..progress import Progress, report
+from ..runtime import COMPUTE
+from . import _inputs
+from ._inputs import PRECISIONS, autocast, embeddings_layer, padded_length, padded_tensors
+
+# Share of the free memory one batch of steps may take (the rest: weights, fragmentation, other tenants).
+_MEMORY_FRACTION = 0.5
+# Share of the steps one batch may hold. captum's default recipe (internal_batch_size=None) runs every step in
+# one batch and needs n_steps times a step's memory; longviz stays at a quarter of that or less.
+_MAX_STEP_SHARE = 0.25
+# Before a batch size has been timed: a batch of about this many token rows (steps x padded length). On a 2-core
+# CPU a step at 512 tokens cost half as much in a batch of 8 as alone and no less in larger batches
+# (benchmarks/explainers.py, docs/benchmarks.md#explainers).
+_START_ROWS = 4096
+# A batch twice the fastest one timed is tried only while the last doubling gained at least this factor.
+_DOUBLING_GAIN = 1.05
+
+
+def internal_batch_size_for(model: LoadedModel, n_tokens: int, n_steps: int, precision: str = "fp32",
+                            cache_dir: str | os.PathLike | None = None) -> int:
+    """Steps per batch: the fastest timed batch size inside a memory budget.
+
+    Budget: at most _MEMORY_FRACTION of the free memory and at most a quarter of the steps (_MAX_STEP_SHARE), so a
+    run needs at most a quarter of the memory of captum's default recipe, which puts every step in one batch.
+    Throughput: every finished run records its seconds per step for its batch size, per model, device, precision
+    and length bucket (beside estimate_ig_seconds' timing). Without a record the batch holds about _START_ROWS
+    token rows; with records it is the size with the best seconds per step, and while the largest size timed is
+    also the fastest (and its doubling gained at least _DOUBLING_GAIN, or it is the only one timed), the next
+    run tries twice that size if the budget allows. Throughput grows with the batch until its matrices fill the
+    machine, so runs climb to the fastest size that fits and stay there.
+
+    Free memory: torch.cuda.mem_get_info on a GPU, MemAvailable of /proc/meminfo on CPU (sysconf pages as a
+    fallback). Memory per step (activations kept for the backward pass), with L layers, hidden size d,
+    intermediate size f, A heads, one-sided window w_l of layer l, n the window-padded length and b bytes per
+    element (4; 2 under bf16/fp16 autocast):
+        bytes = n * b * (L (12 d + 2 f) + 3 A sum_l (2 w_l + 2))
+    i.e. about a dozen (n, d) tensors per layer (q, k, v, context, projections, layer norms, residuals),
+    two (n, f) for the feed-forward, and three copies of the banded scores (scores, softmax, dropout).
+    A full-attention encoder has 2 w_l + 2 replaced by n. Checked against the peak resident memory on CPU at
+    longformer-base dimensions, 1,024 tokens: 141 MB per layer per additional step measured, 139 MB predicted."""
+    per_step = _bytes_per_step(model, n_tokens, precision)
+    fit = int(_MEMORY_FRACTION * _free_memory_bytes(model.device) // per_step)
+    cap = max(1, min(n_steps, fit, int(n_steps * _MAX_STEP_SHARE)))
+    timed = {b: s for b, s in _batch_speeds(model, n_tokens, precision, cache_dir).items() if b <= cap}
+    if not timed:
+        return max(1, min(cap, math.ceil(_START_ROWS / padded_length(model, n_tokens))))
+    best = min(timed, key=lambda b: (timed[b], b))
+    larger = min(2 * best, cap)
+    still_gaining = best // 2 not in timed or timed[best // 2] >= _DOUBLING_GAIN * timed[best]
+    if best == max(timed) and larger > best and larger not in timed and still_gaining:
+        return larger
+    return best
+
+
+def _batch_speeds(model, n_tokens, precision, cache_dir) -> dict[int, float]:
+    """Seconds per step recorded by finished runs, by batch size, for n_tokens' length bucket."""
+    try:
+        bucket = _bucket(model, n_tokens)
+    except ValueError:
+        return {}
+    timing = _read_timing(model, bucket, precision, cache_dir) or {}
+    speeds = timing.get("batches", {})
+    return {int(b): float(s) for b, s in speeds.items() if float(s) > 0} if isinstance(speeds, dict) else {}
+
+def estimate_ig_seconds(
+    model: LoadedModel,
+    n_tokens: int,
+    n_steps: int,
+    precision: str = "fp32",
+    *,
+    cache_dir: str | os.PathLike | None = None,
+    progress: Progress | None = None,
+    on_wait=None,
+) -> float:
+    """Expected wall time of integrated_gradients on a document of n_tokens.
+
+    Based on one forward and one forward+backward timed at a length bucket (512, 1024, 2048, ... capped at
+    the model's maximum; scaled linearly to n_tokens, as Longformer's cost is linear in length), cached on
+    disk per model + bucket + precision, and refined by every finished run. The first call for a bucket
+    runs the model (seconds at base dimensions); later calls are instant."""
+    if n_tokens < 3 or n_steps < 2:
+        raise ValueError(f"need n_tokens >= 3 and n_steps >= 2, got {n_tokens}, {n_steps}")
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {sorted(PRECISIONS)}, got {precision!r}")
+    bucket = _bucket(model, n_tokens)
+    timing = _read_timing(model, bucket, precision, cache_dir)
+    if timing is None:
+        with COMPUTE.hold(on_wait):
+            report(progress, 0.0, f"Timing one forward+backward at {bucket} tokens")
+            t_fwd, t_fb = time_passes(model, _synthetic(model, bucket), precision)[:2]
+        timing = {"forward": t_fwd, "step": t_fb}
+        _write_timing(model, bucket, precision, timing, cache_dir)
+        report(progress, 1.0, "Timed")
+    scale = padded_length(model, n_tokens) / padded_length(model, bucket)
+    return scale * (n_steps * timing["step"] + 2 * timing["forward"])
+
+def estimate_dataset_seconds(
+    model: LoadedModel,
+    texts,
+    n_steps: int,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    precision: str = "fp32",
+    *,
+    cache_dir: str | os.PathLike | None = None,
+    on_wait=None,
+) -> float:
+    """Expected wall time of dataset.aggregate.dataset_attributions over `texts` (each document's own length, truncated)."""
+    total = 0.0
+    for text in texts:
+        ids = model.tokenizer(text, add_special_tokens=False, truncation=False, verbose=False)["input_ids"]
+        n = min(len(ids) + 2, max_tokens, model.max_tokens)
+        total += estimate_ig_seconds(model, max(n, 3), n_steps, precision, cache_dir=cache_dir, on_wait=on_wait)
+    return total
+
+class Passes(NamedTuple):
+    forward: float  # wall seconds of one forward without gradients
+    step: float  # wall seconds of one forward+backward (an IG step at batch 1)
+    forward_cpu: float  # the same in CPU seconds of this process (all threads): steadier on a shared machine
+    step_cpu: float
+
+def time_passes(model, enc: Encoded, precision: str, target: int = 0) -> Passes:
+    """One forward (no gradients) and one forward+backward as an IG step does it: gradients of p_target with
+    respect to the embeddings output only (no parameter gradients)."""
+    net = model.model
+    args, input_ids, _ = padded_tensors(model, enc)
+    kwargs = {"input_ids": input_ids, "attention_mask": args[0], "position_ids": args[1]}
+    if model.is_longformer:
+        kwargs["global_attention_mask"] = args[2]
+    context = autocast(model.device, precision)
+    w0, c0 = time.perf_counter(), time.process_time()
+    with torch.no_grad(), context:
+        net(**kwargs)
+    w1, c1 = time.perf_counter(), time.process_time()
+    held = []
+
+    def swap(_module, _inputs, out):  # what LayerIntegratedGradients does: the layer output becomes a leaf
+        leaf = out.detach().requires_grad_()
+        held.append(leaf)
+        return leaf
+
+    hook = embeddings_layer(net).register_forward_hook(swap)
+    try:
+        with context:
+            logits = net(**kwargs).logits
+        prob = torch.softmax(logits.float(), dim=-1)[0, target]
+        torch.autograd.grad(prob, held[0])
+        if model.device.type == "cuda":
+            torch.cuda.synchronize(model.device)
+    finally:
+        hook.remove()
+    w2, c2 = time.perf_counter(), time.process_time()
+    return Passes(w1 - w0, w2 - w1, c1 - c0, c2 - c1)
+
+
+# ----------------------------------------------------------------------------------------- memory
+def _bytes_per_step(model, n_tokens, precision) -> float:
+    cfg = model.model.config
+    n = padded_length(model, n_tokens)
+    d = int(cfg.hidden_size)
+    f = int(getattr(cfg, "intermediate_size", 4 * d))
+    heads = int(cfg.num_attention_heads)
+    layers = int(cfg.num_hidden_layers)
+    # each layer's scores are as wide as its own window (Longformer's windows may differ by layer)
+    bands = sum(2 * w + 2 for w in model.attention_windows) if model.is_longformer else layers * n
+    b = 4 if PRECISIONS[precision] is None else 2
+    return float(n * b * (layers * (12 * d + 2 * f) + 3 * heads * bands))
+
+def _free_memory_bytes(device) -> int:
+    if device.type == "cuda":
+        free, _total = torch.cuda.mem_get_info(device)
+        return int(free)
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+
+
+# ----------------------------------------------------------------------------------------- timings
+def _timing_path(model, bucket, precision, cache_dir) -> Path:
+    name = digest({"model": model.fingerprint, "bucket": bucket, "precision": precision,
+                    "device": model.device.type})
+    return _inputs.cache_folder(cache_dir) / f"timing-{name}.json"
+
+def _read_timing(model, bucket, precision, cache_dir) -> dict | None:
+    try:
+        t = json.loads(_timing_path(model, bucket, precision, cache_dir).read_text())
+        return t if t.get("step", 0) > 0 and t.get("forward", -1) >= 0 else None
+    except (OSError, ValueError, AttributeError):
+        return None
+
+def _write_timing(model, bucket, precision, timing, cache_dir) -> None:
+    write_cache(_timing_path(model, bucket, precision, cache_dir), json.dumps(timing).encode())
+
+def record_timing(model, n_tokens, precision, result, cache_dir=None) -> None:
+    """A finished run (an ig.Attribution) is the best timing there is: rescale the bucket's timing so it predicts this run.
+
+    Forward and step times are scaled by one factor (measured / predicted) rather than solving for the step
+    alone, which would go negative when a quick run on an idle machine follows a timing taken under load."""
+    if result.seconds <= 0:
+        return
+    bucket = _bucket(model, n_tokens)
+    scale = padded_length(model, n_tokens) / padded_length(model, bucket)
+    old = _read_timing(model, bucket, precision, cache_dir)
+    if old is None:
+        timing = {"forward": 0.0, "step": result.seconds / scale / result.n_steps}
+    else:
+        factor = result.seconds / (scale * (result.n_steps * old["step"] + 2 * old["forward"]))
+        timing = {"forward": old["forward"] * factor, "step": old["step"] * factor}
+    # the run's own seconds per step at its batch size (internal_batch_size_for): the fastest seen is kept, a
+    # run slowed down by other work on the machine does not count against its batch size
+    per_step = max(result.seconds - 2 * scale * timing["forward"], 0.0) / scale / result.n_steps
+    batches = dict((old or {}).get("batches", {}))
+    key = str(result.internal_batch_size)
+    if per_step > 0:
+        batches[key] = min(per_step, float(batches.get(key, math.inf)))
+    timing["batches"] = batches
+    _write_timing(model, bucket, precision, timing, cache_dir)
+
+def _bucket(model, n_tokens: int) -> int:
+    if n_tokens > model.max_tokens:
+        raise ValueError(f"{n_tokens} tokens exceed what this model accepts ({model.max_tokens})")
+    b = 512
+    while b < n_tokens:
+        b *= 2
+    return min(b, model.max_tokens)
+
+def _synthetic(model, n: int) -> Encoded:
+    """A document of n tokens for timing (speed does not depend on which tokens)."""
+    tok = model.tokenizer
+    filler = next(i for i in range(len(tok)) if i not in set(tok.all_special_ids))
+    ids = np.asarray([tok.cls_token_id] + [filler] * (n - 2) + [tok.sep_token_id], dtype=np.int64)
+    off = model.position_offset
+    gm = np.zeros(n, dtype=np.int64)
+    gm[0] = 1
+    return Encoded(input_ids=ids, baseline_ids=ids.copy(), position_ids=np.arange(off, off + n, dtype=np.int64),
+                   global_mask=gm, tokens=[""] * n, n_text_tokens_original=n - 2, max_tokens=n)

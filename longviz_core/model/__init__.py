@@ -1,0 +1,3 @@
+"""The model side: loading a checkpoint or dataset (loading), the notebook's inputs (encoding), one forward with
+attentions (analysis), Longformer's attention kept as bands, any per-layer window (bands), and the compiled loops
+over the bands (_kernels)."""

@@ -1,0 +1,113 @@
+"""One document through the model: probabilities, prediction and the attention bands."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ..progress import report
+from ..runtime import COMPUTE
+from .bands import AttentionBands
+from .encoding import DEFAULT_MAX_TOKENS, Encoded, encode, text_hash
+from .loading import LoadedModel
+
+
+@dataclass(frozen=True)
+class DocumentAnalysis:
+    text: str = field(repr=False)
+    encoded: Encoded = field(repr=False)
+    logits: np.ndarray  # (classes,)
+    probs: np.ndarray  # (classes,)
+    predicted: int
+    attention: AttentionBands = field(repr=False)
+    model_fingerprint: str
+    id2label: dict
+    text_hash: str
+
+    @property
+    def tokens(self) -> list[str]:
+        return self.encoded.tokens
+
+    @property
+    def input_ids(self) -> np.ndarray:
+        return self.encoded.input_ids  # (n,)
+
+    @property
+    def n(self) -> int:
+        return self.encoded.n
+
+    @property
+    def key(self) -> str:
+        """Cache key for everything derived from this analysis."""
+        return f"{self.model_fingerprint}-{self.text_hash}-{self.encoded.max_tokens}"
+
+    def label_name(self, i: int) -> str:
+        return str(self.id2label.get(int(i), i))
+
+
+def analyze(model: LoadedModel, text: str, max_tokens: int = DEFAULT_MAX_TOKENS, on_wait=None) -> DocumentAnalysis:
+    """Encode `text` (truncated to `max_tokens`), run the model once with attentions, keep the bands."""
+    enc = encode(model.tokenizer, text, max_tokens, model_max=model.max_tokens, position_offset=model.position_offset)
+    inputs = enc.torch_inputs(model.device)
+    if not model.is_longformer:
+        inputs.pop("global_attention_mask")
+    with COMPUTE.hold(on_wait), torch.no_grad():
+        out = model.model(**inputs, output_attentions=True)
+    logits = out.logits[0].float().cpu().numpy()
+    probs = torch.softmax(out.logits[0].float(), dim=-1).cpu().numpy()
+    if model.is_longformer:
+        bands = AttentionBands.from_longformer(
+            out.attentions, out.global_attentions, np.flatnonzero(enc.global_mask), enc.n
+        )
+    else:
+        bands = AttentionBands.from_full(out.attentions, enc.n)
+    return DocumentAnalysis(
+        text=text,
+        encoded=enc,
+        logits=logits,
+        probs=probs,
+        predicted=int(np.argmax(probs)),
+        attention=bands,
+        model_fingerprint=model.fingerprint,
+        id2label=dict(model.id2label),
+        text_hash=text_hash(text),
+    )
+
+
+def predict_probs(model: LoadedModel, texts, max_tokens: int = DEFAULT_MAX_TOKENS, progress=None) -> np.ndarray:
+    """Class probabilities for many documents, (documents, classes): one forward each, no attentions."""
+    texts = list(texts)
+    out = np.zeros((len(texts), model.num_labels), dtype=np.float32)  # (documents, classes)
+    for i, text in enumerate(texts):
+        enc = encode(model.tokenizer, text, max_tokens, model_max=model.max_tokens,
+                     position_offset=model.position_offset)
+        inputs = enc.torch_inputs(model.device)
+        if not model.is_longformer:
+            inputs.pop("global_attention_mask")
+        with COMPUTE.hold(), torch.no_grad():
+            logits = model.model(**inputs).logits[0].float()
+        out[i] = torch.softmax(logits, dim=-1).cpu().numpy()
+        report(progress, (i + 1) / max(len(texts), 1), f"Predicted {i + 1}/{len(texts)} documents")
+    return out
+
+
+def pick_document(probs: np.ndarray, labels, how: str, positive: int = 1, seed: int = 0) -> int | None:
+    """The paper's appendix A.2 choices: 'false negative' / 'false positive' (random, seeded) or
+    'most confident positive'. Returns None when no document qualifies."""
+    probs = np.asarray(probs)
+    predicted = probs.argmax(axis=1)
+    if how == "most confident positive":
+        return int(np.argmax(probs[:, positive]))
+    if labels is None:
+        raise ValueError(f"'{how}' needs a labelled dataset")
+    labels = np.asarray(labels)
+    if how == "false negative":
+        pool = np.flatnonzero((labels == positive) & (predicted != positive))
+    elif how == "false positive":
+        pool = np.flatnonzero((labels != positive) & (predicted == positive))
+    else:
+        raise ValueError(f"unknown document choice {how!r}")
+    if pool.size == 0:
+        return None
+    return int(np.random.default_rng(seed).choice(pool))

@@ -1,0 +1,105 @@
+"""Text -> model inputs, built exactly as the paper's notebook builds them.
+
+input    = <s> + text tokens[: max_tokens - 2] + </s>
+baseline = <s> + <pad> * (n - 2) + </s>                     (Integrated Gradients reference)
+position = offset, offset + 1, ...                          (the notebook's cumsum construction on an input
+                                                             without pads; offset = padding_idx + 1 for
+                                                             RoBERTa-style models, 0 for BERT-style)
+global attention on <s> only; attention mask all ones.
+The same position ids serve the input and the baseline: without them the model would derive the baseline's
+positions from its pad tokens and the IG path would not be a straight line in embedding space.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import InputTextError
+
+DEFAULT_MAX_TOKENS = 2048
+
+
+@dataclass(frozen=True)
+class Encoded:
+    input_ids: np.ndarray  # (n,) int64
+    baseline_ids: np.ndarray  # (n,) int64
+    position_ids: np.ndarray  # (n,) int64, shared by input and baseline
+    global_mask: np.ndarray  # (n,) int64, 1 on <s>
+    tokens: list[str] = field(repr=False)  # raw model tokens, e.g. 'Ġtraining'
+    n_text_tokens_original: int  # text tokens before truncation
+    max_tokens: int
+
+    @property
+    def n(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    @property
+    def truncated(self) -> bool:
+        return self.n_text_tokens_original > self.n - 2
+
+    def torch_inputs(self, device=None, baseline: bool = False) -> dict:
+        """Batch-of-one tensors for the model's forward (input ids or the baseline's)."""
+        import torch
+
+        ids = self.baseline_ids if baseline else self.input_ids
+        as_t = lambda a: torch.as_tensor(a, dtype=torch.long, device=device).unsqueeze(0)  # noqa: E731
+        return {
+            "input_ids": as_t(ids),
+            "attention_mask": as_t(np.ones_like(ids)),
+            "global_attention_mask": as_t(self.global_mask),
+            "position_ids": as_t(self.position_ids),
+        }
+
+
+def text_hash(text: str) -> str:
+    """The document's id in analyses and in a store's `document` table: a SHA-256 prefix. Kept as it is (the
+    cache keys use `_disk.text_digest`) because stores record it and a resumed store must not mix two ids."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def encode(
+    tokenizer,
+    text: str,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    model_max: int | None = None,
+    position_offset: int | None = None,
+) -> Encoded:
+    """Tokenise `text` the notebook's way. `model_max` caps max_tokens (the model's position table)."""
+    if not isinstance(text, str):
+        raise InputTextError(f"Expected the document as text, got {type(text).__name__}.")
+    if not text.strip():
+        raise InputTextError("The document is empty (or whitespace only): paste or pick a text to analyse.")
+    if "\x00" in text:
+        raise InputTextError("The document contains NUL bytes: it looks like binary data, not text.")
+    max_tokens = int(max_tokens)
+    if max_tokens < 3:
+        raise InputTextError(f"max_tokens must be at least 3 (<s>, one token, </s>), got {max_tokens}.")
+    if model_max is not None and max_tokens > model_max:
+        raise InputTextError(f"max_tokens={max_tokens} exceeds what this model accepts ({model_max} tokens).")
+    cls_id, sep_id, pad_id = tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id
+    if cls_id is None or sep_id is None or pad_id is None:
+        raise InputTextError("The tokenizer lacks a CLS/<s>, SEP/</s> or pad token; it cannot build the inputs.")
+    text_ids = tokenizer(text, add_special_tokens=False, truncation=False, verbose=False)["input_ids"]
+    if not text_ids:
+        raise InputTextError("The document produced no tokens.")
+    kept = text_ids[: max_tokens - 2]
+    n = len(kept) + 2
+    input_ids = np.asarray([cls_id, *kept, sep_id], dtype=np.int64)
+    baseline_ids = np.asarray([cls_id] + [pad_id] * len(kept) + [sep_id], dtype=np.int64)
+    if position_offset is None:
+        position_offset = pad_id + 1
+    position_ids = np.arange(position_offset, position_offset + n, dtype=np.int64)
+    global_mask = np.zeros(n, dtype=np.int64)
+    global_mask[0] = 1
+    tokens = tokenizer.convert_ids_to_tokens(input_ids.tolist())
+    return Encoded(
+        input_ids=input_ids,
+        baseline_ids=baseline_ids,
+        position_ids=position_ids,
+        global_mask=global_mask,
+        tokens=list(tokens),
+        n_text_tokens_original=len(text_ids),
+        max_tokens=max_tokens,
+    )

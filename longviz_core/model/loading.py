@@ -1,0 +1,361 @@
+"""Loading models and datasets: the demo, a local directory, or a Hugging Face Hub id.
+
+Every source goes through `from_pretrained` with `trust_remote_code=False`, so the demo exercises exactly the
+code path a lab's own checkpoint takes. Failures become typed errors whose message says what to do.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from .._disk import texts_hasher
+from ..errors import (
+    DatasetError,
+    HubUnreachableError,
+    ModelLoadError,
+    ModelNotFoundError,
+    NoAttentionError,
+    NotAClassifierError,
+)
+from ..progress import Progress, report
+from ..runtime import default_device
+
+DEMO = "demo"
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+# Architectures whose position ids start after padding_idx (RoBERTa family); others start at 0.
+_ROBERTA_STYLE = {"longformer", "roberta", "xlm-roberta", "camembert", "xlm-roberta-xl", "data2vec-text"}
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    model: torch.nn.Module = field(repr=False)
+    tokenizer: object = field(repr=False)
+    fingerprint: str
+    source: str
+    device: torch.device
+    is_longformer: bool
+    num_layers: int
+    num_heads: int
+    id2label: dict
+    max_tokens: int  # longest input the position table allows
+    position_offset: int  # first position id (padding_idx + 1 for RoBERTa-style models)
+    attention_window: int  # one-sided Longformer window w, the largest over layers (0 for full attention)
+    attention_windows: tuple[int, ...]  # (layers,) each layer's one-sided window w_l (() for full attention)
+
+    @property
+    def num_labels(self) -> int:
+        return len(self.id2label)
+
+    def label_name(self, i: int) -> str:
+        return str(self.id2label.get(int(i), i))
+
+
+def load_model(source: str, device=None, progress: Progress | None = None) -> LoadedModel:
+    """Load a sequence classifier from "demo", a local directory or a Hub id, in eval mode."""
+    from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+
+    if not isinstance(source, str) or not source.strip():
+        raise ModelNotFoundError("No model given: choose 'demo', a local checkpoint directory or a Hub id.")
+    source = source.strip()
+    if source == DEMO:
+        from ..demo import ensure_demo
+
+        path = str(ensure_demo(progress=progress).model_dir)
+    else:
+        path = _resolve_path(source)
+    device = torch.device(device) if device is not None else default_device()
+    report(progress, 0.9, "Loading the model")
+    try:
+        config = AutoConfig.from_pretrained(path, trust_remote_code=False)
+        _check_classifier(config, source)
+        is_longformer = config.model_type == "longformer"
+        windows = _one_sided_windows(config, source) if is_longformer else ()  # before the model asserts on them
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
+        model, info = AutoModelForSequenceClassification.from_pretrained(
+            path, trust_remote_code=False, attn_implementation="eager", output_loading_info=True
+        )
+    except ModelLoadError:
+        raise
+    except (OSError, ValueError, KeyError) as exc:
+        raise _translate_load_error(source, exc) from exc
+    missing_head = [k for k in info.get("missing_keys", []) if "classifier" in k or k.startswith("score")]
+    if missing_head:
+        raise NotAClassifierError(
+            f"'{source}' has no trained classification head (missing {missing_head[0]}); "
+            "longviz explains fine-tuned sequence classifiers."
+        )
+    model.to(device).eval()
+    offset = (config.pad_token_id + 1) if config.model_type in _ROBERTA_STYLE else 0
+    max_pos = int(getattr(config, "max_position_embeddings", 512))
+    loaded = LoadedModel(
+        model=model,
+        tokenizer=tokenizer,
+        fingerprint=_fingerprint(source, config, model),
+        source=source,
+        device=device,
+        is_longformer=is_longformer,
+        num_layers=int(config.num_hidden_layers),
+        num_heads=int(config.num_attention_heads),
+        id2label={int(k): str(v) for k, v in (config.id2label or {}).items()},
+        max_tokens=max_pos - offset,
+        position_offset=offset,
+        attention_window=max(windows, default=0),
+        attention_windows=windows,
+    )
+    _check_attention_output(loaded)
+    report(progress, 1.0, "Model ready")
+    return loaded
+
+
+def _one_sided_windows(config, source: str) -> tuple[int, ...]:
+    """Each layer's one-sided window, attention_window[l] // 2 (an int in the config means every layer).
+
+    transformers pads every input to a multiple of the largest full window, and layer l then needs a length
+    that is a multiple of its own full window; when a smaller window does not divide the largest, most
+    document lengths fail inside the model, so such a checkpoint is refused here with the reason."""
+    full = [int(w) for w in np.atleast_1d(config.attention_window)]
+    layers = int(config.num_hidden_layers)
+    if len(full) == 1:
+        full = full * layers
+    if len(full) != layers or any(w <= 0 or w % 2 for w in full):
+        raise ModelLoadError(
+            f"'{source}' has attention_window {full}: Longformer needs one positive even window per layer "
+            f"({layers} layers)."
+        )
+    if any(max(full) % w for w in full):
+        raise ModelLoadError(
+            f"'{source}' has attention_window {full}: transformers pads inputs to a multiple of the largest "
+            f"window ({max(full)}), which is not a multiple of every layer's window, so the model fails on most "
+            "document lengths. Use windows that divide the largest one."
+        )
+    return tuple(w // 2 for w in full)
+
+
+def _resolve_path(source: str) -> str:
+    p = Path(source).expanduser()
+    if p.exists():
+        if not (p / "config.json").is_file():
+            raise ModelNotFoundError(f"'{source}' exists but has no config.json: it is not a saved checkpoint.")
+        return str(p)
+    looks_like_path = source.startswith((".", "/", "~")) or os.sep in source.strip("/").split("/", 1)[-1] or (
+        not _HUB_ID.match(source)
+    )
+    if looks_like_path:
+        raise ModelNotFoundError(f"No model directory at '{source}'. Check the path (it must contain config.json).")
+    return source  # a Hub id
+
+
+def _check_classifier(config, source: str) -> None:
+    archs = list(getattr(config, "architectures", None) or [])
+    if archs and not any(a.endswith("ForSequenceClassification") for a in archs):
+        raise NotAClassifierError(
+            f"'{source}' is a {', '.join(archs)} checkpoint, not a sequence classifier. "
+            "Fine-tune it for classification (…ForSequenceClassification) first."
+        )
+
+
+def _translate_load_error(source: str, exc: Exception) -> ModelLoadError:
+    text = str(exc)
+    offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0")
+    if "Unrecognized model" in text or "does not appear to have" in text and "classification" in text:
+        return NotAClassifierError(f"'{source}' cannot be loaded as a sequence classifier: {text.splitlines()[0]}")
+    if offline or any(s in text for s in ("connect", "Connection", "resolve", "offline", "Max retries", "timed out")):
+        return HubUnreachableError(
+            f"Could not reach the Hugging Face Hub for '{source}'. On an offline machine download the "
+            "checkpoint elsewhere and pass its local directory, or set HF_HUB_OFFLINE=1 to use a copy already "
+            f"in the Hugging Face cache. ({text.splitlines()[0] if text else type(exc).__name__})"
+        )
+    if any(s in text for s in ("not a valid model identifier", "Repository Not Found", "404", "is not a local folder")):
+        return ModelNotFoundError(f"No model '{source}' on the Hub or on disk. Check the id or give a local path.")
+    return ModelLoadError(f"Could not load '{source}': {text.splitlines()[0] if text else type(exc).__name__}")
+
+
+def _fingerprint(source: str, config, model: torch.nn.Module) -> str:
+    """Source + revision + config + weights: a cache key that changes whenever the model's numbers can."""
+    h = hashlib.blake2b(digest_size=12)
+    h.update(source.encode())
+    h.update(str(getattr(config, "_commit_hash", "") or "").encode())
+    # where the files sit and which library wrote them do not change the numbers
+    settings = {k: v for k, v in config.to_dict().items() if k not in ("_name_or_path", "transformers_version")}
+    h.update(json.dumps(settings, sort_keys=True, default=str).encode())
+    for name, tensor in sorted(model.state_dict().items()):
+        h.update(name.encode())
+        h.update(memoryview(tensor.detach().to("cpu").contiguous().view(-1).view(torch.uint8).numpy()))
+    return h.hexdigest()
+
+
+def _check_attention_output(loaded: LoadedModel) -> None:
+    tok = loaded.tokenizer
+    ids = torch.tensor([[tok.cls_token_id, tok.sep_token_id, tok.sep_token_id]], device=loaded.device)
+    off = loaded.position_offset
+    inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids),
+              "position_ids": torch.arange(off, off + 3, device=loaded.device)[None]}
+    if loaded.is_longformer:
+        inputs["global_attention_mask"] = torch.tensor([[1, 0, 0]], device=loaded.device)
+    try:
+        with torch.no_grad():
+            out = loaded.model(**inputs, output_attentions=True)
+    except Exception as exc:  # a model that cannot even run a tiny input is unusable here
+        raise NoAttentionError(f"'{loaded.source}' failed on a probe input: {exc}") from exc
+    if not getattr(out, "attentions", None):
+        raise NoAttentionError(
+            f"'{loaded.source}' returns no attention weights; longviz needs output_attentions=True support."
+        )
+
+
+# ---------------------------------------------------------------------------------------------- datasets
+_TEXT_COLUMNS = ("text", "document", "content", "body", "article", "abstract", "sentence", "review")
+_LABEL_COLUMNS = ("label", "labels", "class", "target", "y", "category")
+
+
+def load_dataset(
+    source,
+    text_column: str | None = None,
+    label_column: str | None = None,
+    id2label: dict | None = None,
+    filename: str | None = None,
+    split: str = "test",
+) -> pd.DataFrame:
+    """A DataFrame with columns `text` (str) and, when the data has labels, `label` (int); others are kept.
+
+    `source`: "demo", a CSV/TSV/Parquet/JSONL path, uploaded bytes (with `filename` for the format), or a
+    `datasets` Hub name. String labels are mapped through the model's `id2label`."""
+    if isinstance(source, str) and source == DEMO:
+        from ..demo import ensure_demo
+
+        df = pd.read_parquet(ensure_demo().dataset_path)
+        df = df[df["split"] == "test"].reset_index(drop=True) if "split" in df else df
+    elif isinstance(source, (bytes, bytearray, io.IOBase)):
+        df = _read_bytes(bytes(source) if not isinstance(source, io.IOBase) else source.read(), filename)
+    elif isinstance(source, (str, Path)) and Path(source).expanduser().exists():
+        p = Path(source).expanduser()
+        df = _read_bytes(p.read_bytes(), p.name)
+    elif isinstance(source, str) and _HUB_ID.match(source):
+        df = _read_hub(source, split)
+    else:
+        raise DatasetError(f"No dataset at '{source}': give a CSV, Parquet or JSONL path, or 'demo'.")
+    return normalise_dataset(df, text_column, label_column, id2label)
+
+
+def _read_bytes(data: bytes, filename: str | None) -> pd.DataFrame:
+    if not data or not data.strip():
+        raise DatasetError("The file is empty.")
+    name = (filename or "").lower()
+    try:
+        if name.endswith(".parquet") or data[:4] == b"PAR1":
+            return pd.read_parquet(io.BytesIO(data))
+        if b"\x00" in data[:4096]:
+            raise DatasetError("The file looks binary, not text: upload CSV, JSONL or Parquet.")
+        try:
+            text = data.decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            raise DatasetError(
+                f"The file is not UTF-8 text (undecodable byte at offset {exc.start}); re-save it as UTF-8."
+            ) from exc
+        if name.endswith((".jsonl", ".json", ".ndjson")) or text.lstrip().startswith(("{", "[")):
+            return pd.read_json(io.StringIO(text), lines=not text.lstrip().startswith("["))
+        sep = "\t" if name.endswith(".tsv") else ","
+        return pd.read_csv(io.StringIO(text), sep=sep)
+    except DatasetError:
+        raise
+    except Exception as exc:  # parser errors of pandas/pyarrow come in many types
+        raise DatasetError(f"Could not parse the file ({type(exc).__name__}: {str(exc).splitlines()[0]}).") from exc
+
+
+def _read_hub(name: str, split: str) -> pd.DataFrame:
+    try:
+        import datasets  # optional: only needed for Hub datasets
+    except ImportError as exc:
+        raise DatasetError(f"'{name}' is not a local file; loading Hub datasets needs `pip install datasets`.") from exc
+    try:
+        ds = datasets.load_dataset(name, split=split)
+    except Exception as exc:
+        raise DatasetError(
+            f"Could not load the Hub dataset '{name}' ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}). "
+            "Offline? Set HF_HUB_OFFLINE=1 to use a cached copy, or export it to CSV/Parquet and give the path."
+        ) from exc
+    return ds.to_pandas()
+
+
+def normalise_dataset(df: pd.DataFrame, text_column=None, label_column=None, id2label=None) -> pd.DataFrame:
+    if df is None or len(df) == 0:
+        raise DatasetError("The dataset has no rows.")
+    df = df.copy()
+    df.columns = [str(c) for c in df.columns]
+    tcol = text_column or _detect_text_column(df)
+    if tcol not in df.columns:
+        raise DatasetError(f"No text column '{tcol}'. Columns are: {', '.join(df.columns)}.")
+    lcol = label_column or next((c for c in _LABEL_COLUMNS if c in df.columns), None)
+    if label_column and label_column not in df.columns:
+        raise DatasetError(f"No label column '{label_column}'. Columns are: {', '.join(df.columns)}.")
+    texts = df[tcol]
+    keep = texts.map(lambda t: isinstance(t, str) and bool(t.strip()))
+    out = df[keep].reset_index(drop=True)
+    out.attrs["dropped_rows"] = int((~keep).sum())
+    if len(out) == 0:
+        raise DatasetError(f"Column '{tcol}' has no non-empty text.")
+    if tcol != "text":
+        out = out.drop(columns=[c for c in ("text",) if c in out.columns]).rename(columns={tcol: "text"})
+    if lcol is not None:
+        labels = _normalise_labels(out[lcol], id2label)
+        if lcol != "label":
+            out = out.drop(columns=[c for c in ("label",) if c in out.columns]).rename(columns={lcol: "label"})
+        out["label"] = labels
+    return out
+
+
+def _detect_text_column(df: pd.DataFrame) -> str:
+    lower = {c.lower(): c for c in df.columns}
+    for name in _TEXT_COLUMNS:
+        if name in lower:
+            return lower[name]
+    strings = [c for c in df.columns if df[c].map(lambda v: isinstance(v, str)).mean() > 0.9]
+    if not strings:
+        raise DatasetError(f"No text column found (columns: {', '.join(df.columns)}); name one explicitly.")
+    return max(strings, key=lambda c: df[c].map(len).mean())
+
+
+def _normalise_labels(col: pd.Series, id2label: dict | None) -> pd.Series:
+    num_classes = len(id2label) if id2label else None
+    if col.isna().any():
+        raise DatasetError(f"{int(col.isna().sum())} rows have no label; fill them or drop the label column.")
+    if pd.api.types.is_numeric_dtype(col):
+        if not np.all(np.equal(np.mod(col.to_numpy(dtype=float), 1), 0)):
+            raise DatasetError("Labels are numbers but not integers.")
+        labels = col.astype(np.int64)
+    else:
+        as_str = col.astype(str).str.strip()
+        if as_str.str.fullmatch(r"-?\d+").all():
+            labels = as_str.astype(np.int64)
+        else:
+            if not id2label:
+                raise DatasetError("Labels are strings and the model has no id2label to map them.")
+            by_name = {str(v).lower(): int(k) for k, v in id2label.items()}
+            unknown = sorted(set(as_str.str.lower()) - set(by_name))
+            if unknown:
+                raise DatasetError(
+                    f"Labels {unknown[:5]} are not among the model's classes {sorted(by_name)}."
+                )
+            labels = as_str.str.lower().map(by_name).astype(np.int64)
+    if num_classes is not None:
+        bad = sorted(set(labels[(labels < 0) | (labels >= num_classes)].tolist()))
+        if bad:
+            raise DatasetError(f"Labels {bad[:5]} are outside the model's classes 0..{num_classes - 1}.")
+    return labels
+
+
+def dataset_fingerprint(df: pd.DataFrame) -> str:
+    """The texts (in order) and labels: what a store's manifest and the dataset-level caches are keyed by."""
+    h = texts_hasher(df["text"])
+    if "label" in df:
+        h.update(np.asarray(df["label"], dtype=np.int64).tobytes())
+    return h.hexdigest()

@@ -1,0 +1,258 @@
+"""Agreement between received attention and |IG| laid out as the paper's tables (§3.3, §5.2.3, Tables 1-2).
+
+For one document:
+  - `agreement_table`: attention source (final layer; all layers; an optional layer range) x scaled by head
+    importance (yes / no) x masked (no / zero / drop), with every metric of `similarity.compare` as columns.
+    Table 1 is the cosine / Kendall tau / RBO columns, Table 2 the `jaccard_top` column.
+  - `top_sets`: the positions in the top 5 % of attention only, of attribution only, and of both (the notebook's
+    "Examining the Specifics"), with normalised values and ranks, and counts per token type.
+  - `head_agreement`: one metric between each head's received attention and |IG|, (layers, heads).
+`document_numbers` is one document's share of the dataset-wide numbers (every configuration, JSON-ready);
+dataset.aggregate turns them into means and sums over documents.
+
+Head-importance scaling multiplies each head's received attention by its importance before the heads are
+summed (the notebook's scale_by_importance). It does not apply to the per-head grid: every metric min-max
+normalises or ranks each head on its own, so multiplying one head by a positive number changes nothing.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from ..model.analysis import DocumentAnalysis
+from ..tokens import token_label
+from .masking import build_mask
+from .similarity import (
+    DEFAULT_P,
+    DEFAULT_TOP,
+    METRICS,
+    SimilarityError,
+    compare,
+    compare_many,
+    minmax,
+    rank_order,
+    top_set,
+)
+
+MASK_MODES: tuple[str, ...] = ("no", "zero", "drop")
+MASK_KINDS: tuple[str, ...] = ("special", "nonalnum", "stopwords")
+HEAD_METRICS: tuple[str, ...] = ("rbo", "kendall_tau")
+TABLE1_METRICS: tuple[str, ...] = ("cosine", "kendall_tau", "rbo")
+TABLE2_METRICS: tuple[str, ...] = ("jaccard_top",)
+SET_NAMES: tuple[str, ...] = ("attention only", "attribution only", "both")
+
+
+@dataclass(frozen=True)
+class AttentionSource:
+    label: str  # for tables, with 1-based layer numbers as in the paper ("layer 12 (final)")
+    layers: tuple[int, ...]  # 0-based layer indices summed over
+
+
+def attention_sources(num_layers: int, layer_range: tuple[int, int] | None = None) -> list[AttentionSource]:
+    """The final layer, all layers and, when given, the 0-based inclusive `layer_range` (lo, hi)."""
+    if num_layers < 1:
+        raise ValueError(f"num_layers must be positive, got {num_layers}")
+    out = [AttentionSource(f"layer {num_layers} (final)", (num_layers - 1,)),
+           AttentionSource("all layers", tuple(range(num_layers)))]
+    if layer_range is not None:
+        lo, hi = (int(v) for v in layer_range)
+        if not (0 <= lo <= hi < num_layers):
+            raise ValueError(f"layer range must satisfy 0 <= lo <= hi < {num_layers}, got ({lo}, {hi})")
+        layers = tuple(range(lo, hi + 1))
+        if layers not in {s.layers for s in out}:
+            out.append(AttentionSource(f"layers {lo + 1}-{hi + 1}" if hi > lo else f"layer {lo + 1}", layers))
+    return out
+
+
+def mask_for(tokens: Sequence[str], kinds: Sequence[str]) -> np.ndarray | None:
+    """build_mask over the chosen kinds (any of MASK_KINDS), True = masked; None when no kind is chosen."""
+    unknown = set(kinds) - set(MASK_KINDS)
+    if unknown:
+        raise ValueError(f"unknown mask kind(s) {sorted(unknown)}; choose from {list(MASK_KINDS)}")
+    if not kinds:
+        return None
+    return build_mask(tokens, special="special" in kinds, nonalnum="nonalnum" in kinds,
+                      stopwords="stopwords" in kinds)
+
+
+# ------------------------------------------------------------------------------------------- Tables 1-2
+def agreement_table(
+    analysis: DocumentAnalysis,
+    attribution,
+    *,
+    importance=None,
+    mask=None,
+    layer_range: tuple[int, int] | None = None,
+    p: float = DEFAULT_P,
+    top: float = DEFAULT_TOP,
+) -> pd.DataFrame:
+    """Tables 1-2 for one document: columns source, scaled, masked, every METRICS key, note.
+
+    importance: (layers, heads) head importance, or None (then only unscaled rows). mask: bool (n,) True =
+    masked, or None (then only unmasked rows). A configuration where a metric is undefined (e.g. constant
+    attention) gets NaN metrics and the reason in `note`."""
+    attribution = _attribution(attribution, analysis.n)
+    bands = analysis.attention
+    rows = []
+    for source in attention_sources(bands.num_layers, layer_range):
+        for scaled in ((True, False) if importance is not None else (False,)):
+            attention = bands.received(layers=source.layers, scale=importance if scaled else None)
+            for masked in (MASK_MODES if mask is not None else ("no",)):
+                row = {"source": source.label, "scaled": scaled, "masked": masked}
+                try:
+                    row.update(compare(attention, attribution, mask=None if masked == "no" else mask,
+                                       mode="zero" if masked == "no" else masked, p=p, top=top))
+                    row["note"] = ""
+                except SimilarityError as exc:
+                    row.update({name: math.nan for name in METRICS})
+                    row["note"] = str(exc)
+                rows.append(row)
+    return pd.DataFrame(rows, columns=["source", "scaled", "masked", *METRICS, "note"])
+
+
+# ------------------------------------------------------------------------------------------- top-5 % sets
+@dataclass(frozen=True)
+class TopSets:
+    attention_only: pd.DataFrame  # token, position, attention_norm, attention_rank, attribution_norm, attribution_rank
+    attribution_only: pd.DataFrame  # same columns
+    both: pd.DataFrame  # same columns
+    jaccard: float  # |both| / |union|: equals compare(...)["jaccard_top"]
+
+    def counts(self) -> pd.DataFrame:
+        """Token types in each set: columns token, attention only, attribution only, both, total (descending)."""
+        return _counts({name: df["token"] for name, df in zip(SET_NAMES, self.tables())})
+
+    def tables(self) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+        return self.attention_only, self.attribution_only, self.both
+
+
+def top_sets(tokens: Sequence[str], attention, attribution, mask=None, mode: str = "no",
+             top: float = DEFAULT_TOP) -> TopSets:
+    """The positions at or above each vector's (1 - top) quantile, split into attention only / attribution only
+    / both, normalised and thresholded exactly as `compare` does for the same mask and mode ('no', 'zero',
+    'drop'). Ranks are 1 = highest among the compared tokens (ties: lower position first); masked tokens have
+    no value or rank in 'drop' mode (NaN)."""
+    attribution = _attribution(attribution, len(tokens))
+    attention = _attribution(attention, len(tokens))
+    if mode not in MASK_MODES:
+        raise ValueError(f"mode must be one of {MASK_MODES}, got {mode!r}")
+    n = len(tokens)
+    keep = np.arange(n)
+    excluded = None
+    att, attr = attention.copy(), np.abs(attribution)
+    if mode != "no" and mask is not None:
+        mask = np.asarray(mask, dtype=bool)
+        if mask.shape != (n,):
+            raise ValueError(f"mask must have shape ({n},), got {mask.shape}")
+        if mode == "zero":
+            att[mask], attr[mask], excluded = 0.0, 0.0, mask
+        else:
+            keep = np.flatnonzero(~mask)
+    att_n, attr_n = minmax(att[keep]), minmax(attr[keep])
+    sides = {}
+    for name, values in (("attention", att_n), ("attribution", attr_n)):
+        norm = np.full(n, np.nan)
+        rank = np.full(n, np.nan)
+        norm[keep] = values
+        rank[keep[rank_order(values)]] = np.arange(1, keep.size + 1)
+        chosen = top_set(values, top, exclude=None if excluded is None else excluded[keep])
+        sides[name] = (norm, rank, {int(keep[i]) for i in chosen})
+    a_top, b_top = sides["attention"][2], sides["attribution"][2]
+
+    def table(positions) -> pd.DataFrame:
+        pos = np.asarray(sorted(positions), dtype=np.int64)
+        return pd.DataFrame({
+            "token": [token_label(tokens[i]) for i in pos], "position": pos,
+            "attention_norm": sides["attention"][0][pos],
+            "attention_rank": pd.array(sides["attention"][1][pos], dtype="Int64"),
+            "attribution_norm": sides["attribution"][0][pos],
+            "attribution_rank": pd.array(sides["attribution"][1][pos], dtype="Int64"),
+        })
+
+    union = a_top | b_top
+    return TopSets(table(a_top - b_top), table(b_top - a_top), table(a_top & b_top),
+                   len(a_top & b_top) / len(union) if union else math.nan)
+
+
+# ------------------------------------------------------------------------------------------- per head
+def head_agreement(analysis: DocumentAnalysis, attribution, metric: str = "rbo", mask=None, mode: str = "no",
+                   p: float = DEFAULT_P, top: float = DEFAULT_TOP) -> np.ndarray:
+    """(layers, heads): `metric` between each head's received attention and |attribution|; NaN for a head whose
+    attention is constant after masking. mode: 'no', 'zero' or 'drop'."""
+    if mode not in MASK_MODES:
+        raise ValueError(f"mode must be one of {MASK_MODES}, got {mode!r}")
+    attribution = _attribution(attribution, analysis.n)
+    return compare_many(analysis.attention.received_per_head(), attribution, metric=metric,
+                        mask=None if mode == "no" else mask, mode="zero" if mode == "no" else mode, p=p, top=top)
+
+
+# ------------------------------------------------------------------------------------------- per document, for the dataset
+def document_numbers(analysis, attribution, importance, mask, layer_range, p, top) -> dict:
+    """Everything the dataset view needs from one document, as JSON-ready lists and dicts: `table` (the
+    agreement_table rows), `grids` ("metric|masked" -> (layers, heads) nested lists, None for NaN) and
+    `counts` ("source|scaled|masked" -> token -> counts per top-5 % set). The per-document unit of
+    dataset.aggregate.dataset_agreement and of the precompute's "agreement" kind, so both produce the same
+    numbers."""
+    table = agreement_table(analysis, attribution, importance=importance, mask=mask, layer_range=layer_range,
+                            p=p, top=top)
+    bands = analysis.attention
+    counts = {}
+    for source in attention_sources(bands.num_layers, layer_range):
+        for scaled in ((True, False) if importance is not None else (False,)):
+            attention = bands.received(layers=source.layers, scale=importance if scaled else None)
+            for masked in (MASK_MODES if mask is not None else ("no",)):
+                try:
+                    sets = top_sets(analysis.tokens, attention, attribution, mask, masked, top)
+                except (SimilarityError, ValueError):
+                    continue  # the table row already carries the reason
+                c = sets.counts()
+                counts[f"{source.label}|{int(scaled)}|{masked}"] = {
+                    t: [int(v) for v in vals] for t, *vals in c[["token", *SET_NAMES]].itertuples(index=False)}
+    grids = {}
+    for metric in HEAD_METRICS:
+        for masked in (MASK_MODES if mask is not None else ("no",)):
+            try:
+                grid = head_agreement(analysis, attribution, metric, mask, masked, p, top)
+            except SimilarityError:
+                continue
+            grids[f"{metric}|{masked}"] = [[None if not np.isfinite(v) else float(v) for v in r] for r in grid]
+    records = json.loads(table.to_json(orient="records"))  # NaN -> null, numpy -> plain types
+    return {"table": records, "grids": grids, "counts": counts}
+
+
+def mean_std_table(summary: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
+    """A dataset summary (dataset.aggregate.summarise_agreement) with one 'mean ± std' text column per metric,
+    for display."""
+    out = summary[["source", "scaled", "masked", "documents"]].copy()
+    for name in metrics:
+        out[name] = [f"{m:.3f} ± {s:.3f}" if np.isfinite(m) else "—"
+                     for m, s in zip(summary[f"{name} mean"], summary[f"{name} std"])]
+    return out
+
+
+# ------------------------------------------------------------------------------------------- workers
+def _attribution(values, n: int) -> np.ndarray:
+    v = np.asarray(values, dtype=np.float64)
+    if v.shape != (n,):
+        raise ValueError(f"expected one value per token ({n},), got shape {v.shape}")
+    return v
+
+
+def _counts(sets: dict) -> pd.DataFrame:
+    frame = pd.DataFrame({name: pd.Series(col, dtype=object).value_counts() for name, col in sets.items()})
+    frame = frame.reindex(columns=list(SET_NAMES)).fillna(0).astype(np.int64)
+    frame["total"] = frame.sum(axis=1)
+    frame = frame.rename_axis("token").reset_index()
+    return frame.sort_values(["total", "token"], ascending=[False, True], kind="stable").reset_index(drop=True)
+
+
+__all__ = [
+    "AttentionSource", "HEAD_METRICS", "MASK_KINDS", "MASK_MODES", "SET_NAMES", "TABLE1_METRICS", "TABLE2_METRICS",
+    "TopSets", "agreement_table", "attention_sources", "document_numbers", "head_agreement", "mask_for",
+    "mean_std_table", "top_sets",
+]

@@ -1,0 +1,143 @@
+"""AppTest drives the attention pages on the demo through every toggle: heatmap grid, token counts, overlay."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from longviz_core.views.importance import IMPORTANCE_METHODS
+from pages._common import K
+
+APP = Path(__file__).resolve().parents[2] / "app.py"
+TIMEOUT = 300
+MAX_TOKENS = 512  # keeps the dataset-wide grid and head importance quick on the demo
+IMPORTED = K.page("attention", "imported_importance")
+
+
+def _open(page: str) -> AppTest:
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at.run()
+    at.number_input(key=K.MAX_TOKENS).set_value(MAX_TOKENS).run()
+    at.switch_page(f"pages/{page}.py").run()
+    _ok(at)
+    return at
+
+
+def _ok(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+
+
+def _tables(at: AppTest) -> list:
+    return [d.value.to_dict("list") for d in at.dataframe]
+
+
+@pytest.fixture()
+def counts_page(demo):
+    return _open("token_counts")
+
+
+def test_token_counts_every_toggle(counts_page):
+    at = counts_page
+    assert at.title[0].value == "Token counts"
+    baseline = _tables(at)
+    assert len(baseline) == 6  # 2 intersection tables + 4 count tables
+    # the paper's count (the default) is a number of tokens, and the page says so
+    assert all(c <= MAX_TOKENS for t in baseline for name, col in t.items() if name.startswith("count") for c in col)
+    assert any("tokens whose top-10 (over the selected heads) contain it" in h.value for h in at.subheader)
+    at.radio(key=K.page("counts", "rule")).set_value("per_head").run()
+    _ok(at)
+    assert _tables(at) != baseline
+    assert any("per-head top-10 lists that contain it" in h.value for h in at.subheader)
+    assert any("once per head list" in m.value for m in at.markdown)
+    at.radio(key=K.page("counts", "rule")).set_value("paper").run()
+    _ok(at)
+    assert _tables(at) == baseline
+    at.toggle(key=K.page("counts", "mask")).set_value(True).run()
+    _ok(at)
+    masked = _tables(at)
+    assert masked != baseline  # the mask changes the displayed tables
+    assert all("<s>" not in t.get("token", []) for t in masked)
+    for k in (1, 20):
+        at.slider(key=K.page("counts", "k")).set_value(k).run()
+        _ok(at)
+    at.slider(key=K.page("counts", "n")).set_value(25).run()
+    _ok(at)
+    for scope in ("one layer", "one head", "all layers and heads"):
+        at.radio(key=K.page("counts", "scope")).set_value(scope).run()
+        _ok(at)
+        if scope != "all layers and heads":
+            at.selectbox(key=K.page("counts", "layer")).set_value(3).run()
+            _ok(at)
+        if scope == "one head":
+            at.selectbox(key=K.page("counts", "head")).set_value(2).run()
+            _ok(at)
+    token_box = at.selectbox(key=K.page("counts", "token"))
+    token_box.set_value(token_box.options[-1]).run()
+    _ok(at)
+    at.radio(key=K.page("counts", "instance_direction")).set_value("attending").run()
+    _ok(at)
+    at.toggle(key=K.page("counts", "mask")).set_value(False).run()
+    _ok(at)
+
+
+def test_heatmap_grid_every_toggle(demo):
+    at = _open("heatmap_grid")
+    assert at.title[0].value == "Attention heatmap grid"
+    assert len(at.get("image")) == 1
+    for grid in (32, 128):
+        at.select_slider(key=K.page("heatmap", "grid")).set_value(grid).run()
+        _ok(at)
+    at.radio(key=K.page("heatmap", "colour")).set_value("log").run()
+    _ok(at)
+    at.selectbox(key=K.page("heatmap", "layer")).set_value(3).run()
+    at.selectbox(key=K.page("heatmap", "head")).set_value(1).run()
+    _ok(at)
+    at.checkbox(key=K.page("heatmap", "scale")).check().run()  # computed on the demo dataset (disk-cached)
+    _ok(at)
+    assert any("unimportant heads fade" in c.value and IMPORTANCE_METHODS["t3vis"] in c.value for c in at.caption)
+    at.selectbox(key=K.page("heatmap", "importance_method")).set_value("michel").run()
+    _ok(at)
+    assert any(IMPORTANCE_METHODS["michel"] in c.value for c in at.caption)
+    at.session_state[IMPORTED] = np.arange(16, dtype=float).reshape(4, 4)
+    at.radio(key=K.page("heatmap", "importance_source")).set_value("imported file").run()
+    _ok(at)
+    assert any("imported on the heatmap page" in c.value for c in at.caption)
+    at.radio(key=K.page("heatmap", "scope")).set_value("dataset").run()
+    _ok(at)
+    at.slider(key=K.page("heatmap", "docs")).set_value(3).run()
+    _ok(at)
+    assert len(at.get("image")) == 1
+    at.checkbox(key=K.page("heatmap", "scale")).uncheck().run()
+    at.radio(key=K.page("heatmap", "colour")).set_value("linear").run()
+    _ok(at)
+
+
+def test_overlay_every_toggle(demo):
+    at = _open("attention_overlay")
+    assert at.title[0].value == "Summed attention"
+
+    def html():
+        return [h.proto.body for h in at.get("html")]
+
+    first = html()
+    assert any('data-pos="0"' in h for h in first)
+    at.radio(key=K.page("overlay", "preset")).set_value("all layers (averaged)").run()
+    _ok(at)
+    assert html() != first
+    at.radio(key=K.page("overlay", "preset")).set_value("choose layers and heads").run()
+    at.multiselect(key=K.page("overlay", "layers")).set_value([0, 1]).run()
+    at.multiselect(key=K.page("overlay", "heads")).set_value([2]).run()
+    _ok(at)
+    before_mask = html()
+    at.toggle(key=K.page("overlay", "mask")).set_value(True).run()
+    _ok(at)
+    assert html() != before_mask and any("lv-m" in h for h in html())
+    at.checkbox(key=K.page("overlay", "scale")).check().run()
+    _ok(at)
+    assert any(f"head importance: {IMPORTANCE_METHODS['t3vis']}" in c.value for c in at.caption)
+    at.multiselect(key=K.page("overlay", "heads")).set_value([]).run()
+    assert not at.exception
+    assert any("at least one" in i.value for i in at.info)

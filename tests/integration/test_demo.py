@@ -1,0 +1,365 @@
+"""The offline demo: corpus, tokenizer, model, held-out accuracy and the build cache.
+
+The real demo comes from the session fixture `demo` in conftest.py (built once per session by
+ensure_demo).  Cache behaviour is tested with a fake, instant build function so that locking and
+atomic renames are exercised without training a model again.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+import longviz_core.demo as demo_module
+from longviz_core._disk import cache_root
+from longviz_core.demo import (
+    DEMO_VERSION,
+    DemoPaths,
+    build_demo,
+    ensure_demo,
+    generate_corpus,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+AI_WORDS = ("neural", "learning", "agent", "training", "reward")
+PL_WORDS = ("compiler", "type", "parser", "semantics", "programming")
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    return generate_corpus()
+
+
+@pytest.fixture(scope="module")
+def tokenizer(demo):
+    return AutoTokenizer.from_pretrained(demo.model_dir)
+
+
+@pytest.fixture(scope="module")
+def model(demo):
+    return AutoModelForSequenceClassification.from_pretrained(demo.model_dir)
+
+
+# ------------------------------------------------------------------ cache location
+
+
+def test_cache_root_prefers_argument_then_environment_then_home(monkeypatch, tmp_path):
+    monkeypatch.setenv("LONGVIZ_CACHE_DIR", str(tmp_path / "env"))
+    assert cache_root(tmp_path / "arg") == tmp_path / "arg"
+    assert cache_root() == tmp_path / "env"
+    monkeypatch.delenv("LONGVIZ_CACHE_DIR")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert cache_root() == tmp_path / "home" / ".cache" / "longviz"
+
+
+# ------------------------------------------------------------------ corpus
+
+
+def test_corpus_shape_splits_and_balance(corpus):
+    assert list(corpus.columns) == ["text", "label", "split"]
+    assert len(corpus) == 240
+    assert corpus["label"].dtype == np.int64
+    counts = corpus.groupby(["split", "label"]).size().to_dict()
+    assert counts == {("test", 0): 30, ("test", 1): 30, ("train", 0): 90, ("train", 1): 90}
+    assert corpus["text"].is_unique
+
+
+def test_corpus_is_deterministic_and_seeded(corpus):
+    pd.testing.assert_frame_equal(generate_corpus(), corpus)
+    other = generate_corpus(seed=1)
+    assert not other["text"].equals(corpus["text"])
+
+
+@pytest.mark.parametrize("n_docs", [0, 6, 10])
+def test_corpus_rejects_bad_sizes(n_docs):
+    with pytest.raises(ValueError, match="n_docs"):
+        generate_corpus(n_docs=n_docs)
+
+
+def test_corpus_reads_like_papers(corpus):
+    text = corpus["text"].iloc[0]
+    lines = text.splitlines()
+    assert lines[1] == "" and lines[2] == "Abstract"
+    assert "1 Introduction" in lines and "7 Conclusion" in lines
+    sentences = re.findall(r"[A-Z][^.!?]*[.!?]", text)
+    assert len(sentences) > 20
+    joined = " ".join(corpus["text"])
+    assert re.search(r"\([A-Z][a-z]+ et al\., (19|20)\d\d\)", joined)  # citations
+    assert re.search(r"\b\d+(\.\d+)?%", joined)  # numbers
+    for stopword in (" the ", " of ", " and ", " that "):
+        assert stopword in text
+
+
+def _rate(texts: pd.Series, words: tuple[str, ...]) -> np.ndarray:
+    """Occurrences of the class keywords per 1,000 words, per document."""
+    pattern = re.compile(r"\b(" + "|".join(words) + r")", re.IGNORECASE)
+    return np.array([len(pattern.findall(t)) / len(t.split()) * 1000 for t in texts])
+
+
+def test_corpus_classes_differ_but_overlap(corpus):
+    ai, pl = corpus[corpus["label"] == 1]["text"], corpus[corpus["label"] == 0]["text"]
+    # each class leans on its own vocabulary ...
+    assert _rate(ai, AI_WORDS).mean() > 2 * _rate(pl, AI_WORDS).mean()
+    assert _rate(pl, PL_WORDS).mean() > 2 * _rate(ai, PL_WORDS).mean()
+    # ... but nearly every document also uses the other field's words: keyword spotting is not enough
+    assert (_rate(ai, PL_WORDS) > 0).mean() > 0.9
+    assert (_rate(pl, AI_WORDS) > 0).mean() > 0.9
+    # and single-keyword rules misclassify some documents
+    margin = _rate(corpus["text"], AI_WORDS) - _rate(corpus["text"], PL_WORDS)
+    wrong = ((margin > 0).astype(int) != corpus["label"].to_numpy()).mean()
+    assert 0 < wrong < 0.25
+
+
+# ------------------------------------------------------------------ built artefacts
+
+
+def test_dataset_file_is_the_generated_corpus(demo, corpus):
+    stored = pd.read_parquet(demo.dataset_path)
+    pd.testing.assert_frame_equal(stored, corpus)
+
+
+def test_document_lengths_in_trained_tokens(demo, corpus, tokenizer):
+    lengths = np.array([len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in corpus["text"]])
+    assert lengths.min() >= 600 and lengths.max() <= 3000
+    assert (lengths > 2046).sum() >= 40  # the 2,048-token truncation matters for many documents
+    stats = demo.metrics["token_lengths"]
+    assert stats["min"] == lengths.min() and stats["max"] == lengths.max()
+    assert stats["mean"] == pytest.approx(lengths.mean())
+
+
+def test_tokenizer_is_roberta_style_byte_level_bpe(tokenizer):
+    expected = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3, "<mask>": 4}
+    assert tokenizer.convert_tokens_to_ids(list(expected)) == list(expected.values())
+    assert (tokenizer.bos_token_id, tokenizer.pad_token_id, tokenizer.eos_token_id) == (0, 1, 2)
+    assert (tokenizer.cls_token_id, tokenizer.sep_token_id) == (0, 2)
+    assert (tokenizer.unk_token_id, tokenizer.mask_token_id) == (3, 4)
+    assert 3000 <= len(tokenizer) <= 8000
+    text = "We train the neural network, and the compiler type-checks it (Smith et al., 2019)."
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    tokens = tokenizer.convert_ids_to_tokens(ids)
+    assert "Ġneural" in tokens and "Ġcompiler" in tokens  # byte-level: a space is part of the token
+    assert tokenizer.decode(ids) == text
+    assert tokenizer(text)["input_ids"] == [0, *ids, 2]  # RoBERTa post-processing
+
+
+def test_model_config_and_weights(demo, model):
+    cfg = model.config
+    assert cfg.model_type == "longformer" and type(model).__name__ == "LongformerForSequenceClassification"
+    assert cfg.max_position_embeddings >= 4098
+    assert (cfg.pad_token_id, cfg.bos_token_id, cfg.eos_token_id, cfg.sep_token_id) == (1, 0, 2, 2)
+    assert cfg.id2label == {0: "programming_languages", 1: "artificial_intelligence"}
+    assert cfg.label2id == {"programming_languages": 0, "artificial_intelligence": 1}
+    assert cfg.num_hidden_layers == 4 and cfg.num_attention_heads == 4 and cfg.hidden_size == 128
+    assert set(np.atleast_1d(cfg.attention_window)) == {64}
+    assert (demo.model_dir / "model.safetensors").is_file()
+    assert not model.training
+    assert demo.metrics["n_parameters"] == sum(p.numel() for p in model.parameters())
+
+
+def _app_encoding(tokenizer, text: str, max_tokens: int) -> dict[str, torch.Tensor]:
+    """The notebook's construction, written out independently of longviz_core."""
+    text_ids = tokenizer.encode(text, add_special_tokens=False)[: max_tokens - 2]
+    input_ids = torch.tensor([[tokenizer.cls_token_id, *text_ids, tokenizer.sep_token_id]])
+    mask = input_ids.ne(tokenizer.pad_token_id).int()
+    position_ids = (torch.cumsum(mask, dim=1) * mask).long() + tokenizer.pad_token_id
+    global_mask = torch.zeros_like(input_ids)
+    global_mask[0, 0] = 1
+    return dict(input_ids=input_ids, attention_mask=torch.ones_like(input_ids),
+                global_attention_mask=global_mask, position_ids=position_ids)
+
+
+@torch.no_grad()
+def _predict(model, tokenizer, texts, max_tokens: int) -> np.ndarray:
+    return np.array([int(model(**_app_encoding(tokenizer, t, max_tokens)).logits.argmax(-1)) for t in texts])
+
+
+def test_held_out_accuracy_at_2048_tokens(demo, corpus, model, tokenizer):
+    test = corpus[corpus["split"] == "test"]
+    accuracy = (_predict(model, tokenizer, test["text"], 2048) == test["label"].to_numpy()).mean()
+    assert accuracy >= 0.90
+    assert demo.metrics["accuracy_2048"] == pytest.approx(accuracy)
+    assert demo.metrics["accuracy_4096"] >= 0.90
+
+
+@torch.no_grad()
+def test_full_4096_token_inputs_are_classified(corpus, model, tokenizer):
+    """Positions beyond the longest document (up to 4,097) are trained: two same-class documents
+    joined into one 4,096-token input keep their class."""
+    test = corpus[corpus["split"] == "test"]
+    joined, labels = [], []
+    for label in (0, 1):
+        texts = test[test["label"] == label]["text"].tolist()
+        for a, b in zip(texts[0:8:2], texts[1:8:2]):
+            joined.append(a + "\n" + b)
+            labels.append(label)
+    lengths = [_app_encoding(tokenizer, t, 4096)["input_ids"].shape[1] for t in joined]
+    longest_single = max(_app_encoding(tokenizer, t, 4096)["input_ids"].shape[1] for t in corpus["text"])
+    assert sum(n > longest_single for n in lengths) >= len(lengths) // 2 and max(lengths) == 4096
+    assert (_predict(model, tokenizer, joined, 4096) == np.array(labels)).mean() >= 0.85
+
+
+def test_metrics_file(demo):
+    stored = json.loads((demo.root / "metrics.json").read_text())
+    assert stored == demo.metrics
+    assert stored["demo_version"] == DEMO_VERSION
+    assert (stored["n_docs"], stored["n_train"], stored["n_test"]) == (240, 180, 60)
+    assert stored["build_seconds"] > 0
+    assert len(stored["train_accuracy_per_epoch"]) >= 1
+
+
+# ------------------------------------------------------------------ cache behaviour
+
+
+def test_second_call_reuses_the_cache_without_building(demo, monkeypatch):
+    def no_build(*args, **kwargs):
+        raise AssertionError("ensure_demo rebuilt a complete demo")
+
+    monkeypatch.setattr(demo_module, "build_demo", no_build)
+    start = time.perf_counter()
+    again = ensure_demo(cache_dir=demo.root.parent)
+    assert again == demo
+    assert time.perf_counter() - start < 5  # generous: it only reads metrics.json
+
+
+class FakeBuild:
+    """Stands in for build_demo: records calls, takes a while, writes what ensure_demo reads."""
+
+    def __init__(self, seconds: float = 0.0, fail: bool = False):
+        self.calls, self.seconds, self.fail = [], seconds, fail
+        self._lock = threading.Lock()
+
+    def __call__(self, out_dir, progress=None):
+        with self._lock:
+            self.calls.append(Path(out_dir))
+        if progress:
+            progress(0.0, "fake build")
+        time.sleep(self.seconds)
+        if self.fail:
+            raise RuntimeError("build failed")
+        out = Path(out_dir)
+        (out / "model").mkdir(parents=True, exist_ok=True)
+        (out / "metrics.json").write_text(json.dumps({"fake": True}))
+        if progress:
+            progress(1.0, "done")
+        return DemoPaths(out, out / "model", out / "dataset.parquet", {"fake": True})
+
+
+def _leftovers(base: Path) -> list[str]:
+    return [p.name for p in base.iterdir() if p.name.startswith(".demo-")]
+
+
+def test_first_build_is_renamed_into_place_with_progress(tmp_path, monkeypatch):
+    fake = FakeBuild()
+    monkeypatch.setattr(demo_module, "build_demo", fake)
+    seen = []
+    paths = ensure_demo(cache_dir=tmp_path, progress=lambda f, m: seen.append((f, m)))
+    root = tmp_path / f"demo-{DEMO_VERSION}"
+    assert paths == DemoPaths(root, root / "model", root / "dataset.parquet", {"fake": True})
+    assert (root / "COMPLETE").is_file()
+    assert fake.calls[0].parent == tmp_path and fake.calls[0] != root  # built elsewhere, then renamed
+    assert seen == [(0.0, "fake build"), (1.0, "done")]
+    assert _leftovers(tmp_path) == []
+
+
+def test_concurrent_threads_build_once(tmp_path, monkeypatch):
+    fake = FakeBuild(seconds=0.5)
+    monkeypatch.setattr(demo_module, "build_demo", fake)
+    barrier, results = threading.Barrier(3), [None] * 3
+
+    def worker(i):
+        barrier.wait()
+        results[i] = ensure_demo(cache_dir=tmp_path)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert len(fake.calls) == 1
+    assert results[0] is not None and results[0] == results[1] == results[2]
+    assert _leftovers(tmp_path) == []
+
+
+_CHILD = textwrap.dedent("""
+    import json, os, sys, time
+    from pathlib import Path
+    import longviz_core.demo as d
+
+    def fake(out_dir, progress=None):
+        with open(sys.argv[2], "a") as log:
+            log.write(f"{os.getpid()}\\n")
+        time.sleep(1.0)
+        (Path(out_dir) / "metrics.json").write_text(json.dumps({"pid": os.getpid()}))
+
+    d.build_demo = fake
+    print(json.dumps(d.ensure_demo(cache_dir=sys.argv[1]).metrics))
+""")
+
+
+def test_concurrent_processes_build_once(tmp_path):
+    log = tmp_path / "builds.log"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    procs = [subprocess.Popen([sys.executable, "-c", _CHILD, str(tmp_path / "cache"), str(log)],
+                              stdout=subprocess.PIPE, text=True, env=env) for _ in range(2)]
+    outs = [p.communicate(timeout=120)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0]
+    builders = log.read_text().split()
+    assert len(builders) == 1
+    assert [json.loads(o.strip().splitlines()[-1]) for o in outs] == [{"pid": int(builders[0])}] * 2
+
+
+def test_failed_build_leaves_nothing_behind_and_is_retried(tmp_path, monkeypatch):
+    monkeypatch.setattr(demo_module, "build_demo", FakeBuild(fail=True))
+    with pytest.raises(RuntimeError, match="build failed"):
+        ensure_demo(cache_dir=tmp_path)
+    assert not (tmp_path / f"demo-{DEMO_VERSION}").exists()
+    assert _leftovers(tmp_path) == []
+    ok = FakeBuild()
+    monkeypatch.setattr(demo_module, "build_demo", ok)
+    assert ensure_demo(cache_dir=tmp_path).metrics == {"fake": True}
+    assert len(ok.calls) == 1
+
+
+def test_incomplete_cache_directory_is_replaced(tmp_path, monkeypatch):
+    stale = tmp_path / f"demo-{DEMO_VERSION}"
+    (stale / "model").mkdir(parents=True)
+    (stale / "metrics.json").write_text("{ truncated")
+    fake = FakeBuild()
+    monkeypatch.setattr(demo_module, "build_demo", fake)
+    assert ensure_demo(cache_dir=tmp_path).metrics == {"fake": True}
+    assert len(fake.calls) == 1 and (stale / "COMPLETE").is_file()
+
+
+# ------------------------------------------------------------------ build_demo end to end (small)
+
+
+def test_build_demo_end_to_end_on_a_small_corpus(tmp_path, monkeypatch):
+    """The real build with a 16-document corpus and one epoch: files, loading and progress."""
+    small = generate_corpus(n_docs=16, seed=3)
+    monkeypatch.setattr(demo_module, "generate_corpus", lambda seed=0: small)
+    monkeypatch.setattr(demo_module, "_EPOCHS", 1)
+    seen = []
+    paths = build_demo(tmp_path / "out", progress=lambda f, m: seen.append((f, m)))
+    assert {p.name for p in paths.root.iterdir()} == {"model", "dataset.parquet", "metrics.json"}
+    fractions = [f for f, _ in seen]
+    assert fractions == sorted(fractions) and fractions[0] == 0.0 and fractions[-1] == 1.0
+    assert any("epoch 1/1" in m for _, m in seen)
+    assert paths.metrics["n_docs"] == 16 and paths.metrics["n_test"] == 4
+    assert 0.0 <= paths.metrics["accuracy_2048"] <= 1.0
+    tok = AutoTokenizer.from_pretrained(paths.model_dir)
+    mdl = AutoModelForSequenceClassification.from_pretrained(paths.model_dir)
+    assert mdl.config.id2label[1] == "artificial_intelligence" and tok.pad_token_id == 1
+    pd.testing.assert_frame_equal(pd.read_parquet(paths.dataset_path), small)

@@ -1,0 +1,415 @@
+"""The precompute on a tiny Longformer: a run killed (SIGKILL) at the worst moments and resumed equals an
+uninterrupted run; two shards merge into the single-shard store; the store's dataset-wide numbers equal the
+in-app dataset functions (one code path); manifests refuse to mix settings."""
+from __future__ import annotations
+
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+import warnings
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from longviz_core import (
+    ManifestMismatchError,
+    StoreError,
+    analyze,
+    load_dataset,
+    load_model,
+)
+from longviz_core.cli import main
+from longviz_core.dataset.kinds import KINDS, Kind, Settings, resolve_kinds
+from longviz_core.dataset.run import parse_shard, precompute, read_logs, shard_rows
+from longviz_core.dataset.store import ResultStore
+from support.oracles import assert_stores_equal
+from tiny import WORDS, make_tiny_longformer
+
+ROOT = Path(__file__).resolve().parents[2]
+WHAT = "attention,attribution,head-importance,agreement,faithfulness"
+MAX_TOKENS, STEPS = 64, 4
+SETTINGS = Settings(max_tokens=MAX_TOKENS, n_steps=STEPS)
+DOC_KINDS = ("attention", "attribution", "agreement", "faithfulness")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Two torch threads on a busy 2-core machine are many times slower than one; subprocesses get --threads 1."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    base = tmp_path_factory.mktemp("precompute")
+    model_dir = make_tiny_longformer(base / "model", initializer_range=0.5)  # non-trivial predictions and IG
+    rng = np.random.default_rng(0)
+    texts = [" ".join(rng.choice(WORDS, size=int(rng.integers(12, 90)))) for _ in range(6)]
+    csv = base / "data.csv"
+    pd.DataFrame({"text": texts, "label": [0, 1, 1, 0, 1, 0]}).to_csv(csv, index=False)
+    model = load_model(str(model_dir))
+    df = load_dataset(str(csv), id2label=model.id2label)
+    return model_dir, csv, model, df
+
+
+@pytest.fixture(scope="module")
+def reference(setup, tmp_path_factory):
+    """An uninterrupted single-shard run of every kind."""
+    _, _, model, df = setup
+    out = tmp_path_factory.mktemp("reference") / "store"
+    summary = precompute(model, df, out, WHAT, SETTINGS)
+    assert summary.computed == {"attention": 6, "attribution": 6, "head-importance": 1, "agreement": 6,
+                                "faithfulness": 6}
+    return out
+
+
+# ----------------------------------------------------------------------------------------- kill and resume
+# The command line with a fault point: StoreWriter.publish (the rename that makes a staged unit exist) is wrapped
+# so that its nth call stops there, "staged" just before the rename (the unit's files written and fsync'ed) or
+# "renamed" just after it (in place, not yet indexed), writes "<point> <doc_id> <kind>" to the flag file and
+# sleeps until the test SIGKILLs the process.
+_FAULT_RUN = """
+import sys, time
+from pathlib import Path
+from longviz_core.cli import main
+from longviz_core.dataset.store import StoreWriter
+
+point, nth, flag = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])
+publish, seen = StoreWriter.publish, [0]
+
+def reach(final):
+    seen[0] += 1
+    if seen[0] == nth:
+        doc_id = "None" if final.parent.name == "dataset" else final.parent.name
+        flag.write_text(f"{point} {doc_id} {final.name}")
+        time.sleep(3600)
+
+def publish_with_fault(self, stage, final):
+    if point == "staged":
+        reach(final)
+    done = publish(self, stage, final)
+    if point == "renamed" and done:
+        reach(final)
+    return done
+
+StoreWriter.publish = publish_with_fault
+sys.exit(main(sys.argv[4:]))
+"""
+
+
+def _cli(model_dir, csv, out, fault=None, flag=None):
+    """The precompute command in a subprocess; fault = "<point>:<n>" stops it at the nth passage (see _FAULT_RUN)."""
+    run = ([sys.executable, "-c", _FAULT_RUN, *fault.split(":"), str(flag)] if fault
+           else [sys.executable, "-m", "longviz_core"])
+    return subprocess.Popen([*run, *_args(model_dir, csv, out)], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _args(model_dir, csv, out) -> list[str]:
+    return ["precompute", "--model", str(model_dir), "--dataset", str(csv), "--what", WHAT, "--n-steps", str(STEPS),
+            "--max-tokens", str(MAX_TOKENS), "--out", str(out), "--threads", "1"]
+
+
+def _kill_at(proc, flag: Path, timeout=300) -> str:
+    """Wait until the process reports reaching its fault point, then SIGKILL it."""
+    deadline = time.monotonic() + timeout
+    while not flag.exists():
+        if proc.poll() is not None:
+            raise AssertionError(f"the run ended before its fault point: {proc.communicate()[1][-2000:]}")
+        assert time.monotonic() < deadline, "fault point not reached"
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate()
+    assert proc.returncode == -signal.SIGKILL
+    text = flag.read_text()
+    flag.unlink()
+    return text
+
+
+def test_killed_runs_resume_to_the_uninterrupted_result(setup, reference, tmp_path, capsys):
+    model_dir, csv, _, _ = setup
+    out, flag = tmp_path / "store", tmp_path / "reached"
+
+    # 1: killed with a unit's files written but not yet renamed into place: it must not exist
+    point, doc_id, kind = _kill_at(_cli(model_dir, csv, out, "staged:6", flag), flag).split()
+    assert point == "staged"
+    assert not (out / "docs" / doc_id / kind).exists()
+    assert list((out / "tmp" / "shard-0-of-1").iterdir())  # the half-staged unit, left in the staging area
+    assert doc_id not in ResultStore(out).doc_ids(kind)
+
+    # 2: killed after a rename, before the unit was indexed: the reader sees it from the files
+    point, renamed_doc, renamed_kind = _kill_at(_cli(model_dir, csv, out, "renamed:3", flag), flag).split()
+    assert point == "renamed"
+    with sqlite3.connect(out / "index" / "shard-0-of-1.sqlite") as conn:
+        assert not conn.execute("SELECT 1 FROM entries WHERE doc_id=? AND kind=?", (renamed_doc, renamed_kind)).fetchall()
+    assert renamed_doc in ResultStore(out).doc_ids(renamed_kind)
+
+    # 3: runs to the end (in this process: the same command, without another start-up)
+    assert main(_args(model_dir, csv, out)) == 0
+    assert "already done" in capsys.readouterr().err  # the summary line
+
+    assert_stores_equal(out, reference)
+    logs = read_logs(out)
+    computed = list(zip(logs["doc_id"], logs["kind"]))
+    assert len(computed) == len(set(computed)), "a unit was computed twice"
+    everything = {(d, k) for d in ResultStore(reference).doc_ids("attention") for k in DOC_KINDS}
+    # every unit was computed exactly once, except the one renamed just before the kill: found, never redone
+    assert set(computed) == everything - {(renamed_doc, renamed_kind)}
+    assert logs["pid"].nunique() == 3
+    with sqlite3.connect(out / "index" / "shard-0-of-1.sqlite") as conn:  # run 3 indexed the orphan
+        assert conn.execute("SELECT 1 FROM entries WHERE doc_id=? AND kind=?", (renamed_doc, renamed_kind)).fetchall()
+    assert not (out / "tmp" / "shard-0-of-1").exists()
+
+
+# ----------------------------------------------------------------------------------------- shards
+def test_two_shards_merge_into_the_single_shard_store(setup, reference, tmp_path):
+    _, _, model, df = setup
+    out = tmp_path / "sharded"
+    first = precompute(model, df, out, WHAT, SETTINGS, shard=(1, 2))
+    second = precompute(model, df, out, WHAT, SETTINGS, shard=(0, 2))
+    assert first.computed["attention"] == 3 and second.computed["attention"] == 3
+    assert first.computed["head-importance"] + second.computed["head-importance"] == 1  # dataset level: once
+    assert sorted(p.name for p in (out / "index").glob("*.sqlite")) == ["shard-0-of-2.sqlite", "shard-1-of-2.sqlite"]
+    assert_stores_equal(out, reference)
+    again = precompute(model, df, out, WHAT, SETTINGS, shard=(0, 2))  # resumable: nothing left to do
+    assert sum(again.computed.values()) == 0 and again.skipped["faithfulness"] == 3
+
+
+def test_shard_split_is_deterministic_and_complete():
+    assert shard_rows(10, (0, 3)) == [0, 3, 6, 9] and shard_rows(10, (2, 3), limit=6) == [2, 5]
+    assert sorted(r for i in range(4) for r in shard_rows(11, (i, 4))) == list(range(11))
+    assert parse_shard("1/4") == (1, 4)
+    for bad in ("4/4", "1", "a/b", "-1/2"):
+        with pytest.raises(ValueError):
+            parse_shard(bad)
+    with pytest.raises(ValueError):
+        shard_rows(10, (2, 2))
+
+
+# ----------------------------------------------------------------------------------------- one code path
+def test_store_numbers_equal_the_in_app_dataset_functions(setup, reference, tmp_path):
+    from longviz_core.dataset.aggregate import (
+        dataset_agreement,
+        dataset_attributions,
+        dataset_faithfulness,
+    )
+    from longviz_core.views.importance import head_importance
+    from longviz_core.views.pooling import pool_dataset
+
+    _, _, model, df = setup
+    store = ResultStore(reference)
+    texts = list(df["text"])
+    np.testing.assert_array_equal(store.pooled_attention().cells,
+                                  pool_dataset((analyze(model, t, MAX_TOKENS).attention for t in texts)).cells)
+    np.testing.assert_allclose(store.head_importance(), head_importance(model, df, MAX_TOKENS), rtol=1e-12)
+    assert store.settings("head-importance") == {"examples": 32, "importance_method": "t3vis", "normalise": "minmax"}
+
+    app = dataset_agreement(model, texts, max_tokens=MAX_TOKENS, ig_steps=STEPS,
+                            importance=store.head_importance(), cache_dir=tmp_path)
+    ours = store.dataset_agreement()
+    pd.testing.assert_frame_equal(ours.table, app.table, rtol=1e-9)
+    pd.testing.assert_frame_equal(ours.per_document, app.per_document, rtol=1e-9)
+    assert ours.head_grids.keys() == app.head_grids.keys() and ours.set_counts.keys() == app.set_counts.keys()
+    for key, grid in app.head_grids.items():
+        np.testing.assert_allclose(ours.head_grids[key], grid, rtol=1e-9)
+    for key, counts in app.set_counts.items():
+        pd.testing.assert_frame_equal(ours.set_counts[key], counts, check_dtype=False)
+
+    app_f = dataset_faithfulness(model, texts, df["label"], max_tokens=MAX_TOKENS, ig_steps=STEPS, cache_dir=tmp_path)
+    ours_f = store.dataset_faithfulness()
+    pd.testing.assert_frame_equal(ours_f.summary, app_f.summary, rtol=1e-9)
+    pd.testing.assert_frame_equal(ours_f.per_document, app_f.per_document, rtol=1e-9, check_dtype=False)
+    pd.testing.assert_frame_equal(ours_f.long_curves(), app_f.long_curves(), rtol=1e-9)
+
+    # IG of the other class of a binary model is the negation: a store of predicted-class IG serves class 1
+    want = dataset_attributions(model, texts, 1, STEPS, max_tokens=MAX_TOKENS, cache_dir=tmp_path).table
+    got = store.dataset_attributions(1).table
+    pd.testing.assert_frame_equal(got.sort_values("token").reset_index(drop=True),
+                                  want.sort_values("token").reset_index(drop=True), rtol=1e-5, atol=1e-7)
+
+
+def test_faithfulness_settings_and_an_earlier_store(reference, tmp_path):
+    """The manifest records the exact flip scan and the random seeds; a store made by the earlier one-seed grid
+    search is refused with a clear message instead of being summarised with missing columns."""
+    import json
+
+    from longviz_core.views.faithfulness import DEFAULT_SEEDS
+
+    settings = ResultStore(reference).settings("faithfulness")
+    assert settings["flip"] == "exact scan" and settings["max_removed"] == 1.0
+    assert settings["seeds"] == list(DEFAULT_SEEDS)
+    rows = ResultStore(reference).table("faithfulness", "rows")
+    assert (rows[rows["ranking"] == "Random"]["runs"] == len(DEFAULT_SEEDS)).all()
+    old = tmp_path / "old"
+    shutil.copytree(reference, old)
+    manifest = json.loads((old / "manifest.json").read_text())
+    for key in ("flip", "max_removed", "seeds"):
+        del manifest["kinds"]["faithfulness"][key]
+    manifest["kinds"]["faithfulness"].update(flip_step=0.05, refine=True, seed=0)
+    (old / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(StoreError, match="earlier version"):
+        ResultStore(old).dataset_faithfulness()
+
+
+def test_attribution_by_token_type_equals_dataset_attributions(setup, tmp_path):
+    """Both routes to the dataset-wide table (the store's SQL sums, the in-app loop) give the same numbers for
+    every mask and min_docs choice; the store keeps the normalised scores and the raw sums of each document."""
+    from longviz_core.attribution import (
+        ConvergenceWarning,
+        integrated_gradients,
+        normalise_scores,
+    )
+    from longviz_core.dataset.aggregate import dataset_attributions
+
+    _, _, model, df = setup
+    precompute(model, df, tmp_path / "s", "attribution", Settings(max_tokens=MAX_TOKENS, n_steps=STEPS, target="1"))
+    store = ResultStore(tmp_path / "s")
+    assert store.serves("attribution", n_steps=STEPS, scores="l2")
+    for masked, min_docs in ((False, 1), (True, 1), (False, 3), (True, 2)):
+        got = store.dataset_attributions(1, masked=masked, min_docs=min_docs)
+        want = dataset_attributions(model, df["text"], 1, STEPS, max_tokens=MAX_TOKENS, cache_dir=tmp_path / "c",
+                                    masked=masked, min_docs=min_docs)
+        assert (got.n_docs, got.masked, got.min_docs) == (want.n_docs, want.masked, want.min_docs) == (
+            len(df), masked, min_docs)
+        # the same float64 sums over at most 6 documents, in SQL's order or pandas': 2 * 6 eps * sum|terms|,
+        # and every normalised score is at most 1 in magnitude, so sum|terms| <= occurrences
+        pd.testing.assert_frame_equal(got.table.sort_values("token").reset_index(drop=True),
+                                      want.table.sort_values("token").reset_index(drop=True), rtol=0,
+                                      atol=12 * np.finfo(float).eps * float(want.table["occurrences"].max()))
+    masked = store.attribution_by_token_type(masked=True)
+    assert set(masked["token"]) < set(store.attribution_by_token_type()["token"]) and "the" not in set(masked["token"])
+    analysis = analyze(model, df["text"].iloc[2], MAX_TOKENS)
+    unit = store.load(store.doc_ids("attribution")[2], "attribution")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)  # 4 steps: the store records it in its summary
+        attr = integrated_gradients(model, analysis, 1, STEPS, use_cache=False)
+    # the same computation bit for bit: one thread, and batches of one step (n_steps / 10 rounded up) in both
+    np.testing.assert_array_equal(unit.arrays["raw"], attr.raw)
+    np.testing.assert_array_equal(unit.arrays["scores"], normalise_scores(attr.raw))
+    assert unit.tables["summary"]["total"].iloc[0] == attr.total
+
+
+def test_local_store_is_the_in_app_path(setup, reference, tmp_path):
+    from longviz_core.dataset.run import local_store
+
+    _, _, model, df = setup
+    calls = []
+    store = local_store(model, df, "attention", SETTINGS, progress=lambda f, m: calls.append(f), cache_dir=tmp_path)
+    assert store.root.parent == tmp_path / "stores" and store.count("attention") == len(df) and calls[-1] == 1.0
+    np.testing.assert_array_equal(store.pooled_attention().cells, ResultStore(reference).pooled_attention().cells)
+    again = local_store(model, df, "attention", SETTINGS, cache_dir=tmp_path)
+    assert again.root == store.root and len(read_logs(store.root)) == len(df)  # reused, nothing recomputed
+
+
+# ----------------------------------------------------------------------------------------- refusals
+def test_refuses_to_mix_settings_and_names_missing_kinds(setup, reference, tmp_path, capsys, monkeypatch):
+    model_dir, csv, model, df = setup
+    copy = tmp_path / "copy"
+    shutil.copytree(reference, copy)
+    with pytest.raises(ManifestMismatchError, match="n_steps: 4 vs 8"):
+        precompute(model, df, copy, "attribution", Settings(max_tokens=MAX_TOKENS, n_steps=8))
+    with pytest.raises(ManifestMismatchError, match="importance_method: 't3vis' vs 'michel'"):
+        precompute(model, df, copy, "head-importance", replace(SETTINGS, importance_method="michel"))
+    with pytest.raises(ValueError, match="importance_method must be"):
+        Settings(importance_method="taylor")
+    rc = main(["precompute", "--model", str(model_dir), "--dataset", str(csv), "--what", "attention",
+               "--max-tokens", "32", "--out", str(copy)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "Refusing to mix" in err and "max_tokens differs" in err
+    monkeypatch.setitem(KINDS, "faithfulness", Kind("faithfulness", ("no_such_module",), ("attention",),
+                                                    lambda s: {}, None))
+    with pytest.raises(StoreError, match="'faithfulness': needs longviz_core.no_such_module"):
+        resolve_kinds("attention,faithfulness")
+    assert resolve_kinds("agreement") == ("attention", "attribution", "head-importance", "agreement")
+    with pytest.raises(ValueError, match="unknown kind"):
+        resolve_kinds("attention,colour")
+
+
+# ----------------------------------------------------------------------------------------- the app
+def test_app_shows_the_dataset_grid_from_a_store_made_by_the_command(demo, tmp_path, monkeypatch):
+    """The heatmap grid's dataset scope reads a store found through LONGVIZ_STORE_DIR instead of computing."""
+    from streamlit.testing.v1 import AppTest
+
+    from longviz_core.views import pooling
+
+    stores = tmp_path / "stores"
+    assert main(["precompute", "--model", "demo", "--dataset", "demo", "--what", "attention", "--limit", "3",
+                 "--out", str(stores / "demo-attention")]) == 0
+    monkeypatch.setenv("LONGVIZ_STORE_DIR", str(stores))
+
+    def no_computing(*args, **kwargs):
+        raise AssertionError("the page computed the dataset grid instead of reading the store")
+
+    monkeypatch.setattr(pooling, "pool_dataset", no_computing)
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
+    at.run()
+    at.switch_page("pages/heatmap_grid.py").run()
+    at.radio(key="heatmap.scope").set_value("dataset").run()
+    assert not at.exception and not at.error
+    assert any("average of 3 of" in c.value and "result store" in c.value for c in at.caption)
+    assert at.image  # the grid was drawn
+
+
+def test_dataset_pages_read_a_store_made_by_the_command(demo, demo_dataset, tmp_path, monkeypatch):
+    """The agreement, faithfulness and attribution pages' dataset-wide views come from a store found through
+    LONGVIZ_STORE_DIR when it was made with the page's settings (here the defaults, at 256 tokens); the in-app
+    dataset functions are never called. A setting the store was not made with falls back to computing."""
+    from longviz_core.dataset import aggregate
+    from pages._common import K
+    from support.apps import app_test, page
+
+    stores = tmp_path / "stores"
+    assert main(["precompute", "--model", "demo", "--dataset", "demo", "--what", "agreement,faithfulness",
+                 "--limit", "2", "--max-tokens", "256", "--out", str(stores / "demo-256")]) == 0
+    store = ResultStore(stores / "demo-256")
+    read = f"2 of {len(demo_dataset)} documents, read from the result store"
+    monkeypatch.setenv("LONGVIZ_STORE_DIR", str(stores))
+
+    def no_computing(*args, **kwargs):
+        raise AssertionError("the page computed a dataset-wide view instead of reading the store")
+
+    for name in ("dataset_agreement", "dataset_faithfulness", "dataset_attributions", "cached_dataset_attributions"):
+        monkeypatch.setattr(aggregate, name, no_computing)
+
+    at = app_test()
+    at.run()
+    at.number_input(key=K.MAX_TOKENS).set_value(256).run()
+
+    def captions():
+        return " ".join(c.value for c in at.caption)
+
+    at.switch_page(page("similarity")).run()
+    at.radio(key="similarity.scope").set_value("dataset").run()
+    assert not at.exception and not at.error, (at.exception, at.error)
+    assert read in captions(), captions()[-600:]
+    expected = aggregate.summarise_agreement(store.table("agreement", "rows"))
+    shown = at.dataframe[0].value  # Table 1 (dataset), as fig.table1 formats it
+    assert len(shown) == len(expected)  # every configuration, scaled rows included (scaling is on)
+    at.checkbox(key="similarity.scale").set_value(False).run()
+    assert len(at.dataframe[0].value) == int((~expected["scaled"].astype(bool)).sum())
+
+    at.switch_page(page("faithfulness")).run()
+    at.radio(key="faithfulness.scope").set_value("dataset").run()
+    assert not at.exception and not at.error, (at.exception, at.error)
+    assert read in captions(), captions()[-600:]
+    summary = store.dataset_faithfulness().summary
+    assert list(at.dataframe[0].value["ranking"]) == list(summary["ranking"])
+    at.number_input(key="faithfulness.seeds").set_value(3).run()  # the store holds the default 5 seeds only
+    assert "read from the result store" not in captions()
+    assert any(b.label == "Compute the dataset-wide summary" for b in at.button)
+
+    at.switch_page(page("attribution")).run()
+    if any(b.label == "Compute attributions" for b in at.button):  # the document's own IG first
+        next(b for b in at.button if b.label == "Compute attributions").click().run()
+    assert not at.exception and not at.error, (at.exception, at.error)
+    assert read in captions(), captions()[-600:]
+    assert not any(b.label == "Compute the dataset-wide table" for b in at.button)

@@ -1,0 +1,36 @@
+"""The --ray path on a local Ray instance on CPU: two shards as Ray tasks on the demo give the store an
+in-process single-shard run gives."""
+from __future__ import annotations
+
+import ray
+import torch
+
+from longviz_core.dataset.kinds import Settings
+from longviz_core.dataset.ray import run_on_ray
+from longviz_core.dataset.run import precompute
+from longviz_core.dataset.store import ResultStore
+from support.oracles import assert_stores_equal
+
+SETTINGS = Settings(max_tokens=512, n_steps=2)
+WHAT, LIMIT = "attention,attribution", 3
+
+
+def test_ray_shards_equal_a_single_run(demo, demo_model, demo_dataset, tmp_path):
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        summaries = run_on_ray("demo", "demo", tmp_path / "ray", WHAT, SETTINGS, workers=2, limit=LIMIT)
+    finally:
+        ray.shutdown()
+    assert sorted(s.shard for s in summaries) == [(0, 2), (1, 2)]
+    assert sorted(s.computed["attention"] for s in summaries) == [1, 2]
+    assert {p.name for p in (tmp_path / "ray" / "index").glob("*.sqlite")} >= {"shard-0-of-2.sqlite",
+                                                                              "shard-1-of-2.sqlite"}
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)  # as each Ray task with one CPU runs
+    try:
+        precompute(demo_model, demo_dataset, tmp_path / "single", WHAT, SETTINGS, limit=LIMIT)
+    finally:
+        torch.set_num_threads(before)
+    assert_stores_equal(tmp_path / "ray", tmp_path / "single")
+    store = ResultStore(tmp_path / "ray")
+    assert store.documents()["row"].tolist() == [0, 1, 2] and store.manifest["model"]["source"] == "demo"

@@ -1,0 +1,159 @@
+"""Headless Chromium for the end-to-end tests and the first-load benchmark: the launcher and the page
+helpers (waiting, problems on the page, widgets by label)."""
+from __future__ import annotations
+
+import ast
+import os
+import shutil
+import time
+
+import pytest
+
+from support.servers import ROOT
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+CHROMEDRIVER = shutil.which("chromedriver")
+
+
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-quic", "--no-first-run", "--disable-sync",
+         "--disable-dev-shm-usage", "--window-size=1440,1400", "--hide-scrollbars")
+
+
+# Buttons that start per-document work; the dataset-wide ones are left alone (minutes on a CPU).
+RUN_BUTTONS = ("Compute attributions", "Run Integrated Gradients", "Run Integrated Gradients and the deletion test",
+               "Run the explainers and the deletion test")
+
+
+PROBLEM_TEXT = ("Traceback", "Something went wrong", "StreamlitAPIException")
+
+
+def require_browser() -> None:
+    if CHROMIUM and CHROMEDRIVER:
+        return
+    reason = "Chromium and chromedriver are not installed (apt-get install -y chromium chromium-driver)"
+    if IN_CI:
+        pytest.fail(f"{reason}; CI=true requires the browser test to run")
+    pytest.skip(reason)
+
+
+def page_files() -> list[str]:
+    """The page files app.py lists that exist (app.py only shows those)."""
+    tree = ast.parse((ROOT / "app.py").read_text())
+    pages = next(ast.literal_eval(n.value) for n in ast.walk(tree)
+                 if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", None) == "PAGES")
+    return [f for f, link_title, _icon in pages if (ROOT / f).exists()]
+
+
+def chromium(profile, prefs: dict | None = None):
+    """Debian's headless Chromium through chromedriver, with its own profile directory (and Chrome `prefs`)."""
+    from selenium import webdriver
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for flag in (*FLAGS, f"--user-data-dir={profile}"):
+        opts.add_argument(flag)
+    if prefs:
+        opts.add_experimental_option("prefs", prefs)
+    driver = webdriver.Chrome(service=webdriver.ChromeService(executable_path=CHROMEDRIVER), options=opts)
+    driver.set_page_load_timeout(60)
+    return driver
+
+
+# ------------------------------------------------------------------------------------------- helpers
+def wait_idle(driver, timeout: float = 240) -> None:
+    """Until the app has connected, finished its script run and stayed finished for a moment."""
+    from selenium.webdriver.common.by import By
+
+    deadline, calm = time.monotonic() + timeout, 0
+    while time.monotonic() < deadline:
+        apps = driver.find_elements(By.CSS_SELECTOR, '[data-testid="stApp"]')
+        state = apps[0].get_attribute("data-test-script-state") if apps else None
+        calm = calm + 1 if state == "notRunning" else 0
+        if calm >= 3:
+            return
+        time.sleep(0.4)
+    raise AssertionError(f"the app did not finish running within {timeout} s (state {state!r})")
+
+
+def problems(driver) -> list[str]:
+    from selenium.webdriver.common.by import By
+
+    def texts(testid):
+        return [e.text[:300] for e in driver.find_elements(By.CSS_SELECTOR, f'[data-testid="{testid}"]')]
+
+    found = [f"exception: {t}" for t in texts("stException")] + [f"error: {t}" for t in texts("stAlertContentError")]
+    body = driver.find_element(By.TAG_NAME, "body").text
+    found += [f"text: {t}" for t in PROBLEM_TEXT if t in body]
+    return found
+
+
+def set_number(driver, label: str, value: int) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    box = driver.find_element(By.CSS_SELECTOR, f'input[aria-label="{label}"]')
+    box.send_keys(Keys.CONTROL, "a")
+    box.send_keys(str(value), Keys.ENTER)
+    wait_idle(driver)
+
+
+def options(driver, words=("mask", "scale")):
+    """Checkbox and toggle labels of the main area that mention masking or scaling."""
+    from selenium.webdriver.common.by import By
+
+    out = []
+    for el in driver.find_elements(By.CSS_SELECTOR, '[data-testid="stMain"] label:has(input[type="checkbox"])'):
+        text = el.text.strip()
+        if text and any(w in text.lower() for w in words) and el.is_displayed():
+            out.append(text)
+    return out
+
+
+def click_label(driver, text: str) -> None:
+    from selenium.webdriver.common.by import By
+
+    for el in driver.find_elements(By.CSS_SELECTOR, '[data-testid="stMain"] label:has(input[type="checkbox"])'):
+        if el.text.strip() == text:
+            driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", el)
+            el.click()
+            wait_idle(driver)
+            return
+    raise AssertionError(f"no option labelled {text!r}")
+
+
+def click_run_buttons(driver) -> list[str]:
+    from selenium.webdriver.common.by import By
+
+    clicked = []
+    for label in RUN_BUTTONS:
+        for b in driver.find_elements(By.CSS_SELECTOR, '[data-testid="stMain"] button'):
+            if b.text.strip() == label and b.is_displayed():
+                driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", b)
+                b.click()
+                wait_idle(driver, timeout=300)
+                clicked.append(label)
+                break
+    return clicked
+
+
+def nav_links(driver) -> dict[str, str]:
+    from selenium.webdriver.common.by import By
+
+    links = driver.find_elements(By.CSS_SELECTOR, '[data-testid="stSidebarNav"] a')
+    return {link_title(a): a.get_attribute("href") for a in links}
+
+
+def link_title(link) -> str:
+    return link.text.strip().splitlines()[-1]  # the icon comes first, on its own line
+
+
+def open_app(driver, url: str) -> None:
+    driver.get(url)
+    wait_idle(driver)
+
