@@ -5,13 +5,14 @@ tokenizer), one process per size:
 
   explainers   for 1,024 / 2,048 / 4,096 tokens: each explainer's wall time (and CPU time) as a ratio to one
                forward+backward (the gradient of the target's logit with respect to the embeddings output, as an
-               IG step) timed just before it, the median over --repeats such pairs, and its peak extra memory as a ratio to the band tensor (AttentionBands.nbytes). Peak
-               extra memory = peak resident set (VmHWM, reset through /proc/self/clear_refs after malloc_trim) minus
-               the resident set at the start, as Explanation.peak_bytes measures it; for the gradient explainers
-               also the part above one forward+backward's own peak (RSS peaks vary by a few hundred MiB from run
-               to run at these sizes). "traced": the peak of the explainer's own numpy / Python allocations
-               (tracemalloc, a separate run; torch's tensors are not traced): the bands, gradient bands, products
-               and vectors it builds beside the model's pass. raw_attention and rollout read the analysis's
+               IG step) timed just before it, the median over --repeats such pairs, and its peak extra memory as
+               a ratio to the band tensor (AttentionBands.nbytes). Peak extra memory = peak resident set
+               (VmHWM, reset through /proc/self/clear_refs after malloc_trim) minus the resident set at the start,
+               as Explanation.peak_bytes measures it; for the gradient explainers also the part above one
+               forward+backward's own peak (RSS peaks vary by a few hundred MiB from run to run at these sizes).
+               "traced": the peak of the explainer's own numpy / Python allocations (tracemalloc, a separate
+               run; torch's tensors are not traced): the bands, gradient bands, products and vectors it builds
+               beside the model's pass. raw_attention and rollout read the analysis's
                bands (the analysis forward is not counted: every page has it already). IG runs only at the sizes
                of --ig-at (its cost is n_steps forward+backwards by construction).
                Targets: every explainer except IG <= 3 x one forward+backward; rollout and GAE <= 0.5 x the band
@@ -22,7 +23,7 @@ tokenizer), one process per size:
                memory, each in a fresh process. Runs that would not fit in the free memory are skipped.
 
     /work/main/.venv/bin/python benchmarks/explainers.py [--part explainers|ig-batch|all] [--sizes 1024 2048 4096]
-        [--ig-at 1024] [--ig-steps 8] [--batch-steps 50] [--batches 1 2 4 8 12 16]
+        [--ig-at 1024] [--ig-steps 8] [--batch-steps 50] [--batches 2 4 8 12 16]
 
 The machine is shared: the load average is printed before every size; wall-clock ratios follow the neighbours'
 load, CPU-time ratios follow the work.
@@ -206,7 +207,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2, help="(reference, explainer) pairs per explainer")
     ap.add_argument("--batch-tokens", type=int, default=512)
     ap.add_argument("--batch-steps", type=int, default=50, help="steps of longviz's run (default 50)")
-    ap.add_argument("--batches", type=int, nargs="+", default=[1, 2, 4, 8, 12, 16])
+    ap.add_argument("--batches", type=int, nargs="+", default=[2, 4, 8, 12, 16],
+                    help="captum's recipe with b steps, all in one batch (captum needs 2 steps at least)")
     args = ap.parse_args()
     print("machine:", machine())
     print("GPU:", torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none (CPU only)")

@@ -58,8 +58,8 @@ c1, c2 = st.columns(2)
 max_removed = SCAN_LIMITS[c1.selectbox(
     "First flip: scan up to", list(SCAN_LIMITS), **K.option(P, "max_removed"),
     help="Every count of removed tokens is scored in order until the decision flips (one forward each).")]
-n_seeds = int(c2.number_input("Random: seeds (mean ± sd over seeds 0 .. N−1)", 2, 20, len(fa.DEFAULT_SEEDS),
-                              **K.option(P, "seeds")))
+n_seeds = int(c2.number_input("Random: seeds (mean ± sd over seeds 0 .. N−1)", lb.MIN_SEEDS, 20,
+                              len(fa.DEFAULT_SEEDS), **K.option(P, "seeds")))
 seeds = list(range(n_seeds))
 if not methods:
     st.info("Choose at least one explainer.")

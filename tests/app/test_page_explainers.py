@@ -41,7 +41,7 @@ def _cli(tmp_path, limit):
     out = tmp_path / f"leaderboard-{limit}.csv"
     done = subprocess.run(
         [sys.executable, "-m", "longviz_core", "leaderboard", "--model", "demo", "--dataset", "demo", "--limit",
-         str(limit), "--max-tokens", str(MAX_TOKENS), "--methods", ",".join(METHODS), "--seeds", "3",
+         str(limit), "--max-tokens", str(MAX_TOKENS), "--methods", ",".join(METHODS), "--seeds", "5",
          "--max-removed", "0.2", "--cache-dir", str(tmp_path / f"cache-{limit}"), "--out", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert done.returncode == 0, done.stderr
@@ -57,12 +57,13 @@ def _same(view: pd.DataFrame, cli: pd.DataFrame):
         np.testing.assert_allclose(view.loc[cli.index, shown].to_numpy(float), cli[column].to_numpy(float),
                                    rtol=1e-6, atol=1e-9, equal_nan=True)
     assert view["explainer"].iloc[0].startswith("★ ")
+    assert cli.loc["random", "runs"] == 5 and cli.loc["random", "aopc_sd"] > 0  # random: mean ± sd over 5 seeds
 
 
 @pytest.mark.parametrize("scope", ["this document", "dataset"])
 def test_page_leaderboard_equals_the_command_line(demo, tmp_path, scope):
     p = "explainers"
-    at = _open(p, **{K.page(p, "methods"): METHODS, K.page(p, "seeds"): 3, K.page(p, "max_removed"): "20 %",
+    at = _open(p, **{K.page(p, "methods"): METHODS, K.page(p, "seeds"): 5, K.page(p, "max_removed"): "20 %",
                      K.page(p, "scope"): scope, K.page(p, "docs"): 2})
     at.button(key=K.page(p, "run_dataset")).click().run()
     _ok(at)

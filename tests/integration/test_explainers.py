@@ -163,7 +163,8 @@ def test_cls_vector_pass_equals_the_dense_products_cls_row(layered_longformer, k
 @pytest.mark.parametrize("n_words", [1, 37, 300], ids=["one-text-token", "odd-length", "max-length"])
 def test_rollout_and_raw_attention_against_the_dense_oracle(layered_longformer, n_words):
     """Against the attention recomputed from the weights (float64): the model's float32 attention agrees to
-    ~1e-6 (tests/unit/test_bands.py), and rollout multiplies L row-stochastic matrices, so 1e-5 of the vector's scale."""
+    ~1e-6 (tests/unit/test_bands.py), and rollout multiplies L row-stochastic matrices, so 1e-5 of the vector's
+    scale."""
     a = _doc(layered_longformer, n_words)
     dense = _dense_oracle(layered_longformer, a)  # (L, H, n, n)
     means = dense.mean(axis=1)  # (L, n, n)

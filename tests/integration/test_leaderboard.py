@@ -14,6 +14,7 @@ import scipy.stats
 import torch
 
 import longviz_core as lv
+from longviz_core.cli import main
 from longviz_core.dataset import leaderboard as lb
 from longviz_core.figures import explainers as fig
 from longviz_core.figures.agreement import deletion_curves_chart, flip_chart
@@ -179,7 +180,7 @@ def test_figures_from_runs(tiny_longformer, doc):
     assert "GAE" in header and "Class explained" in header
 
 
-def test_bad_settings_are_clear_errors(tiny_longformer, doc):
+def test_bad_settings_are_clear_errors(tiny_longformer, doc, capsys):
     for kwargs, message in [({"methods": []}, "at least one"), ({"methods": ["lime"]}, "unknown"),
                             ({"methods": ["gae", "gae"]}, "twice"), ({"rank_by": "abs"}, "rank_by"),
                             ({"replacement": "unk"}, "replacement"),
@@ -188,6 +189,9 @@ def test_bad_settings_are_clear_errors(tiny_longformer, doc):
             lb.document_leaderboard(tiny_longformer, doc, **kwargs)
     with pytest.raises(lb.LeaderboardError, match="No documents"):
         lv.leaderboard(tiny_longformer, [], ["gae"])
+    # the command line asks for random's five seeds at least, before loading anything
+    assert main(["leaderboard", "--model", "demo", "--dataset", "demo", "--seeds", str(lb.MIN_SEEDS - 1)]) == 2
+    assert f"at least {lb.MIN_SEEDS}" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------------------------------ acceptance
