@@ -30,9 +30,8 @@ _MEMORY_FRACTION = 0.5
 # Share of the steps one batch may hold. captum's default recipe (internal_batch_size=None) runs every step in
 # one batch and needs n_steps times a step's memory; longviz stays at a quarter of that or less.
 _MAX_STEP_SHARE = 0.25
-# Before a batch size has been timed: a batch of about this many token rows (steps x padded length). On a 2-core
-# CPU a step at 512 tokens cost half as much in a batch of 8 as alone and no less in larger batches
-# (benchmarks/explainers.py, docs/benchmarks.md#explainers).
+# Before a batch size has been timed: a batch of about this many token rows (steps x padded length), 8 steps at
+# 512 tokens; later runs move from there by measured throughput (internal_batch_size_for).
 _START_ROWS = 4096
 # A batch twice the fastest one timed is tried only while the last doubling gained at least this factor.
 _DOUBLING_GAIN = 1.05
