@@ -21,6 +21,7 @@ PAGES = [  # (file, title, icon)
     ("pages/attribution.py", "Attribution", "🟩"),
     ("pages/similarity.py", "Agreement", "🤝"),
     ("pages/faithfulness.py", "Faithfulness", "✂️"),
+    ("pages/explainers.py", "Explainers", "🏆"),
 ]
 pages = [
     st.Page(str(HERE / f), title=title, icon=icon, default=(i == 0), url_path=Path(f).stem)

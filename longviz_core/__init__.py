@@ -24,6 +24,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "model.bands": ("AttentionBands", "head_weights"),
     "attribution.ig": ("Attribution", "integrated_gradients"),
     "attribution.cost": ("estimate_ig_seconds",),
+    "attribution.explainers": ("EXPLAINERS", "ExplainerError", "Explanation", "explain"),
     "views.counts": ("COUNT_MEANINGS", "COUNT_RULES", "CountsError", "TOPK_MAX", "Tallies", "TopK",
         "count_intersection", "dataset_type_counts", "instance_counts", "tally", "token_counts", "topk_indices"),
     "views.pooling": ("PoolingError", "PooledAttention", "normalised_maps", "pool_attention", "pool_dataset"),
@@ -40,6 +41,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "dataset.ray": ("run_on_ray",),
     "dataset.store": ("Record", "ResultStore"),
     "dataset.aggregate": ("DatasetAgreement", "DatasetAttribution", "DatasetFaithfulness"),
+    "dataset.leaderboard": ("LeaderboardError", "document_leaderboard", "leaderboard"),
 }
 _ALIASES = {"PrecomputeSettings": "Settings"}  # public name -> its name in its module
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}

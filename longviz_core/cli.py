@@ -2,7 +2,8 @@
 
 The `longviz` command (also `python -m longviz_core`): `longviz app` starts the Streamlit app, `longviz demo`
 builds the offline demo, `longviz precompute` and `longviz store-info` compute and inspect dataset-wide results
-(docs/dataset-scale.md: single machine, shards, Ray, the store's layout)."""
+(docs/dataset-scale.md: single machine, shards, Ray, the store's layout), `longviz leaderboard` scores every
+explainer by deletion on a dataset's documents (dataset/leaderboard.py)."""
 from __future__ import annotations
 
 import argparse
@@ -91,6 +92,10 @@ def _parser() -> argparse.ArgumentParser:
     info = sub.add_parser("store-info", help="what a store holds; --verify checks every file")
     info.add_argument("path")
     info.add_argument("--verify", action="store_true", help="check every file's checksum")
+
+    from .dataset.leaderboard import add_arguments
+
+    add_arguments(sub.add_parser("leaderboard", help="score every explainer by deletion on a dataset's documents"))
     return p
 
 
@@ -209,6 +214,12 @@ def _demo(a) -> int:
     return 0
 
 
+def _leaderboard(a) -> int:
+    from .dataset.leaderboard import run_cli
+
+    return run_cli(a)
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = _parser()
@@ -216,7 +227,8 @@ def main(argv=None) -> int:
         if argv[:1] == ["app"] and not {"-h", "--help"} & set(argv[1:2]):
             return _app(argv[1:])  # verbatim: streamlit's options and `-- app options` are not ours to parse
         a = parser.parse_args(argv)
-        return {"precompute": _precompute, "store-info": _store_info, "demo": _demo}[a.command](a)
+        return {"precompute": _precompute, "store-info": _store_info, "demo": _demo,
+                "leaderboard": _leaderboard}[a.command](a)
     except (LongvizError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -3,13 +3,15 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+import longviz_core as lv
 from longviz_core import attribution as ig
 from longviz_core import cache
+from longviz_core.figures.explainers import explainer_header_html
 from longviz_core.figures.text import attribution_header_html, legend_html, token_overlay_html
 from longviz_core.progress import format_seconds
 from longviz_core.tokens import token_label
 from longviz_core.views import attribution_tables as tables
-from longviz_core.views.masking import build_mask
+from longviz_core.views.masking import build_mask, special_mask
 from pages import _common as common
 from pages import _dataset as dataset
 from pages import _export as export
@@ -105,20 +107,43 @@ if attr.warning:
 
 masked = st.toggle("Mask special tokens, punctuation and stopwords", **K.option(P, "mask"))
 mask = build_mask(analysis.tokens) if masked else None
-vmax = float(np.abs(attr.scores[~mask] if masked else attr.scores).max(initial=0.0))
+# ---- the overlay: Integrated Gradients, or any explainer of the Explainers page for the same class
+explainer = st.selectbox("Overlay explainer", list(lv.EXPLAINERS), format_func=lambda m: lv.EXPLAINERS[m].label,
+                         **K.option(P, "explainer"), help="Scores of the class explained above; the tables below "
+                                                          "stay Integrated Gradients'. Definitions: docs/methods.md, "
+                                                          "Explainers.")
+if explainer == "ig":
+    scores, overlay_name, column = attr.scores, "attribution overlay", "attribution"
+    legend = f"Attribution to '{name(attr.target)}' (L2-normalised)"
+else:
+    with common.guard():
+        shown = cache.derived(analysis, "explanation", lambda a, **kw: lv.explain(
+            model, a, explainer, int(target), progress=common.progress_bar(lv.EXPLAINERS[explainer].label),
+            on_wait=common.queue_notice()), method=explainer, target=int(target))
+    scores, overlay_name, column = shown.scores, f"{explainer} overlay", explainer
+    legend = f"{shown.label} scores for '{name(shown.target)}'"
+    st.caption(f"Overlay: {shown.label} ({lv.EXPLAINERS[explainer].source}), computed in {shown.seconds:.2f} s.")
+# <s> and </s> are left out of the colour scale: rollout-like scores give <s> most of the mass
+scale_out = mask if masked else special_mask(analysis.tokens, model.tokenizer.all_special_tokens)
+vmax = float(np.abs(scores[~scale_out]).max(initial=0.0))
 if not 0 <= ss.get(K.page(P, "pos"), -1) < analysis.n:  # first visit or a shorter document: the top token
     ss[K.page(P, "pos")] = int(attr.scores.argmax())
 pos = st.number_input("Token position (or click a row of the top-10 tables)", 0, analysis.n - 1,
                       **K.option(P, "pos"))
 values = pd.DataFrame({"position": np.arange(analysis.n), "token": [token_label(t) for t in analysis.tokens],
-                       "attribution": attr.scores, "masked": mask if mask is not None else np.zeros(analysis.n, bool)})
-header = attribution_header_html(name(label) if label is not None else None, name(analysis.predicted),
-                                 analysis.probs[analysis.predicted], name(attr.target), attr.total, attr.prob_input,
-                                 attr.prob_baseline, attr.weak_explanation)
-export.overlay(token_overlay_html(analysis.tokens, attr.scores, mask=mask, vmax=vmax, selected=int(pos)), values,
-               "attribution overlay", model, {**meta, "masked": masked}, height=460, header_html=header,
-               legend_html=legend_html("diverging", vmax=vmax,
-                                       label=f"Attribution to '{name(attr.target)}' (L2-normalised)"))
+                       column: scores, "masked": mask if mask is not None else np.zeros(analysis.n, bool)})
+if explainer == "ig":
+    header = attribution_header_html(name(label) if label is not None else None, name(analysis.predicted),
+                                     analysis.probs[analysis.predicted], name(attr.target), attr.total,
+                                     attr.prob_input, attr.prob_baseline, attr.weak_explanation)
+else:
+    header = explainer_header_html(shown.label, lv.EXPLAINERS[explainer].source, name(shown.target),
+                                   name(analysis.predicted), analysis.probs[analysis.predicted],
+                                   name(label) if label is not None else None)
+    st.html(header)
+export.overlay(token_overlay_html(analysis.tokens, scores, mask=mask, vmax=vmax, selected=int(pos)), values,
+               overlay_name, model, {**meta, "masked": masked, "explainer": explainer}, height=460,
+               header_html=header, legend_html=legend_html("diverging", vmax=vmax, label=legend))
 
 # ---- the selected token
 d = tables.token_detail(analysis, attr, int(pos))

@@ -1,5 +1,6 @@
 """Integrated Gradients on the embeddings layer, as the paper and its notebook run it (ig), and what a run
-costs in time and memory (cost); both cache under cache_folder(). The tables built from the scores are views
+costs in time and memory (cost); both cache under cache_folder(). Every explainer (IG, gradients, attention
+rollout, GAE, AttCAT, random) behind one front door: explainers. The tables built from the scores are views
 (views.attribution_tables); the dataset-wide table is a result store's aggregation (dataset.store)."""
 from ._inputs import PRECISIONS, cache_folder
 from .cost import estimate_ig_seconds, internal_batch_size_for

@@ -26,14 +26,30 @@ from ..runtime import COMPUTE
 from . import _inputs
 from ._inputs import PRECISIONS, autocast, embeddings_layer, padded_length, padded_tensors
 
-# The internal batch is capped so that progress moves at least this many times during a run.
-_MIN_PROGRESS_UPDATES = 10
 # Share of the free memory one batch of steps may take (the rest: weights, fragmentation, other tenants).
 _MEMORY_FRACTION = 0.5
+# Share of the steps one batch may hold. captum's default recipe (internal_batch_size=None) runs every step in
+# one batch and needs n_steps times a step's memory; longviz stays at a quarter of that or less.
+_MAX_STEP_SHARE = 0.25
+# Before a batch size has been timed: a batch of about this many token rows (steps x padded length), 8 steps at
+# 512 tokens; later runs move from there by measured throughput (internal_batch_size_for).
+_START_ROWS = 4096
+# A batch twice the fastest one timed is tried only while the last doubling gained at least this factor.
+_DOUBLING_GAIN = 1.05
 
 
-def internal_batch_size_for(model: LoadedModel, n_tokens: int, n_steps: int, precision: str = "fp32") -> int:
-    """Steps per batch: as many as fit in _MEMORY_FRACTION of the free memory, at most n_steps / 10.
+def internal_batch_size_for(model: LoadedModel, n_tokens: int, n_steps: int, precision: str = "fp32",
+                            cache_dir: str | os.PathLike | None = None) -> int:
+    """Steps per batch: the fastest timed batch size inside a memory budget.
+
+    Budget: at most _MEMORY_FRACTION of the free memory and at most a quarter of the steps (_MAX_STEP_SHARE), so a
+    run needs at most a quarter of the memory of captum's default recipe, which puts every step in one batch.
+    Throughput: every finished run records its seconds per step for its batch size, per model, device, precision
+    and length bucket (beside estimate_ig_seconds' timing). Without a record the batch holds about _START_ROWS
+    token rows; with records it is the size with the best seconds per step, and while the largest size timed is
+    also the fastest (and its doubling gained at least _DOUBLING_GAIN, or it is the only one timed), the next
+    run tries twice that size if the budget allows. Throughput grows with the batch until its matrices fill the
+    machine, so runs climb to the fastest size that fits and stay there.
 
     Free memory: torch.cuda.mem_get_info on a GPU, MemAvailable of /proc/meminfo on CPU (sysconf pages as a
     fallback). Memory per step (activations kept for the backward pass), with L layers, hidden size d,
@@ -46,7 +62,27 @@ def internal_batch_size_for(model: LoadedModel, n_tokens: int, n_steps: int, pre
     longformer-base dimensions, 1,024 tokens: 141 MB per layer per additional step measured, 139 MB predicted."""
     per_step = _bytes_per_step(model, n_tokens, precision)
     fit = int(_MEMORY_FRACTION * _free_memory_bytes(model.device) // per_step)
-    return max(1, min(n_steps, fit, math.ceil(n_steps / _MIN_PROGRESS_UPDATES)))
+    cap = max(1, min(n_steps, fit, int(n_steps * _MAX_STEP_SHARE)))
+    timed = {b: s for b, s in _batch_speeds(model, n_tokens, precision, cache_dir).items() if b <= cap}
+    if not timed:
+        return max(1, min(cap, math.ceil(_START_ROWS / padded_length(model, n_tokens))))
+    best = min(timed, key=lambda b: (timed[b], b))
+    larger = min(2 * best, cap)
+    still_gaining = best // 2 not in timed or timed[best // 2] >= _DOUBLING_GAIN * timed[best]
+    if best == max(timed) and larger > best and larger not in timed and still_gaining:
+        return larger
+    return best
+
+
+def _batch_speeds(model, n_tokens, precision, cache_dir) -> dict[int, float]:
+    """Seconds per step recorded by finished runs, by batch size, for n_tokens' length bucket."""
+    try:
+        bucket = _bucket(model, n_tokens)
+    except ValueError:
+        return {}
+    timing = _read_timing(model, bucket, precision, cache_dir) or {}
+    speeds = timing.get("batches", {})
+    return {int(b): float(s) for b, s in speeds.items() if float(s) > 0} if isinstance(speeds, dict) else {}
 
 def estimate_ig_seconds(
     model: LoadedModel,
@@ -179,6 +215,14 @@ def record_timing(model, n_tokens, precision, result, cache_dir=None) -> None:
     else:
         factor = result.seconds / (scale * (result.n_steps * old["step"] + 2 * old["forward"]))
         timing = {"forward": old["forward"] * factor, "step": old["step"] * factor}
+    # the run's own seconds per step at its batch size (internal_batch_size_for): the fastest seen is kept, a
+    # run slowed down by other work on the machine does not count against its batch size
+    per_step = max(result.seconds - 2 * scale * timing["forward"], 0.0) / scale / result.n_steps
+    batches = dict((old or {}).get("batches", {}))
+    key = str(result.internal_batch_size)
+    if per_step > 0:
+        batches[key] = min(per_step, float(batches.get(key, math.inf)))
+    timing["batches"] = batches
     _write_timing(model, bucket, precision, timing, cache_dir)
 
 def _bucket(model, n_tokens: int) -> int:

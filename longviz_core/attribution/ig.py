@@ -180,7 +180,8 @@ def integrated_gradients(
     """Token attributions for `target` (default: the predicted class; required when given an Encoded).
 
     adaptive: start at n_steps and double until |delta| <= tolerance * |F(x) - F(x')| (or max_steps).
-    internal_batch_size: steps per forward batch; default from free memory (cost.internal_batch_size_for).
+    internal_batch_size: steps per forward batch; default from measured throughput inside a memory budget
+    (cost.internal_batch_size_for).
     A cached result is returned at once (from_cache=True); a corrupt cache file is logged and recomputed."""
     enc, target = _resolve(model, analysis, target)
     validate_settings(n_steps, method, precision, internal_batch_size, tolerance, max_steps)
@@ -200,7 +201,8 @@ def integrated_gradients(
             return hit
         while True:
             round_progress = progress if not adaptive else prefixed(progress, f"{steps} steps: ")
-            result = _compute(model, enc, target, steps, method, precision, internal_batch_size, round_progress)
+            result = _compute(model, enc, target, steps, method, precision, internal_batch_size, round_progress,
+                              cache_dir)
             if not adaptive or abs(result.delta) <= tolerance * abs(result.expected) + 1e-6 or steps * 2 > max_steps:
                 break
             steps *= 2
@@ -233,14 +235,15 @@ def cached_attribution(
 
 
 # ----------------------------------------------------------------------------------------- the maths
-def _compute(model, enc: Encoded, target, n_steps, method, precision, batch_size, progress) -> Attribution:
+def _compute(model, enc: Encoded, target, n_steps, method, precision, batch_size, progress,
+             cache_dir=None) -> Attribution:
     """One captum LayerIntegratedGradients run. Caller holds COMPUTE."""
     from captum.attr import LayerIntegratedGradients
 
     net, dev = model.model, model.device
     n = enc.n
     args, input_ids, baseline_ids = padded_tensors(model, enc)
-    batch = batch_size or cost.internal_batch_size_for(model, n, n_steps, precision)
+    batch = batch_size or cost.internal_batch_size_for(model, n, n_steps, precision, cache_dir)
     context = autocast(dev, precision)
     tracker = _Tracker(progress, n_steps, batch, input_ids, baseline_ids, target)
     if net.training:

@@ -327,11 +327,15 @@ def _rbo():
     return rbo
 
 
+def rbo_of_orders(a, b, p: float) -> float:
+    """Extrapolated RBO (rbo package) of two full orders of the same items, highest first. Both lists rank the
+    same items to full depth, so the package's eq. 23 extrapolation (rbo(ext=True)) equals its rbo_ext() and is
+    about 3x faster."""
+    return _rbo().RankingSimilarity(list(a), list(b)).rbo(p=p, ext=True)
+
+
 def _m_rbo(att: _Side, attr: _Side, excluded, p, top) -> float:
-    # Both lists rank the same items to full depth, so the package's eq. 23 extrapolation (rbo(ext=True)) equals
-    # its rbo_ext() and is about 3x faster.
-    ranking = _rbo().RankingSimilarity(_rank_order(att.norm).tolist(), _rank_order(attr.norm).tolist())
-    return ranking.rbo(p=p, ext=True)
+    return rbo_of_orders(_rank_order(att.norm).tolist(), _rank_order(attr.norm).tolist(), p)
 
 
 def _m_jaccard(att: _Side, attr: _Side, excluded, p, top) -> float:

@@ -155,7 +155,7 @@ def test_a_link_to_a_page_works_as_the_first_request_a_server_gets(demo, browser
         open_app(browser, f"http://127.0.0.1:{port}/token_counts?max_tokens=512&counts.k=7")
         assert browser.find_element(By.CSS_SELECTOR, '[data-testid="stMain"] h1').text == "Token counts"
         assert list(nav_links(browser)) == ["Document", "Heatmap grid", "Token counts", "Attention overlay",
-                                            "Attribution", "Agreement", "Faithfulness"]
+                                            "Attribution", "Agreement", "Faithfulness", "Explainers"]
         sidebar = browser.find_element(By.CSS_SELECTOR, '[data-testid="stSidebar"]').text
         assert "Max tokens" in sidebar and "Model" in sidebar
         captions = " ".join(c.text for c in browser.find_elements(By.CSS_SELECTOR,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import math
 import threading
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -387,12 +388,46 @@ def test_internal_batch_size_formula(steep, monkeypatch):
     )
     assert cost._bytes_per_step(steep, 45, "fp32") == per_step
     assert cost._bytes_per_step(steep, 45, "bf16") == per_step / 2
-    assert internal_batch_size_for(steep, 45, 500) == 50  # memory is plentiful: capped for progress updates
+    monkeypatch.setattr(cost, "_batch_speeds", lambda *args: {})  # nothing timed yet
+    # memory is plentiful: the batch holding _START_ROWS token rows, within a quarter of the steps
+    assert internal_batch_size_for(steep, 45, 500) == math.ceil(cost._START_ROWS / n_pad) == 86
+    assert internal_batch_size_for(steep, 45, 40) == 10  # a quarter of captum's all-steps batch at most
     assert internal_batch_size_for(steep, 45, 4) == 1
     monkeypatch.setattr(cost, "_free_memory_bytes", lambda device: int(per_step * 6.5))
     assert internal_batch_size_for(steep, 45, 500) == 3  # half of the free memory holds 3 steps
     monkeypatch.setattr(cost, "_free_memory_bytes", lambda device: 1)
     assert internal_batch_size_for(steep, 45, 500) == 1
+
+
+@pytest.mark.parametrize("timed, expected", [
+    ({4: 1.0}, 8),  # the only size timed: try twice as many
+    ({2: 1.5, 4: 1.0}, 8),  # the doubling to 4 gained 1.5x: keep climbing
+    ({2: 1.02, 4: 1.0}, 4),  # it gained 2 %: stay
+    ({4: 1.0, 8: 1.3}, 4),  # 8 was slower: back to the fastest
+    ({8: 1.0, 16: 0.9, 1: 3.0}, 10),  # the fastest is the largest timed: its doubling capped at a quarter of 40
+    ({10: 1.0, 1: 3.0}, 10),  # at the cap already
+    ({64: 0.5, 4: 1.0}, 8),  # sizes above the cap are not candidates
+])
+def test_internal_batch_follows_measured_throughput(steep, monkeypatch, timed, expected):
+    monkeypatch.setattr(cost, "_free_memory_bytes", lambda device: 10**12)
+    monkeypatch.setattr(cost, "_batch_speeds", lambda *args: timed)
+    assert internal_batch_size_for(steep, 45, 40) == expected
+
+
+def test_runs_record_their_throughput_per_batch(steep, doc, cache_dir, monkeypatch):
+    """A finished run stores its seconds per step (at the bucket's length, the endpoint forwards taken out) under
+    its batch size; the next choice reads it, and the fastest time seen per size is kept."""
+    monkeypatch.setattr(cost, "time_passes", lambda model, enc, precision: (0.5, 2.0))
+    estimate_ig_seconds(steep, doc.n, 8, cache_dir=cache_dir)
+    attr = integrated_gradients(steep, doc, n_steps=8, internal_batch_size=2, cache_dir=cache_dir, use_cache=False)
+    scale = padded_length(steep, doc.n) / 128
+    forward = 0.5 * attr.seconds / (scale * (8 * 2.0 + 2 * 0.5))  # the bucket's forward after this run's rescale
+    speeds = cost._batch_speeds(steep, doc.n, "fp32", cache_dir)
+    assert speeds == {2: pytest.approx((attr.seconds - 2 * scale * forward) / scale / 8)}
+    monkeypatch.setattr(cost, "_free_memory_bytes", lambda device: 10**12)
+    assert internal_batch_size_for(steep, doc.n, 16, cache_dir=cache_dir) == 4  # 2 is all it knows: try 4
+    cost.record_timing(steep, doc.n, "fp32", replace(attr, seconds=attr.seconds * 10), cache_dir)
+    assert cost._batch_speeds(steep, doc.n, "fp32", cache_dir)[2] == pytest.approx(speeds[2])  # the fastest is kept
 
 
 def test_estimate_is_cached_linear_and_refined_by_runs(steep, doc, cache_dir, monkeypatch):

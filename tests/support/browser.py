@@ -26,7 +26,8 @@ FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-backgroun
 
 
 # Buttons that start per-document work; the dataset-wide ones are left alone (minutes on a CPU).
-RUN_BUTTONS = ("Compute attributions", "Run Integrated Gradients", "Run Integrated Gradients and the deletion test")
+RUN_BUTTONS = ("Compute attributions", "Run Integrated Gradients", "Run Integrated Gradients and the deletion test",
+               "Run the explainers and the deletion test")
 
 
 PROBLEM_TEXT = ("Traceback", "Something went wrong", "StreamlitAPIException")

@@ -1,5 +1,5 @@
 """Independent oracles shared by several test modules: brute-force top-k, synthetic tie-heavy bands, the dense
-recomputation of Longformer attention from the layer weights, pooled-cell and store comparisons."""
+recomputation of Longformer and BERT attention from the layer weights, pooled-cell and store comparisons."""
 from __future__ import annotations
 
 import numpy as np
@@ -74,6 +74,18 @@ def oracle_longformer(model, analysis, layer):
     g_scores = qg @ kg.transpose(1, 2) / d**0.5  # global queries see every key
     dense[:, glob] = torch.softmax(g_scores, dim=-1)[:, glob]
     return dense.detach().numpy()
+
+
+@torch.no_grad()
+def oracle_bert(model, analysis, layer):
+    """Dense (heads, n, n) attention of one BERT layer, from its weights."""
+    att = model.model.bert.encoder.layer[layer].attention.self
+    x = hidden_states(model, analysis)[layer]
+    n = x.shape[0]
+    H, d = att.num_attention_heads, att.attention_head_size
+    lin = lambda m: (x @ m.weight.double().T + m.bias.double()).view(n, H, d).transpose(0, 1)  # noqa: E731
+    q, k = lin(att.query), lin(att.key)
+    return torch.softmax(q @ k.transpose(1, 2) / d**0.5, dim=-1).detach().numpy()
 
 
 def assert_cells_are_block_means(bands, pooled):

@@ -4,22 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
 from longviz_core import AttentionBands, analyze, head_weights
-from support.oracles import hidden_states, oracle_longformer
+from support.oracles import oracle_bert, oracle_longformer
 from tiny import text_of
-
-
-@torch.no_grad()
-def _oracle_bert(model, analysis, layer):
-    att = model.model.bert.encoder.layer[layer].attention.self
-    x = hidden_states(model, analysis)[layer]
-    n = x.shape[0]
-    H, d = att.num_attention_heads, att.attention_head_size
-    lin = lambda m: (x @ m.weight.double().T + m.bias.double()).view(n, H, d).transpose(0, 1)  # noqa: E731
-    q, k = lin(att.query), lin(att.key)
-    return torch.softmax(q @ k.transpose(1, 2) / d**0.5, dim=-1).detach().numpy()
 
 
 def _check_against_oracle(model, analysis, oracle, layers, tol=1e-5):
@@ -93,7 +81,7 @@ def test_full_attention_encoder_uses_the_same_interface(tiny_bert):
     analysis = analyze(tiny_bert, text_of(25), max_tokens=40)
     assert analysis.attention.window == analysis.n - 1
     assert len(analysis.attention.global_idx) == 0
-    _check_against_oracle(tiny_bert, analysis, _oracle_bert, range(tiny_bert.num_layers))
+    _check_against_oracle(tiny_bert, analysis, oracle_bert, range(tiny_bert.num_layers))
 
 
 def test_received_weights_and_selection(tiny_longformer):

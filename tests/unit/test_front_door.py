@@ -25,6 +25,7 @@ PUBLIC = {
     "model.bands": ["AttentionBands", "head_weights"],
     "attribution.ig": ["Attribution", "integrated_gradients"],
     "attribution.cost": ["estimate_ig_seconds"],
+    "attribution.explainers": ["EXPLAINERS", "ExplainerError", "Explanation", "explain"],
     "views.counts": ["COUNT_MEANINGS", "COUNT_RULES", "CountsError", "TOPK_MAX", "Tallies", "TopK",
                      "count_intersection", "dataset_type_counts", "instance_counts", "tally", "token_counts",
                      "topk_indices"],
@@ -41,6 +42,7 @@ PUBLIC = {
     "dataset.ray": ["run_on_ray"],
     "dataset.store": ["Record", "ResultStore"],
     "dataset.aggregate": ["DatasetAgreement", "DatasetAttribution", "DatasetFaithfulness"],
+    "dataset.leaderboard": ["LeaderboardError", "document_leaderboard", "leaderboard"],
 }
 
 

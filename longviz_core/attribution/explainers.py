@@ -1,0 +1,560 @@
+"""Explainers: one score per token for one document and one class, from the banded attention, from gradients,
+or from both — one family behind one front door.
+
+`EXPLAINERS` maps a method name to its metadata (label, source, cost class, whether scores are signed, options);
+`explain(model, analysis, method, target=None, **options)` runs one and returns an `Explanation`: a float64 score
+per token of the analysis (<s> and </s> included), the class explained, the wall time and the peak extra memory.
+Definitions, with their sources, are in docs/methods.md#explainers. With z_t the target's logit, p_t its softmax
+probability, e_i the embeddings-layer output of token i, h^l the input of layer l (h^0 = e), A_{l,h} head h's
+attention in layer l (rows = queries), Ā_l = mean_h A_{l,h}, L layers, cls = position 0 (the token the
+classifier reads):
+
+    ig             Integrated Gradients (attribution.ig), L2-normalised, sign kept
+    grad_x_input   Σ_d e_{i,d} · ∂z_t/∂e_{i,d}
+    grad_norm      ‖∂z_t/∂e_i‖₂
+    raw_attention  Ā_L[cls, :]                     (option row="received": the column sums of Ā_L)
+    rollout        e_cls^T Ã_L ⋯ Ã_1,   Ã_l = rownorm(½ (Ā_l + I))                           Abnar & Zuidema 2020
+    att_x_grad     mean_h A_{L,h}[cls, j] · ∂p_t/∂A_{L,h}[cls, j]                          Serrano & Smith 2019
+    gae            e_cls^T (I + Ḡ_L) ⋯ (I + Ḡ_1),   Ḡ_l = mean_h (∂z_t/∂A_{l,h} ⊙ A_{l,h})⁺      Chefer et al. 2021
+    attcat         Σ_{l<L} (Σ_d h^l_{i,d} · ∂z_t/∂h^l_{i,d}) · ᾱ^l_i,   ᾱ^l_i = mean_{h,q} A_{l,h}[q, i]
+                                                                                    Qiang et al. 2022 (their code)
+    random         the ranks of a seeded random permutation (views.faithfulness.random_order's), specials 0
+
+Rollout and GAE never build an n x n matrix: the classifier reads cls, so only the cls row of the rolled-out
+product is needed, and it is a vector pushed through each layer's matrix in its banded (plus global) form,
+v <- v^T M, in O(n * window) per layer (`vecmat`, `cls_rollout`).
+
+Attention gradients come from one backward pass with the probabilities in the graph. transformers' Longformer
+zeroes the global tokens' rows of the returned local probabilities in place after using them, and returns the
+global probabilities as a view, so the tensors it returns are not the ones the context was computed from (their
+.grad stays empty). A forward hook on each self-attention module therefore registers a hook on the autograd node
+that produced each returned tensor before that in-place write or view: its incoming gradient is d objective /
+d probabilities. Full-attention encoders (BERT, RoBERTa) return the very tensor they multiply with the values, so
+a tensor hook does. Every hook is removed in `finally`. The returned probabilities are swapped for empty tensors
+in the forward hook: autograd keeps what the backward needs, and the model's output tuple would otherwise hold a
+second copy of every layer's band until the pass ends; the values multiplied with the gradients are the
+analysis's own bands (same model, same inputs).
+"""
+from __future__ import annotations
+
+import math
+import os
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+from ..errors import LongvizError, finite_vector
+from ..model.analysis import DocumentAnalysis
+from ..model.bands import AttentionBands
+from ..model.loading import LoadedModel
+from ..progress import Progress, report
+from ..runtime import COMPUTE
+from .ig import integrated_gradients
+
+CLS = 0  # the position the classifier reads (<s> / [CLS])
+
+
+class ExplainerError(LongvizError, ValueError):
+    """An explainer that cannot run on these inputs (unknown method or option, wrong model, wrong target)."""
+
+
+@dataclass(frozen=True)
+class Explainer:
+    """Metadata of one explainer (the registry's values)."""
+
+    name: str
+    label: str
+    source: str  # where the definition comes from
+    cost: str  # cost class: "none", "attention" (reads the analysis's bands), "1 forward + backward", "IG"
+    signed: bool  # scores can be negative (evidence against the class); deletion ranks them high to low
+    options: dict  # option name -> default
+    compute: Callable = field(repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class Explanation:
+    method: str
+    target: int  # the class explained
+    scores: np.ndarray = field(repr=False)  # (n,) float64, one per token of the analysis, <s> and </s> included
+    seconds: float  # wall time of the computation (IG read from its disk cache: the time it took when computed)
+    peak_bytes: int | None  # peak memory above the level at the start (None: not measurable on this system)
+    options: dict = field(default_factory=dict)  # every option that produced the scores, defaults included
+    from_cache: bool = False  # IG read from its disk cache (peak_bytes is then that of the read)
+
+    @property
+    def label(self) -> str:
+        return EXPLAINERS[self.method].label
+
+    @property
+    def n(self) -> int:
+        return int(self.scores.shape[0])
+
+
+# ------------------------------------------------------------------------------------------ banded algebra
+def head_mean(bands: AttentionBands, layer: int) -> AttentionBands:
+    """Ā_l = mean over heads of layer `layer`'s attention, as a one-layer, one-head AttentionBands (banded form,
+    float64)."""
+    sl = slice(layer, layer + 1)
+    mean = lambda a: a[sl].mean(axis=1, dtype=np.float64, keepdims=True)  # noqa: E731  (1, 1, ...)
+    return AttentionBands(mean(bands.local), mean(bands.global_cols), mean(bands.global_rows), bands.global_idx,
+                          bands.window, (bands.windows[layer],))
+
+
+def vecmat(v, m: AttentionBands) -> np.ndarray:
+    """v^T M for the one matrix M held by `m` (layer 0, head 0) in banded form: O(n * window), never n x n.
+
+    (v^T M)_j = Σ_i v_i M[i, j]. Band: M[i, i - w + c] = local[i, c], so band column c adds v * local[:, c] to the
+    keys shifted by c - w. Global keys k_g add Σ_i v_i global_cols[i, g] over the other queries; global queries'
+    rows are global_rows (what AttentionBands.dense reassembles: their band and global_cols entries do not count)."""
+    v = np.asarray(v, dtype=np.float64)
+    n, w = m.n, m.window
+    if v.shape != (n,):
+        raise ExplainerError(f"the vector has shape {v.shape}, the matrix is {n} x {n}")
+    g = m.global_idx
+    local_v = v.copy()
+    local_v[g] = 0.0  # global queries' rows live in global_rows only
+    out = np.zeros(n + 2 * w, dtype=np.float64)  # key j at out[j + w]
+    band = m.local[0, 0]  # (n, 2w+1)
+    for c in range(2 * w + 1):
+        out[c : c + n] += local_v * band[:, c]
+    out = out[w : w + n]
+    if len(g):
+        out[g] += local_v @ m.global_cols[0, 0]  # (n,) @ (n, g)
+        out += v[g] @ m.global_rows[0, 0]  # (g,) @ (g, n)
+    return out
+
+
+def row_sums(m: AttentionBands) -> np.ndarray:
+    """Row sums of the one matrix held by `m`, (n,)."""
+    sums = m.local[0, 0].sum(axis=1, dtype=np.float64) + m.global_cols[0, 0].sum(axis=1, dtype=np.float64)
+    if len(m.global_idx):
+        sums[m.global_idx] = m.global_rows[0, 0].sum(axis=1, dtype=np.float64)
+    return sums
+
+
+def cls_rollout(matrices: Sequence[AttentionBands], kind: str, cls: int = CLS) -> np.ndarray:
+    """The cls row of a rolled-out product over layers 1..L (`matrices[l]` = layer l's one-head matrix):
+
+    kind="rollout": e_cls^T Ã_L ⋯ Ã_1 with Ã_l = D_l^{-1} ½ (M_l + I), D_l its row sums (Abnar & Zuidema 2020);
+    kind="gae":     e_cls^T (I + M_L) ⋯ (I + M_1)                      (Chefer et al. 2021, R <- R + M_l R from I).
+    Computed right to left as a vector: v = e_cls, then v <- v^T (...) for l = L .. 1."""
+    if kind not in ("rollout", "gae"):
+        raise ExplainerError(f"kind must be 'rollout' or 'gae', got {kind!r}")
+    n = matrices[0].n
+    v = np.zeros(n, dtype=np.float64)
+    v[cls] = 1.0
+    for m in reversed(matrices):
+        if kind == "rollout":
+            u = v / (0.5 * (row_sums(m) + 1.0))  # v^T D^{-1}
+            v = 0.5 * (vecmat(u, m) + u)
+        else:
+            v = v + vecmat(v, m)
+    return v
+
+
+# ------------------------------------------------------------------------------------------ attention only
+def _raw_attention(model, analysis, target, row="cls"):
+    bands = analysis.attention
+    last = bands.num_layers - 1
+    if row == "cls":
+        return np.mean([bands.row(last, h, CLS) for h in range(bands.num_heads)], axis=0, dtype=np.float64)
+    if row == "received":
+        return bands.received_per_head()[last].mean(axis=0, dtype=np.float64)
+    raise ExplainerError(f"raw_attention's row must be 'cls' or 'received', got {row!r}")
+
+
+def _rollout(model, analysis, target):
+    bands = analysis.attention
+    return cls_rollout([head_mean(bands, l) for l in range(bands.num_layers)], "rollout")
+
+
+def _random(model, analysis, target, seed=0):
+    """Scores whose deletion order is views.faithfulness.random_order(n, seed), the deletion test's random
+    ranking (the same generator and seed; a test holds the two equal): (m - k) / m for the k-th position of the
+    permutation, 0 for <s> and </s> (never deleted)."""
+    n = analysis.n
+    if n < 3:
+        raise ExplainerError(f"a document needs at least one text token between <s> and </s>, got n={n}")
+    order = np.random.default_rng(int(seed)).permutation(n - 2) + 1  # (m,) positions, most important first
+    scores = np.zeros(n, dtype=np.float64)
+    scores[order] = np.arange(len(order), 0, -1, dtype=np.float64) / len(order)
+    return scores
+
+
+# ------------------------------------------------------------------------------------------ gradients
+def _encoder_layers(net):
+    layers = getattr(getattr(getattr(net, "base_model", net), "encoder", None), "layer", None)
+    if layers is None:
+        raise ExplainerError(f"{type(net).__name__} has no encoder.layer list: gradient explainers need a "
+                             "BERT-style encoder")
+    return layers
+
+
+def _embeddings(net):
+    layer = getattr(getattr(net, "base_model", net), "embeddings", None)
+    if layer is None:
+        raise ExplainerError(f"{type(net).__name__} has no embeddings module to take gradients at")
+    return layer
+
+
+def _producer(t: torch.Tensor):
+    """The autograd node whose output `t` was before transformers' in-place zeroing (IndexPut) or view."""
+    node = t.grad_fn
+    while node is not None and type(node).__name__.startswith(("IndexPut", "View")):
+        node = node.next_functions[0][0]
+    if node is None:
+        raise ExplainerError("the attention probabilities are not in the autograd graph; gradient explainers "
+                             "need a model whose parameters or inputs require gradients")
+    return node
+
+
+class _AttentionGrads:
+    """Hooks that hand each chosen layer's d objective / d attention to `consume(layer, grads)` during the
+    backward pass, as a one-layer AttentionBands in the analysis's layout (zeros where the analysis has none)."""
+
+    def __init__(self, model: LoadedModel, analysis: DocumentAnalysis, layers: Sequence[int], consume):
+        self.model, self.bands, self.consume = model, analysis.attention, consume
+        self.layers = set(int(l) for l in layers)
+        self.handles: list = []
+        self.parts: dict[int, dict] = {}
+        self.done: set[int] = set()
+
+    def attach(self) -> None:
+        # Longformer returns probabilities only when every layer is asked to: each layer's forward hook drops
+        # them from the output, the chosen layers' after hooking their gradient
+        for l, layer in enumerate(_encoder_layers(self.model.model)):
+            if l in self.layers or self.model.is_longformer:
+                self.handles.append(layer.attention.self.register_forward_hook(partial(self._forward, l)))
+
+    def remove(self) -> None:
+        for h in self.handles:
+            h.remove()
+        self.handles.clear()
+
+    def _forward(self, layer, module, args, out):
+        if len(out) < 2 or not torch.is_tensor(out[1]):
+            raise ExplainerError(f"{type(module).__name__} returned no attention probabilities")
+        if not self.model.is_longformer:  # the returned weights are the tensor multiplied with the values
+            self.handles.append(out[1].register_hook(partial(self._dense, layer)))
+            return None
+        local = out[1]  # (1, n_padded, H, g + 2 w_l + 1)
+        glob = out[2] if len(out) > 2 else None  # (1, H, g, n_padded), a view of the softmax output
+        if layer in self.layers:
+            self.parts[layer] = {"want": 1 + (glob is not None)}
+            self.handles.append(_producer(local).register_prehook(partial(self._part, layer, "local", local.shape)))
+            if glob is not None:
+                self.handles.append(_producer(glob).register_prehook(
+                    partial(self._part, layer, "global", glob.shape)))
+        empty = lambda t: t.new_zeros((t.shape[0], t.shape[1], 0, 0)).detach()  # noqa: E731
+        return (out[0], empty(local), *((empty(glob),) if glob is not None else ()))
+
+    def _part(self, layer, name, shape, grad_outputs):
+        grad = grad_outputs[0]
+        if grad is None or grad.numel() != math.prod(shape):
+            raise ExplainerError("could not capture the attention gradients of this model (transformers' "
+                                 "Longformer attention changed?)")
+        part = self.parts[layer]
+        part[name] = grad.detach().reshape(shape)
+        if len(part) - 1 == part["want"]:
+            self._longformer_layer(layer, part)
+            del self.parts[layer]
+
+    def _longformer_layer(self, layer, part):
+        b, n, w, g = self.bands, self.bands.n, self.bands.window, len(self.bands.global_idx)
+        local = part["local"][0, :n].transpose(0, 1).float().cpu().numpy()  # (H, n, g + 2 w_l + 1)
+        w_l = (local.shape[-1] - g - 1) // 2
+        band = np.zeros((b.num_heads, n, 2 * w + 1), dtype=np.float32)  # (H, n, 2w+1)
+        band[:, :, w - w_l : w + w_l + 1] = local[..., g:]
+        # Entries the attention never has (keys outside the document or in the window padding, global keys
+        # inside the band: transformers masks them before the softmax) get no gradient, as in the bands.
+        keys = np.arange(n)[:, None] - w + np.arange(2 * w + 1)[None, :]  # (n, 2w+1)
+        band[:, (keys < 0) | (keys >= n) | np.isin(keys, b.global_idx)] = 0.0
+        gcols = np.ascontiguousarray(local[..., :g])  # (H, n, g)
+        if g:
+            grows = part["global"][0, :, :, :n].float().cpu().numpy()  # (H, g, n)
+        else:
+            grows = np.zeros((b.num_heads, 0, n), dtype=np.float32)
+        self._hand_over(layer, band, gcols, grows)
+
+    def _dense(self, layer, grad):
+        n = self.bands.n
+        dense = grad.detach()[0, :, :n, :n].float().cpu().numpy()  # (H, n, n)
+        band = np.zeros((dense.shape[0], n, 2 * n - 1), dtype=np.float32)  # (H, n, 2n-1): AttentionBands.from_full
+        rows = np.arange(n)[:, None]
+        band[:, rows, n - 1 - rows + np.arange(n)[None, :]] = dense
+        empty_c, empty_r = np.zeros((dense.shape[0], n, 0), np.float32), np.zeros((dense.shape[0], 0, n), np.float32)
+        self._hand_over(layer, band, empty_c, empty_r)
+
+    def _hand_over(self, layer, band, gcols, grows):
+        grads = AttentionBands(band[None], gcols[None], grows[None], self.bands.global_idx, self.bands.window,
+                               (self.bands.windows[layer],))
+        self.done.add(layer)
+        self.consume(layer, grads)
+
+    def check(self) -> None:
+        missing = sorted(self.layers - self.done)
+        if missing:
+            raise ExplainerError(f"no attention gradient reached layer(s) {missing}: this model's attention is not "
+                                 "supported by the gradient explainers")
+
+
+def _backward(model: LoadedModel, analysis: DocumentAnalysis, target: int, objective: str, *,
+              hidden: Sequence[int] = (), attention: Sequence[int] = (), consume=None) -> dict:
+    """One forward with gradients and one backward of `objective` ('logit' or 'prob' of `target`).
+
+    hidden: layers l whose input h^l (h^0 = the embeddings output) is returned with its gradient, as
+    {l: (h^l, d objective / d h^l)}, each (n, d) float32 on the model's device, window padding cut off.
+    attention: layers whose attention gradient goes to `consume(layer, grads)` during the backward. The embeddings
+    output is detached into a leaf, so no gradient reaches the parameters and their .grad stays untouched.
+    Caller holds COMPUTE."""
+    net, n = model.model, analysis.n
+    if net.training:
+        raise ExplainerError("the shared model must stay in eval mode")
+    layers = _encoder_layers(net)
+    wanted = sorted(set(int(l) for l in hidden))
+    # the backward runs down to the earliest layer input needed: every chosen layer's attention lies above it
+    floor = min([*wanted, *(int(l) for l in attention)], default=0)
+    order = sorted(set(wanted) | {floor})
+    captured: dict[int, torch.Tensor] = {}
+    handles = []
+
+    def leaf(_module, _args, out):
+        return out.detach().requires_grad_()
+
+    def keep(l, _module, args, kwargs):
+        captured[l] = args[0] if args else kwargs["hidden_states"]
+
+    grads_hook = _AttentionGrads(model, analysis, attention, consume) if attention else None
+    inputs = analysis.encoded.torch_inputs(model.device)
+    if not model.is_longformer:
+        inputs.pop("global_attention_mask")
+    try:
+        handles.append(_embeddings(net).register_forward_hook(leaf))
+        for l in order:
+            handles.append(layers[l].register_forward_pre_hook(partial(keep, l), with_kwargs=True))
+        if grads_hook is not None:
+            grads_hook.attach()
+        with torch.enable_grad():
+            out = net(**inputs, output_attentions=bool(attention and model.is_longformer))
+            logits = out.logits[0].float()  # (classes,)
+            value = logits[target] if objective == "logit" else torch.softmax(logits, dim=-1)[target]
+            got = torch.autograd.grad(value, [captured[l] for l in order])
+        if grads_hook is not None:
+            grads_hook.check()
+    finally:
+        for h in handles:
+            h.remove()
+        if grads_hook is not None:
+            grads_hook.remove()
+    return {l: (captured[l].detach()[0, :n], g[0, :n]) for l, g in zip(order, got) if l in wanted}
+
+
+def _dot(h: torch.Tensor, g: torch.Tensor) -> np.ndarray:
+    """Σ_d h_{i,d} g_{i,d} per token, (n,) float64."""
+    return (h.double() * g.double()).sum(dim=-1).cpu().numpy()
+
+
+def _grad_x_input(model, analysis, target):
+    return _dot(*_backward(model, analysis, target, "logit", hidden=[0])[0])
+
+
+def _grad_norm(model, analysis, target):
+    _, g = _backward(model, analysis, target, "logit", hidden=[0])[0]
+    return torch.linalg.vector_norm(g.double(), dim=-1).cpu().numpy()
+
+
+def _attcat(model, analysis, target, attention="received"):
+    bands = analysis.attention
+    L, n = bands.num_layers, bands.n
+    if attention == "received":  # the authors' code: mean over heads and queries of the attention token i gets
+        weights = bands.received_per_head().mean(axis=1, dtype=np.float64) / n  # (L, n)
+    elif attention == "cls":
+        weights = np.stack([np.mean([bands.row(l, h, CLS) for h in range(bands.num_heads)], axis=0)
+                            for l in range(L)]).astype(np.float64)  # (L, n)
+    else:
+        raise ExplainerError(f"attcat's attention must be 'received' or 'cls', got {attention!r}")
+    passes = _backward(model, analysis, target, "logit", hidden=range(L))
+    cat = np.stack([_dot(*passes[l]) for l in range(L)])  # (L, n) class activation tokens summed over d
+    return (cat * weights).sum(axis=0)
+
+
+def _gae(model, analysis, target):
+    bands = analysis.attention
+    L = bands.num_layers
+    products: dict[int, AttentionBands] = {}
+
+    def consume(layer, grads: AttentionBands):
+        # Ḡ_l = mean_h (∇A ⊙ A)⁺, head by head so no (H, n, 2w+1) temporary beyond the gradient itself
+        def mean_pos(grad, att):  # (H, ...) x (H, ...) -> (1, 1, ...)
+            acc = np.zeros(grad.shape[1:], dtype=np.float64)
+            for h in range(grad.shape[0]):
+                acc += np.maximum(grad[h] * att[h], 0.0)
+            return (acc / grad.shape[0])[None, None]
+
+        sl = slice(layer, layer + 1)
+        products[layer] = AttentionBands(
+            mean_pos(grads.local[0], bands.local[sl][0]), mean_pos(grads.global_cols[0], bands.global_cols[sl][0]),
+            mean_pos(grads.global_rows[0], bands.global_rows[sl][0]), bands.global_idx, bands.window,
+            (bands.windows[layer],))
+
+    _backward(model, analysis, target, "logit", attention=range(L), consume=consume)
+    return cls_rollout([products[l] for l in range(L)], "gae")
+
+
+def _att_x_grad(model, analysis, target):
+    bands = analysis.attention
+    last = bands.num_layers - 1
+    rows: list[np.ndarray] = []
+
+    def consume(layer, grads: AttentionBands):
+        rows.extend(bands.row(last, h, CLS).astype(np.float64) * grads.row(0, h, CLS) for h in range(bands.num_heads))
+
+    _backward(model, analysis, target, "prob", attention=[last], consume=consume)
+    return np.mean(rows, axis=0)
+
+
+# ------------------------------------------------------------------------------------------ IG
+def _ig(model, analysis, target, n_steps=50, method="gausslegendre", precision="fp32", internal_batch_size=None,
+        use_cache=True, cache_dir=None, _progress=None, _on_wait=None, _meta=None):
+    a = integrated_gradients(model, analysis, target, n_steps, method, precision=precision,
+                             internal_batch_size=internal_batch_size, use_cache=use_cache, cache_dir=cache_dir,
+                             progress=_progress, on_wait=_on_wait)
+    _meta.update(seconds=a.seconds, from_cache=a.from_cache)
+    return a.scores
+
+
+# ------------------------------------------------------------------------------------------ registry
+_A_Z = "Abnar & Zuidema 2020, 'Quantifying Attention Flow in Transformers'"
+EXPLAINERS: dict[str, Explainer] = {e.name: e for e in (
+    Explainer("ig", "Integrated Gradients", "Sundararajan et al. 2017; the paper §3.2 (captum LayerIntegratedGradients "
+              "on the embeddings, pad baseline)", "IG", True,
+              {"n_steps": 50, "method": "gausslegendre", "precision": "fp32", "internal_batch_size": None,
+               "use_cache": True, "cache_dir": None}, _ig),
+    Explainer("grad_x_input", "Gradient × Input", "Shrikumar et al. 2017; seed 003 §2", "1 forward + backward", True,
+              {}, _grad_x_input),
+    Explainer("grad_norm", "Gradient norm", "Simonyan et al. 2014 (saliency); seed 004 §5.2's gradient ranking",
+              "1 forward + backward", False, {}, _grad_norm),
+    Explainer("raw_attention", "RawAtt (last layer)", f"{_A_Z}; seed 003 §5.2 (RawAtt)", "attention", False,
+              {"row": "cls"}, _raw_attention),
+    Explainer("rollout", "Attention rollout", f"{_A_Z}; seed 003 §5.2 (Rollout)", "attention", False, {}, _rollout),
+    Explainer("att_x_grad", "Attention × gradient", "Serrano & Smith 2019 (seed 004) §5.2", "1 forward + backward",
+              True, {}, _att_x_grad),
+    Explainer("gae", "GAE", "Chefer et al. 2021, 'Generic Attention-model Explainability' eqs. 5-6; seed 003 §5.2",
+              "1 forward + backward", False, {}, _gae),
+    Explainer("attcat", "AttCAT", "Qiang et al. 2022, NeurIPS (the authors' code, github.com/qiangyao1988/AttCAT; "
+              "seed 003's baseline)", "1 forward + backward", True, {"attention": "received"}, _attcat),
+    Explainer("random", "Random", "seeds 003 and 004 (random baseline)", "none", False, {"seed": 0}, _random),
+)}
+
+
+# ------------------------------------------------------------------------------------------ front door
+def explain(model: LoadedModel, analysis: DocumentAnalysis, method: str, target: int | None = None, *,
+            progress: Progress | None = None, on_wait=None, **options) -> Explanation:
+    """Token scores of `method` (a key of EXPLAINERS) for `target` (default: the predicted class).
+
+    options: the method's own (EXPLAINERS[method].options; e.g. n_steps for ig, seed for random). The model must
+    be the one the analysis was made with. Gradient explainers run one forward and one backward pass under
+    COMPUTE; attention explainers read the analysis's bands only."""
+    info = EXPLAINERS.get(method)
+    if info is None:
+        raise ExplainerError(f"unknown explainer {method!r}; choose from {list(EXPLAINERS)}")
+    if not isinstance(model, LoadedModel) or not isinstance(analysis, DocumentAnalysis):
+        raise ExplainerError("explain needs a LoadedModel and a DocumentAnalysis (see load_model, analyze)")
+    if analysis.model_fingerprint != model.fingerprint:
+        raise ExplainerError("this analysis was made with another model")
+    if target is None:
+        target = analysis.predicted
+    if isinstance(target, bool) or not isinstance(target, (int, np.integer)) or not 0 <= target < model.num_labels:
+        raise ExplainerError(f"target must be a class index in [0, {model.num_labels - 1}], got {target!r}")
+    unknown = sorted(set(options) - set(info.options))
+    if unknown:
+        raise ExplainerError(f"{method} has no option(s) {unknown}; its options are {sorted(info.options) or 'none'}")
+    settings = {**info.options, **options}
+    meta: dict = {}
+    extra = {"_progress": progress, "_on_wait": on_wait, "_meta": meta} if method == "ig" else {}
+    heavy = info.cost not in ("none", "attention")
+    report(progress, 0.0, f"{info.label}")
+    with (COMPUTE.hold(on_wait) if heavy else nullcontext()), _PeakMemory(model.device) as peak:
+        started = time.perf_counter()
+        scores = info.compute(model, analysis, int(target), **settings, **extra)
+        seconds = time.perf_counter() - started
+    scores = finite_vector(scores, f"{method} scores", ExplainerError)
+    if scores.shape != (analysis.n,):
+        raise ExplainerError(f"{method} returned {scores.size} scores for {analysis.n} tokens")
+    report(progress, 1.0, f"{info.label} done")
+    shown = {k: v for k, v in settings.items() if k not in ("cache_dir", "use_cache")}
+    return Explanation(method=method, target=int(target), scores=scores, seconds=float(meta.get("seconds", seconds)),
+                       peak_bytes=peak.bytes, options=shown, from_cache=bool(meta.get("from_cache", False)))
+
+
+class _PeakMemory:
+    """Peak memory above the level at entry. CUDA: torch's peak allocation. CPU (Linux): the process's peak
+    resident set (VmHWM, reset at entry through /proc/self/clear_refs, after freed heap memory is handed back with
+    malloc_trim) minus the resident set at entry; the process's other threads count too. `bytes` is None where
+    neither is available."""
+
+    def __init__(self, device) -> None:
+        self.device, self.bytes, self._base = torch.device(device), None, None
+
+    def __enter__(self):
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+            self._base = torch.cuda.memory_allocated(self.device)
+        else:
+            _trim_heap()  # before the reset: the peak then starts from the trimmed resident set
+            if _reset_peak_rss():
+                self._base = _status_bytes("VmRSS")
+        return self
+
+    def __exit__(self, *exc):
+        if self._base is None:
+            return False
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            peak = torch.cuda.max_memory_allocated(self.device)
+        else:
+            peak = _status_bytes("VmHWM")
+        if peak is not None:
+            self.bytes = max(0, int(peak - self._base))
+        return False
+
+
+def _reset_peak_rss() -> bool:
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")  # 5 resets the peak resident set size only (proc(5))
+        return True
+    except OSError:
+        return False
+
+
+def _trim_heap() -> None:
+    """Hand freed heap memory back to the system (glibc), so the peak counts what the computation allocates
+    rather than what it reuses of memory the process already held."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _status_bytes(field_name: str) -> int | None:
+    try:
+        with open(f"/proc/{os.getpid()}/status") as fh:
+            for line in fh:
+                if line.startswith(field_name + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+__all__ = ["CLS", "EXPLAINERS", "Explainer", "ExplainerError", "Explanation", "cls_rollout", "explain", "head_mean",
+           "row_sums", "vecmat"]

@@ -1,0 +1,103 @@
+"""Figures and display tables for the explainer leaderboard (Altair + pandas + HTML strings; no Streamlit).
+
+- `leaderboard_view`: the leaderboard as shown: explainer, AOPC, LOdds and first flip with random's ± sd, cost.
+- `agreement_heatmap`: explainers x explainers Kendall tau / RBO of their token rankings.
+- `scores_table`: every explainer's score per token, for the CSV export.
+- `explainer_header_html`: the overlay header naming the explainer, the class explained and the prediction.
+The deletion curves (seed 003 Fig. 3) and the first-flip chart reuse figures.agreement's deletion_curves_chart
+and flip_chart with leaderboard.curves() / leaderboard.flips().
+"""
+from __future__ import annotations
+
+import html
+
+import altair as alt
+import numpy as np
+import pandas as pd
+
+from ..tokens import token_label
+
+METRIC_TITLES = {"kendall_tau": "Kendall τ-b", "rbo": "RBO (extrapolated)"}
+_HEADER_STYLE = "font-family:ui-sans-serif,system-ui,sans-serif;font-size:0.8rem;color:#333;margin:4px 0"
+
+
+def leaderboard_view(table: pd.DataFrame) -> pd.DataFrame:
+    """leaderboard.summarise's table for display: explainer (★ on the best AOPC), AOPC and LOdds with their sd
+    over random seeds (blank for the deterministic explainers), first flip (NaN: no flip) and flip rate, seconds
+    per explanation, peak extra memory in MB, and the cost class. Numbers keep full precision (format them in
+    the widget), so a displayed table equals the exported one."""
+    missing = [c for c in ("method", "label", "aopc", "aopc_sd", "lodds", "lodds_sd", "first_flip", "flip_rate",
+                           "seconds", "peak_bytes", "cost", "best") if c not in table]
+    if missing:
+        raise ValueError(f"missing column(s) {missing}; have {list(table.columns)}")
+    return pd.DataFrame({
+        "explainer": [("★ " if best else "") + label for label, best in zip(table["label"], table["best"])],
+        "method": table["method"].to_numpy(),
+        "AOPC": table["aopc"].to_numpy(),
+        "AOPC sd (seeds)": table["aopc_sd"].to_numpy(),
+        "LOdds": table["lodds"].to_numpy(),
+        "LOdds sd (seeds)": table["lodds_sd"].to_numpy(),
+        "first flip": table["first_flip"].to_numpy(),
+        "flip rate": table["flip_rate"].to_numpy(),
+        "seconds": table["seconds"].to_numpy(),
+        "peak MB": table["peak_bytes"].to_numpy() / 2**20,
+        "cost": table["cost"].to_numpy(),
+    })
+
+
+def agreement_heatmap(matrix: pd.DataFrame, metric: str = "kendall_tau", title: str | None = None,
+                      labels: dict[str, str] | None = None) -> alt.Chart:
+    """A square heatmap of leaderboard.agreement_matrix (rows and columns: explainers, named by `labels`, method
+    -> label, where given), values printed in the cells; NaN (a constant ranking) grey."""
+    if metric not in METRIC_TITLES:
+        raise ValueError(f"metric must be one of {list(METRIC_TITLES)}, got {metric!r}")
+    if list(matrix.index) != list(matrix.columns):
+        raise ValueError("the agreement matrix must be square with the same explainers on both axes")
+    names = [(labels or {}).get(m, m) for m in matrix.index]
+    values = matrix.to_numpy(dtype=np.float64)
+    rows, cols = np.meshgrid(np.arange(len(names)), np.arange(len(names)), indexing="ij")
+    data = pd.DataFrame({"a": np.asarray(names)[rows.ravel()], "b": np.asarray(names)[cols.ravel()],
+                         "value": values.ravel()})
+    data["text"] = [f"{v:.2f}" if np.isfinite(v) else "—" for v in data["value"]]
+    lo = -1.0 if metric == "kendall_tau" else 0.0
+    base = alt.Chart(data).encode(x=alt.X("b:N", sort=names, title=None), y=alt.Y("a:N", sort=names, title=None))
+    rect = base.mark_rect().encode(
+        color=alt.condition("isValid(datum.value) && isFinite(datum.value)",
+                            alt.Color("value:Q", title=METRIC_TITLES[metric],
+                                      scale=alt.Scale(scheme="viridis", domain=[lo, 1.0])),
+                            alt.value("#dddddd")),
+        tooltip=["a:N", "b:N", alt.Tooltip("value:Q", format=".4f", title=METRIC_TITLES[metric])])
+    text = base.mark_text(fontSize=11).encode(
+        text="text:N",
+        color=alt.condition(f"datum.value > {(lo + 1.0) / 2}", alt.value("black"), alt.value("white")))
+    side = max(200, 48 * len(names))
+    return (rect + text).properties(
+        title=title or f"Agreement between explainers: {METRIC_TITLES[metric]} of their token rankings",
+        width=side, height=side)
+
+
+def scores_table(tokens, explanations: dict) -> pd.DataFrame:
+    """position, token, then one column per explanation (its method name) with its score per token."""
+    n = len(tokens)
+    out = pd.DataFrame({"position": np.arange(n), "token": [token_label(t) for t in tokens]})
+    for name, e in explanations.items():
+        if e.scores.shape != (n,):
+            raise ValueError(f"{name} has {e.scores.size} scores for {n} tokens")
+        out[name] = e.scores
+    return out
+
+
+def explainer_header_html(explainer: str, source: str, target_label: str, predicted_label: str,
+                          predicted_prob: float, true_label: str | None = None) -> str:
+    """The overlay header for an explainer other than Integrated Gradients: which explainer (and its source),
+    the class explained, the true and the predicted label."""
+    cells = [
+        ("Explainer", explainer),
+        ("True label", "—" if true_label is None else str(true_label)),
+        ("Predicted label", f"{predicted_label} ({float(predicted_prob):.2f})"),
+        ("Class explained", str(target_label)),
+    ]
+    th = "".join(f'<th style="text-align:left;padding:2px 10px 2px 0">{html.escape(h)}</th>' for h, _ in cells)
+    td = "".join(f'<td style="padding:2px 10px 2px 0">{html.escape(v)}</td>' for _, v in cells)
+    return (f'<div style="{_HEADER_STYLE}"><table style="border-collapse:collapse"><tr>{th}</tr><tr>{td}</tr></table>'
+            f'<div style="color:#666">{html.escape(source)}</div></div>')

@@ -1,0 +1,151 @@
+"""Explainers: which explanation can you trust on this long document? Every explainer scored by deleting its
+top tokens (AOPC / LOdds, seed 003; first decision flip, seed 004) with its cost, side by side, for the current
+document or over the dataset; their agreement; every score exported."""
+import streamlit as st
+
+import longviz_core as lv
+from longviz_core import attribution as attr
+from longviz_core import cache
+from longviz_core.dataset import leaderboard as lb
+from longviz_core.figures import agreement as fig_faith
+from longviz_core.figures import explainers as fig
+from longviz_core.progress import format_seconds
+from longviz_core.views import faithfulness as fa
+from pages import _common as common
+from pages import _export as export
+
+common.run_through_app()
+
+K, P = common.K, "explainers"
+SCAN_LIMITS = {"100 % (every count)": 1.0, "50 %": 0.5, "20 %": 0.2, "10 %": 0.1}
+FORMATS = {c: st.column_config.NumberColumn(format="%.4f") for c in
+           ("AOPC", "AOPC sd (seeds)", "LOdds", "LOdds sd (seeds)", "first flip", "flip rate")}
+FORMATS.update({"seconds": st.column_config.NumberColumn(format="%.3f"),
+                "peak MB": st.column_config.NumberColumn(format="%.1f")})
+
+st.title("Explainers: which explanation can you trust?")
+with common.guard():
+    model, analysis, label, description = common.current_analysis()
+name = analysis.label_name
+st.caption(f"{description} · {analysis.n:,} tokens · predicted {name(analysis.predicted)} "
+           f"(p = {analysis.probs[analysis.predicted]:.3f})")
+st.markdown(
+    "Each explainer ranks the text tokens; deleting its top tokens (replaced by the chosen token, `<s>`, `</s>`, "
+    "positions and masks kept) should hurt the prediction more than deleting random ones. **AOPC** = mean over "
+    "k ∈ {1, 5, 10, 20, 50} % of p(y|x) − p(y|x without the top k %) (higher is better); **LOdds** = the mean of "
+    "log p(y|x without the top k %) − log p(y|x) (lower is better); **first flip** = share of text tokens removed "
+    "when the predicted class first changes (exact scan; lower is better; blank = no flip). **Random**: mean ± sd "
+    "over its seeds, the floor to beat. Definitions: docs/methods.md, *Explainers*.")
+
+methods_all = list(lv.EXPLAINERS)
+c1, c2, c3 = st.columns(3)
+scope = c1.radio("Scope", ("this document", "dataset"), **K.option(P, "scope"), horizontal=True)
+methods = c2.multiselect("Explainers", methods_all, default=methods_all, format_func=lambda m: lv.EXPLAINERS[m].label,
+                         **K.option(P, "methods"))
+steps = common.ig_steps_picker(c3, P) if "ig" in methods else None
+c1, c2, c3 = st.columns(3)
+target_choice = c1.selectbox("Class explained", ["predicted", *range(model.num_labels)], **K.option(P, "target"),
+                             format_func=lambda t: "the predicted class" if t == "predicted" else name(t),
+                             help="The deletion test always scores the predicted class's probability.")
+target = None if target_choice == "predicted" else int(target_choice)
+rank_by = c2.radio("Delete tokens by", lb.RANK_BY, **K.option(P, "rank_by"), horizontal=True,
+                   format_func={"signed": "score (high to low)", "magnitude": "|score|"}.get,
+                   help="score: a token pushing towards the class explained goes first, one pushing against it "
+                        "last. |score|: the Faithfulness page's |IG| ranking.")
+replacement = c3.radio("Replace removed tokens by", fa.REPLACEMENTS, **K.option(P, "replacement"), horizontal=True,
+                       format_func={"mask": "<mask>", "pad": "<pad>"}.get)
+c1, c2 = st.columns(2)
+max_removed = SCAN_LIMITS[c1.selectbox(
+    "First flip: scan up to", list(SCAN_LIMITS), **K.option(P, "max_removed"),
+    help="Every count of removed tokens is scored in order until the decision flips (one forward each).")]
+n_seeds = int(c2.number_input("Random: seeds (mean ± sd over seeds 0 .. N−1)", lb.MIN_SEEDS, 20,
+                              len(fa.DEFAULT_SEEDS), **K.option(P, "seeds")))
+seeds = list(range(n_seeds))
+if not methods:
+    st.info("Choose at least one explainer.")
+    st.stop()
+options = {"ig": {"n_steps": steps}} if "ig" in methods else None
+settings = dict(methods=methods, target=target, rank_by=rank_by, replacement=replacement, max_removed=max_removed,
+                seeds=seeds, ig_steps=steps)
+
+
+def show_leaderboard(runs, meta, title):
+    table = lb.summarise(runs)
+    st.subheader(title)
+    export.table(fig.leaderboard_view(table), "explainer leaderboard", model, meta, column_config=FORMATS)
+    with st.expander("Every number (AOPC and LOdds at each k, sds)"):
+        export.table(table, "explainer leaderboard every number", model, meta)
+    tabs = st.tabs(["AOPC", "LOdds", "first flip (exact scan)", "runs"])
+    curves = lb.curves(runs)
+    for tab, metric in zip(tabs, ("aopc", "lodds")):
+        export.chart(fig_faith.deletion_curves_chart(curves, metric), f"explainer deletion curve {metric}", model,
+                     meta, where=tab)
+    export.chart(fig_faith.flip_chart(lb.flips(runs), max_removed=max_removed), "explainer decision flips", model,
+                 meta, where=tabs[2])
+    export.table(runs, "explainer runs", model, meta, where=tabs[3])
+
+
+if scope == "this document":
+    meta = common.export_settings(model, description, scope=scope, **settings)
+    rankings = len([m for m in methods if m != "random"]) + (len(seeds) if "random" in methods else 0)
+    worst = rankings * (1 + len(fa.KS) + fa.removed_count(max_removed, analysis.n - 2))
+    note = (f"The deletion test scores up to {worst:,} perturbed copies, one forward each (fewer when decisions "
+            "flip early); the gradient explainers take one forward and backward each")
+    if "ig" in methods and attr.cached_attribution(model, analysis, target, steps) is None:
+        seconds = attr.estimate_ig_seconds(model, analysis.n, steps, on_wait=common.queue_notice())
+        note += f", Integrated Gradients about {format_seconds(seconds)} ({steps} steps)"
+    st.info(note + ".")
+    common.stop_until_clicked(P, "Run the explainers and the deletion test", (
+        model.fingerprint, analysis.key, settings))
+
+    def explanation(method):
+        opts = (options or {}).get(method, {})
+        return cache.derived(analysis, "explanation", lambda a, **kw: lv.explain(
+            model, a, method, target, progress=common.progress_bar(lv.EXPLAINERS[method].label),
+            on_wait=common.queue_notice(), **opts), method=method, target=target, **opts)
+
+    with common.guard():
+        explanations = {m: explanation(m) for m in methods if m != "random"}
+        if "random" in methods:
+            explanations["random"] = lv.explain(model, analysis, "random", seed=0)
+        runs = cache.derived(
+            analysis, "leaderboard",
+            lambda a, **kw: lb.document_leaderboard(
+                model, a, methods, target, seeds=seeds, replacement=replacement, max_removed=max_removed,
+                rank_by=rank_by, options=options, explanations=explanations, resume=True,
+                progress=common.progress_bar("Deletion test"), on_wait=common.queue_notice()),
+            **settings)
+    show_leaderboard(runs, meta, "Leaderboard for this document")
+    st.subheader("How much do the explainers agree?")
+    if len(explanations) >= 2:
+        metric = st.radio("Agreement", list(lb.AGREEMENT_METRICS), format_func=lb.AGREEMENT_METRICS.get,
+                          **K.option(P, "agreement"), horizontal=True)
+        with common.guard():
+            matrix = lb.agreement_matrix(explanations, metric, rank_by=rank_by)
+        st.caption("Rankings of the text tokens (<s> and </s> left out) by each explainer's deletion key; random is "
+                   "its seed 0. RBO: extrapolated, p = 0.99.")
+        labels = {m: lv.EXPLAINERS[m].label for m in matrix.index}
+        export.chart(fig.agreement_heatmap(matrix, metric, labels=labels), f"explainer agreement {metric}", model,
+                     meta)
+    export.download_table(fig.scores_table(analysis.tokens, explanations), "explainer scores per token", model,
+                          meta)
+else:
+    with common.guard():
+        df = common.current_dataset(model)
+        if df is None:
+            raise lv.DatasetError("The dataset leaderboard needs a dataset: choose one in the sidebar.")
+    count = st.slider("Documents (from the start of the dataset)", 1, len(df), min(10, len(df)), **K.option(P, "docs"))
+    texts = df["text"].iloc[:count]
+    st.info("Every uncached document runs each explainer and its deletion test (up to one forward per text token "
+            "and ranking); cached documents are instant, and an interrupted run resumes.")
+    meta = common.export_settings(model, description, scope=scope, documents=count, **settings)
+    common.stop_until_clicked(P, "Compute the dataset leaderboard", (
+        model.fingerprint, lv.dataset_fingerprint(df), count, settings, common.max_tokens(model)))
+    with common.guard():
+        runs, hits = lb.leaderboard_runs(model, texts, methods, target, max_tokens=common.max_tokens(model),
+                                         seeds=seeds, replacement=replacement, max_removed=max_removed,
+                                         rank_by=rank_by, options=options, progress=common.progress_bar("Dataset"),
+                                         on_wait=common.queue_notice())
+    st.caption(f"{count} documents ({hits} from the disk cache); explainers: mean over documents (first flip over "
+               "those that flipped); random: each seed's mean over documents, then mean ± sd over seeds.")
+    show_leaderboard(runs, meta, f"Leaderboard over {count} documents")

@@ -1,0 +1,232 @@
+"""The explainer leaderboard: its deletion numbers against brute-force forwards and the Faithfulness page's own
+deletion test, its summary against hand computation, random averaged over seeds, the agreement matrix against
+scipy / rbo, the disk cache, and explainers that know the answer ranking above random on the demo."""
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+import rbo
+import scipy.stats
+import torch
+
+import longviz_core as lv
+from longviz_core.cli import main
+from longviz_core.dataset import leaderboard as lb
+from longviz_core.figures import explainers as fig
+from longviz_core.figures.agreement import deletion_curves_chart, flip_chart
+from longviz_core.views import faithfulness as fa
+from tiny import text_of
+
+SEEDS = (0, 1, 2, 3, 4)
+
+
+@pytest.fixture(scope="module")
+def doc(tiny_longformer):
+    return lv.analyze(tiny_longformer, text_of(40), max_tokens=64)
+
+
+def _brute_force(model, analysis, order, ks=fa.KS):
+    """p(y | x with order[:c] replaced by <mask>) one forward at a time, every count c = 0 .. m."""
+    enc = analysis.encoded
+    logp = []
+    for c in range(len(order) + 1):
+        ids = enc.input_ids.copy()
+        ids[order[:c]] = model.tokenizer.mask_token_id
+        inputs = {**enc.torch_inputs(model.device), "input_ids": torch.as_tensor(ids)[None]}
+        with torch.no_grad():
+            logp.append(torch.log_softmax(model.model(**inputs).logits[0].double(), -1).numpy())
+    logp = np.array(logp)  # (m + 1, classes)
+    y = int(np.argmax(logp[0]))
+    m = len(order)
+    counts = [fa.removed_count(k, m) for k in ks]
+    aopc = np.exp(logp[0, y]) - np.exp(logp[counts, y])
+    lodds = logp[counts, y] - logp[0, y]
+    flipped = np.flatnonzero(np.argmax(logp[1:], axis=1) != y)
+    first = (flipped[0] + 1) / m if flipped.size else math.nan
+    return aopc, lodds, first
+
+
+def _row_numbers(row, ks=fa.KS):
+    return (np.array([row[f"aopc@{lb.pct(k)}"] for k in ks]), np.array([row[f"lodds@{lb.pct(k)}"] for k in ks]),
+            row["first_flip"])
+
+
+def test_runs_against_brute_force_deletion(tiny_longformer, doc):
+    """Signed and magnitude rankings of Gradient × Input, and rollout, against unbatched forwards of the deleted
+    copies: AOPC(k), LOdds(k), the first flip (float32 probabilities: rtol 1e-5)."""
+    for rank_by in lb.RANK_BY:
+        runs = lb.document_leaderboard(tiny_longformer, doc, ["grad_x_input", "rollout"], rank_by=rank_by)
+        assert list(runs.columns) == lb.run_columns()
+        for row in runs.to_dict("records"):
+            scores = lv.explain(tiny_longformer, doc, row["method"]).scores
+            key = np.abs(scores) if rank_by == "magnitude" else scores
+            order = np.argsort(-key[1:-1], kind="stable") + 1
+            aopc, lodds, first = _brute_force(tiny_longformer, doc, order)
+            got = _row_numbers(row)
+            np.testing.assert_allclose(got[0], aopc, rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(got[1], lodds, rtol=1e-5, atol=1e-6)
+            assert (math.isnan(first) and math.isnan(got[2])) or got[2] == first
+            assert row["aopc"] == pytest.approx(aopc.mean(), rel=1e-5, abs=1e-6)
+            assert row["predicted"] == doc.predicted and row["target"] == doc.predicted and row["n"] == doc.n
+            assert row["seconds"] >= 0 and row["label"] == lv.EXPLAINERS[row["method"]].label
+
+
+def test_runs_equal_the_faithfulness_deletion_test(tiny_longformer, doc, tmp_path):
+    """|IG| (rank_by='magnitude') and the random seeds give the Faithfulness page's numbers."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ig = lv.explain(tiny_longformer, doc, "ig", n_steps=8, cache_dir=tmp_path)
+        runs = lb.document_leaderboard(tiny_longformer, doc, ["ig", "random"], rank_by="magnitude",
+                                       options={"ig": {"n_steps": 8, "cache_dir": tmp_path}}, seeds=SEEDS)
+    ref = fa.faithfulness(tiny_longformer, doc, ig.scores, rankings=("ig", "random"), seeds=SEEDS)
+    table = ref.table().set_index("ranking")
+    ig_row = runs[runs["method"] == "ig"].iloc[0]
+    for c in lb.numbers():
+        assert ig_row[c] == pytest.approx(table.loc["|IG|", c], rel=1e-5, abs=1e-7)
+    random = runs[runs["method"] == "random"]
+    assert list(random["seed"]) == list(SEEDS)
+    for row, curve in zip(random.to_dict("records"), ref.random.runs):
+        np.testing.assert_allclose(_row_numbers(row)[0], curve.aopc_k, rtol=1e-5, atol=1e-7)
+    summary = lb.summarise(runs).set_index("method")
+    # random: the mean and population sd over its seeds, as the Faithfulness page's random row
+    assert summary.loc["random", "aopc"] == pytest.approx(table.loc["Random", "aopc"], rel=1e-5, abs=1e-7)
+    assert summary.loc["random", "aopc_sd"] == pytest.approx(table.loc["Random", "aopc sd"], rel=1e-4, abs=1e-7)
+    assert summary.loc["random", "runs"] == len(SEEDS)
+    assert math.isnan(summary.loc["ig", "aopc_sd"])
+
+
+def test_summarise_against_hand_computation():
+    """Two documents, one explainer and random with three seeds; NaN first flips are 'no flip'."""
+    ks = (0.1, 0.5)
+    rows = []
+    rng = np.random.default_rng(0)
+    for doc in (0, 1):
+        for method, seed in [("gae", math.nan), ("random", 0), ("random", 1), ("random", 2)]:
+            values = rng.normal(size=6)
+            rows.append({"doc": doc, "method": method, "label": method, "seed": seed,
+                         **dict(zip(lb.numbers(ks), values)), "first_flip": math.nan if seed == 1 else rng.random(),
+                         "seconds": rng.random(), "peak_bytes": float(rng.integers(1, 100))})
+    runs = pd.DataFrame(rows)
+    table = lb.summarise(runs, ks).set_index("method")
+    gae, rnd = runs[runs.method == "gae"], runs[runs.method == "random"]
+    assert table.loc["gae", "aopc"] == pytest.approx(gae["aopc"].sum() / 2)
+    assert table.loc["gae", "first_flip"] == pytest.approx(gae["first_flip"].sum() / 2)
+    per_seed = [rnd[rnd.seed == s]["lodds"].mean() for s in (0, 1, 2)]
+    assert table.loc["random", "lodds"] == pytest.approx(np.mean(per_seed))
+    assert table.loc["random", "lodds_sd"] == pytest.approx(np.sqrt(np.mean((per_seed - np.mean(per_seed)) ** 2)))
+    flips = [rnd[rnd.seed == s]["first_flip"].mean() for s in (0, 2)]  # seed 1 never flipped
+    assert table.loc["random", "first_flip"] == pytest.approx(np.mean(flips))
+    assert table.loc["random", "flip_rate"] == pytest.approx(4 / 6)
+    assert table.loc["gae", "peak_bytes"] == gae["peak_bytes"].max()
+    assert table.loc["random", "documents"] == 2 and table.loc["random", "runs"] == 3
+    ordered = lb.summarise(runs, ks)
+    assert list(ordered["aopc"]) == sorted(ordered["aopc"], reverse=True)
+    assert list(ordered["best"]) == [True, False]
+
+
+def test_dataset_leaderboard_cache_and_contract(tiny_longformer, tmp_path):
+    texts = [text_of(30), text_of(45)]
+    kwargs = dict(max_tokens=64, seeds=(0, 1, 2), max_removed=0.5, cache_dir=tmp_path)
+    runs, hits = lb.leaderboard_runs(tiny_longformer, texts, ["grad_x_input", "gae", "random"], **kwargs)
+    assert hits == 0 and set(runs["doc"]) == {0, 1} and len(runs) == 2 * (2 + 3)
+    again, hits = lb.leaderboard_runs(tiny_longformer, texts, ["grad_x_input", "gae", "random"], **kwargs)
+    assert hits == 2
+    pd.testing.assert_frame_equal(runs.drop(columns=["seconds", "peak_bytes"]),
+                                  again.drop(columns=["seconds", "peak_bytes"]))
+    table = lv.leaderboard(tiny_longformer, texts, ["grad_x_input", "gae", "random"], **kwargs)
+    assert list(table.columns[:6]) == ["method", "label", "aopc", "lodds", "first_flip", "seconds"]
+    pd.testing.assert_frame_equal(table, lb.summarise(runs))
+    _, hits = lb.leaderboard_runs(tiny_longformer, texts, ["grad_x_input", "gae", "random"],
+                                  **{**kwargs, "seeds": (0, 1)})
+    assert hits == 0  # the seeds are part of the key
+
+
+def test_agreement_matrix_against_scipy_and_rbo(tiny_longformer, doc):
+    explanations = {m: lv.explain(tiny_longformer, doc, m) for m in ("grad_x_input", "rollout", "gae", "random")}
+    tau = lb.agreement_matrix(explanations, "kendall_tau")
+    overlap = lb.agreement_matrix(explanations, "rbo", p=0.9)
+    for a in explanations:
+        for b in explanations:
+            x, y = explanations[a].scores[1:-1], explanations[b].scores[1:-1]
+            assert tau.loc[a, b] == pytest.approx(scipy.stats.kendalltau(x, y).statistic, abs=1e-12)
+            ref = rbo.RankingSimilarity(np.argsort(-x, kind="stable").tolist(),
+                                        np.argsort(-y, kind="stable").tolist()).rbo(p=0.9, ext=True)
+            assert overlap.loc[a, b] == pytest.approx(ref, abs=1e-12)
+    assert np.allclose(np.diag(tau), 1) and np.allclose(np.diag(overlap), 1)
+    with pytest.raises(lb.LeaderboardError, match="two"):
+        lb.agreement_matrix({"gae": explanations["gae"]})
+    chart = fig.agreement_heatmap(tau, "kendall_tau").to_dict()
+    assert chart["title"].startswith("Agreement between explainers")
+
+
+def test_figures_from_runs(tiny_longformer, doc):
+    runs = lb.document_leaderboard(tiny_longformer, doc, ["gae", "random"], seeds=(0, 1, 2))
+    curves = lb.curves(runs)
+    assert len(curves) == 2 * len(fa.KS)
+    rnd = curves[curves["ranking"] == "Random"]
+    assert (rnd["aopc_hi"] - rnd["aopc_lo"] >= 0).all() and curves[curves["ranking"] == "GAE"]["aopc_sd"].isna().all()
+    for metric in ("aopc", "lodds"):
+        assert deletion_curves_chart(curves, metric).to_dict()
+    assert flip_chart(lb.flips(runs)).to_dict()
+    view = fig.leaderboard_view(lb.summarise(runs))
+    assert view["explainer"].iloc[0].startswith("★ ") and not view["explainer"].iloc[1].startswith("★")
+    scores = fig.scores_table(doc.tokens, {"gae": lv.explain(tiny_longformer, doc, "gae")})
+    assert list(scores.columns) == ["position", "token", "gae"] and len(scores) == doc.n
+    header = fig.explainer_header_html("GAE", "Chefer et al.", "class_1", "class_0", 0.7, None)
+    assert "GAE" in header and "Class explained" in header
+
+
+def test_bad_settings_are_clear_errors(tiny_longformer, doc, capsys):
+    for kwargs, message in [({"methods": []}, "at least one"), ({"methods": ["lime"]}, "unknown"),
+                            ({"methods": ["gae", "gae"]}, "twice"), ({"rank_by": "abs"}, "rank_by"),
+                            ({"replacement": "unk"}, "replacement"),
+                            ({"methods": ["gae"], "options": {"ig": {}}}, "not chosen")]:
+        with pytest.raises(lb.LeaderboardError, match=message):
+            lb.document_leaderboard(tiny_longformer, doc, **kwargs)
+    with pytest.raises(lb.LeaderboardError, match="No documents"):
+        lv.leaderboard(tiny_longformer, [], ["gae"])
+    # the command line asks for random's five seeds at least, before loading anything
+    assert main(["leaderboard", "--model", "demo", "--dataset", "demo", "--seeds", str(lb.MIN_SEEDS - 1)]) == 2
+    assert f"at least {lb.MIN_SEEDS}" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------ acceptance
+def _planted(model, analysis) -> lv.Explanation:
+    """An explainer that knows the answer: 1 on the tokens of words only the predicted class's papers use (the
+    demo corpus's class vocabulary, stopwords and shared words left out), 0 elsewhere."""
+    from longviz_core.demo import _VOCAB
+    from longviz_core.tokens import normalise_tokens
+    from longviz_core.views.masking import english_stopwords
+
+    def words(label):
+        return {w.lower() for phrases in _VOCAB[label].values() for p in phrases for w in p.split()}
+
+    y = analysis.predicted
+    planted = words(y) - words(1 - y) - english_stopwords()
+    scores = np.array([t in planted for t in normalise_tokens(analysis.tokens)], dtype=np.float64)
+    assert scores.sum() > 10
+    return lv.Explanation("planted class words", y, scores, 0.0, None)
+
+
+def test_explainers_that_know_the_answer_beat_random(demo_model, demo_dataset):
+    """Acceptance: on a demo paper whose decision can flip (an artificial-intelligence paper; the other class is
+    what an all-<mask> document gets, see test_faithfulness), deleting the planted class words, or the top
+    Gradient × Input tokens, lowers p(y) more than any random deletion: AOPC above random's mean + 3 sd over five
+    seeds, and the decision flips earlier."""
+    text = demo_dataset[demo_dataset["label"] == 1]["text"].iloc[0]
+    analysis = lv.analyze(demo_model, text, 256)
+    assert analysis.predicted == 1
+    runs = lb.document_leaderboard(demo_model, analysis, ["planted class words", "grad_x_input", "random"],
+                                   explanations={"planted class words": _planted(demo_model, analysis)},
+                                   seeds=SEEDS, max_removed=0.3)
+    table = lb.summarise(runs).set_index("method")
+    floor = table.loc["random", "aopc"] + 3 * table.loc["random", "aopc_sd"]
+    random_flip = table.loc["random", "first_flip"] if table.loc["random", "flip_rate"] == 1 else 1.0
+    for method in ("planted class words", "grad_x_input"):
+        assert table.loc[method, "aopc"] > floor, table
+        assert table.loc[method, "first_flip"] < random_flip, table
+    assert table.iloc[0]["best"] and table.index[0] != "random"
