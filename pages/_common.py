@@ -15,6 +15,7 @@ import streamlit as st
 import longviz_core as lv
 from longviz_core import cache
 from pages import _hosting as hosting
+from pages import _labels as labels
 from pages._keys import DATASET_KINDS, DOC_MODES, K
 
 
@@ -200,7 +201,8 @@ def importance_method(where, page: str) -> str:
     return where.selectbox("Head importance definition", list(imp.IMPORTANCE_METHODS),
                            format_func=imp.METHOD_NAMES.get, **K.option(page, "importance_method"),
                            help=" · ".join(imp.IMPORTANCE_METHODS.values()) + ". Computed once per dataset "
-                                f"on its first {imp.DEFAULT_EXAMPLES} documents, then cached.")
+                                f"on its first {imp.DEFAULT_EXAMPLES} documents, then cached. "
+                                + labels.doc_link("importance"))
 
 
 def computed_importance(model: lv.LoadedModel, method: str, required: bool = True) -> HeadImportance | None:

@@ -9,6 +9,7 @@ from longviz_core.tokens import token_label
 from longviz_core.views.masking import build_mask
 from pages import _common as common
 from pages import _export as export
+from pages import _labels as labels
 
 common.run_through_app()
 
@@ -56,11 +57,10 @@ values_df = pd.DataFrame({"position": np.arange(analysis.n), "token": [token_lab
 export.overlay(legend_html("sequential", vmax=vmax, label="received attention per head")
                + token_overlay_html(analysis.tokens, values, mode="sequential", mask=mask, vmax=vmax),
                values_df, "summed attention", model, settings)
-notes = [f"{int(mask.sum()):,} masked tokens shown in grey."] if mask is not None else []
+if mask is not None:
+    st.caption(f"{int(mask.sum()):,} masked tokens shown in grey.")
 if importance is not None:
-    notes.append(f"Heads weighted by head importance: {importance.description}.")
-if notes:
-    st.caption(" ".join(notes))
+    labels.caption(labels.importance(importance), "heads weighted by it", sections=("importance",))
 
 with st.expander("Tokens receiving the most attention"):
     order = np.argsort(-np.nan_to_num(live, nan=-np.inf), kind="stable")[:25]

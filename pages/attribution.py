@@ -14,6 +14,7 @@ from longviz_core.views import attribution_tables as tables
 from longviz_core.views.masking import build_mask
 from pages import _common as common
 from pages import _export as export
+from pages import _labels as labels
 from pages._common import K
 
 common.run_through_app()
@@ -56,7 +57,8 @@ def pick_row(key: str, df: pd.DataFrame) -> None:
 
 c1, c2, c3 = st.columns(3)
 target = c1.selectbox("Attribution label (class explained)", range(model.num_labels), index=analysis.predicted,
-                      format_func=name, **K.option(P, "target"), help="Default: the predicted class.")
+                      format_func=name, **K.option(P, "target"),
+                      help="Default: the predicted class. " + labels.doc_link("class"))
 n_steps = common.ig_steps_picker(c2, P, custom=True, label="Steps")
 with c3.expander("Integration settings"):
     method = st.selectbox("Method", ig.METHODS, **K.option(P, "method"))
@@ -104,6 +106,7 @@ st.caption(
 if attr.warning:
     st.warning(attr.warning)
 
+labels.caption(labels.explained(name(attr.target)), labels.scores(), sections=("class", "scores"))
 masked = st.toggle("Mask special tokens, punctuation and stopwords", **K.option(P, "mask"))
 mask = build_mask(analysis.tokens) if masked else None
 vmax = float(np.abs(attr.scores[~mask] if masked else attr.scores).max(initial=0.0))
@@ -131,6 +134,7 @@ t[3].metric("Received attention (all layers, heads)", f"{d['received_attention']
             f"rank {d['attention_rank']:,}", delta_color="off")
 
 # ---- tables (Fig 10)
+labels.caption(labels.explained(name(attr.target)), labels.scores(), "tables below", sections=("tables", "scores"))
 ranked = tables.top_attributions(analysis.tokens, attr.scores, analysis.n, "positive", mask)
 negative = tables.top_attributions(analysis.tokens, attr.scores, analysis.n, "negative", mask)
 pair(pd.concat([ranked, negative.iloc[::-1]], ignore_index=True), "attribution", "Tokens", "tokens", selectable=True)

@@ -11,6 +11,7 @@ from longviz_core.progress import format_seconds
 from longviz_core.views import faithfulness as fa
 from pages import _common as common
 from pages import _export as export
+from pages import _labels as labels
 
 common.run_through_app()
 
@@ -22,6 +23,8 @@ with common.guard():
     model, analysis, label, description = common.current_analysis()
 st.caption(f"{description} · {analysis.n:,} tokens · predicted {analysis.label_name(analysis.predicted)} "
            f"(p = {analysis.probs[analysis.predicted]:.3f})")
+labels.caption(labels.explained("the predicted class y, per document") + " (AOPC, LOdds and flips follow its "
+               "probability; the |IG| rankings explain it)", labels.scores(), sections=("faithfulness", "scores"))
 st.markdown(
     "Tokens are removed in ranking order (replaced by the chosen token; `<s>`, `</s>`, positions and masks kept). "
     "**AOPC(k)** = p(y|x) − p(y|x without the top k %): higher = the ranking found what the prediction rests on. "
@@ -53,7 +56,7 @@ with common.guard():
     scaling = common.head_importance(model, P, c2) if scale else None
     importance = None if scaling is None else scaling.values
     if scaling is not None:
-        st.caption(f"Attention ranking scaled by head importance: {scaling.description}.")
+        labels.caption(labels.importance(scaling), "scales the attention ranking", sections=("importance",))
 settings = dict(layers=layers, scale=None if importance is None else importance.round(12).tolist(),
                 replacement=replacement, max_removed=max_removed, seeds=seeds)
 

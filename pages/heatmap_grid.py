@@ -10,6 +10,7 @@ from longviz_core.views import importance as imp
 from longviz_core.views import pooling
 from pages import _common as common
 from pages import _export as export
+from pages import _labels as labels
 
 common.run_through_app()
 
@@ -84,8 +85,8 @@ export.image(fig.grid_image(maps, colour, title=f"Attention of every head, {what
                             + (f" (scaled by head importance: {importance.name})" if importance is not None else "")),
              "heatmap grid", model, settings, width="stretch")
 if importance is not None:
-    st.caption(f"Heads are multiplied by importance / the largest importance, so unimportant heads fade. "
-               f"Head importance: {importance.description}.")
+    labels.caption(labels.importance(importance), "heads are multiplied by importance / the largest importance, "
+                   "so unimportant heads fade", sections=("importance",))
 
 st.subheader("One head")
 c1, c2 = st.columns(2)

@@ -11,6 +11,7 @@ from longviz_core.views import agreement as ag
 from longviz_core.views.similarity import DEFAULT_P, METRICS, rbo_top_weight
 from pages import _common as common
 from pages import _export as export
+from pages import _labels as labels
 
 common.run_through_app()
 
@@ -21,12 +22,14 @@ VARIANTS = ("cosine_raw", "cosine_median", "cosine_mean", "cosine_rank")
 st.title("Agreement: attention vs attribution")
 with common.guard():
     model, analysis, label, description = common.current_analysis()
-st.caption(f"{description} · {analysis.n:,} tokens · predicted {analysis.label_name(analysis.predicted)}; "
-           "IG explains the predicted class.")
+st.caption(f"{description} · {analysis.n:,} tokens · predicted {analysis.label_name(analysis.predicted)}")
 
 L = model.num_layers
 c1, c2, c3 = st.columns(3)
 scope = c1.radio("Scope", ("this document", "dataset"), **K.option(P, "scope"), horizontal=True)
+labels.caption(labels.explained(f"the predicted class ({analysis.label_name(analysis.predicted)})"
+                                if scope == "this document" else "the predicted class of each document"),
+               labels.scores(), "|IG| compared with received attention", sections=("agreement", "scores"))
 steps = common.ig_steps_picker(c2, P)
 p = c3.select_slider("RBO p", (0.9, 0.95, 0.98, DEFAULT_P, 0.995), value=DEFAULT_P, **K.option(P, "p"))
 kinds = st.multiselect("Mask (paper §3.4)", ag.MASK_KINDS, default=list(ag.MASK_KINDS), **K.option(P, "mask"),
@@ -51,7 +54,8 @@ with common.guard():
 importance = None if scaling is None else scaling.values
 layer_range = (lo - 1, hi - 1)
 if scaling is not None:
-    st.caption(f"Rows scaled by head importance: {scaling.description}.")
+    labels.caption(labels.importance(scaling), "scales the rows marked 'scaled'",
+                   sections=("importance",))
 
 
 meta = common.export_settings(model, description, scope=scope, ig_steps=steps, rbo_p=p, mask=kinds,

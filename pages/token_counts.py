@@ -8,6 +8,7 @@ from longviz_core.views import counts as tc
 from longviz_core.views.masking import build_mask
 from pages import _common as common
 from pages import _export as export
+from pages import _labels as labels
 
 common.run_through_app()
 
@@ -30,7 +31,8 @@ top_n = c2.slider("N (bars shown)", 3, 50, 10, **K.option(P, "n"))
 scope = c3.radio("Scope", SCOPES, **K.option(P, "scope"))
 rule = c4.radio("Count", tc.RULES, format_func=tc.COUNT_RULES.get, **K.option(P, "rule"),
                 help="Once per token: the paper's count (appendix A.5, Algorithm 2). Once per head list: each "
-                     "token's list in each selected head counts on its own, summed over the heads.")
+                     "token's list in each selected head counts on its own, summed over the heads. "
+                     + labels.doc_link("count"))
 masked = c4.toggle("Mask special tokens, punctuation and stopwords (§3.4)", **K.option(P, "mask"),
                    help="Masked tokens neither count nor are counted; the top-k lists themselves are the model's.")
 layers = heads = None
@@ -56,6 +58,7 @@ where = "all layers and heads" if layers is None else f"layer {layers[0] + 1}" +
 settings = common.export_settings(model, description, k=k, bars=top_n, scope=where, masked=masked,
                                   count=tc.COUNT_RULES[rule])
 st.subheader(f"Top {top_n} by {tc.COUNT_MEANINGS[rule].replace('top-k', f'top-{k}')} — {where}")
+labels.caption(labels.count_rule(rule), sections=("count",))
 for d, colour in zip(tc.DIRECTIONS, ("#2171b5", "#cb181d")):
     cols = st.columns(2)
     for col, by in zip(cols, tc.BYS):
@@ -83,6 +86,7 @@ with common.guard():
 export.chart(fig.instances_chart(inst, f"'{token}': {len(inst)} instances, {direction} counts along the document",
                                  rule=rule),
              f"instances of {token} {direction}", model, {**settings, "token": token, "lists": direction})
+labels.caption(labels.count_rule(rule), sections=("count",))
 with st.expander(f"All counts (tables; count = {tc.COUNT_MEANINGS[rule]})"):
     tabs = st.tabs([f"{d} by {by}" for d, by in tables])
     for tab, ((d, by), table) in zip(tabs, tables.items()):
