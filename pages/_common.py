@@ -4,6 +4,7 @@ error guard and a progress adapter; the session-state keys (K, in pages/_keys.py
 Pages import this module; it only arranges widgets and calls the core."""
 from __future__ import annotations
 
+import logging
 import os
 import traceback
 from contextlib import contextmanager
@@ -17,6 +18,8 @@ from longviz_core import cache
 from pages import _hosting as hosting
 from pages import _labels as labels
 from pages._keys import DATASET_KINDS, DOC_MODES, K
+
+log = logging.getLogger(__name__)
 
 
 def run_through_app() -> None:
@@ -38,16 +41,21 @@ def run_through_app() -> None:
 
 @contextmanager
 def guard():
-    """Show core errors as a clear message and stop the page; never a traceback page."""
+    """The one error contract of every page (app.py runs each page inside it; pages add their own around
+    a step whose error should stop the page at that point). A LongvizError is the user's to fix: its message as
+    st.error. Anything else is a bug: one short line, the traceback in a collapsed box for a bug report, and
+    the log. Either way the page stops there, never on Streamlit's "Something went wrong" page."""
     try:
         yield
     except lv.LongvizError as exc:
         st.error(str(exc))
         st.stop()
-    except Exception as exc:  # an unexpected bug still ends in a message, details folded away
-        st.error(f"Something went wrong: {type(exc).__name__}: {exc}")
-        with st.expander("Details for a bug report"):
-            st.code(traceback.format_exc())
+    except Exception as exc:
+        log.exception("Unexpected error on a page")
+        first = (str(exc).strip().splitlines() or [""])[0]
+        st.error(f"Unexpected error: {type(exc).__name__}: {first}".rstrip(": "))
+        with st.expander("Details for a bug report", expanded=False):
+            st.code(traceback.format_exc(), language=None)
         st.stop()
 
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from ..errors import DatasetError
 from ..progress import report
 from ..runtime import COMPUTE
 from .bands import AttentionBands
@@ -100,7 +101,8 @@ def pick_document(probs: np.ndarray, labels, how: str, positive: int = 1, seed: 
     if how == "most confident positive":
         return int(np.argmax(probs[:, positive]))
     if labels is None:
-        raise ValueError(f"'{how}' needs a labelled dataset")
+        raise DatasetError(f"A '{how}' needs a labelled dataset: this one has no label column. Choose the "
+                           "document by index, or a dataset with labels.")
     labels = np.asarray(labels)
     if how == "false negative":
         pool = np.flatnonzero((labels == positive) & (predicted != positive))
