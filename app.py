@@ -8,6 +8,7 @@ from pages import _hosting as hosting
 from pages import _links as links
 
 st.set_page_config(page_title="longviz", page_icon="🔎", layout="wide")
+common.page_style()
 HERE = Path(__file__).parent
 PAGES = [  # (file, title, icon)
     ("pages/document.py", "Document", "📄"),

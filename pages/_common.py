@@ -15,6 +15,7 @@ import streamlit as st
 
 import longviz_core as lv
 from longviz_core import cache
+from pages import _export as export
 from pages import _hosting as hosting
 from pages import _labels as labels
 from pages._keys import DATASET_KINDS, DOC_MODES, K
@@ -57,6 +58,29 @@ def guard():
         with st.expander("Details for a bug report", expanded=False):
             st.code(traceback.format_exc(), language=None)
         st.stop()
+
+
+WHOLE_TABLE_ROWS = 30  # a table up to this long is shown whole, never in a scrolling box
+_ROW_PX = 35  # st.dataframe's row (and header) height
+
+
+def table(df, name: str, model: lv.LoadedModel | None = None, settings: dict | None = None, *, where=st, **kwargs):
+    """export.table, sized to show every row of a table up to WHOLE_TABLE_ROWS long."""
+    if len(df) <= WHOLE_TABLE_ROWS:
+        kwargs.setdefault("height", _ROW_PX * (len(df) + 1) + 3)
+    return export.table(df, name, model, settings, where=where, **kwargs)
+
+
+NO_ARROW = {"delta_color": "off", "delta_arrow": "off"}  # st.metric deltas that are notes, not a direction
+
+# Metric tiles wrap their value instead of cutting a long class name with an ellipsis.
+PAGE_STYLE = ('<style>[data-testid="stMetricValue"] > div, [data-testid="stMetricLabel"] p '
+              '{white-space: normal !important; overflow: visible !important; text-overflow: clip !important; '
+              'overflow-wrap: anywhere;}</style>')
+
+
+def page_style() -> None:
+    st.html(PAGE_STYLE)
 
 
 LOCAL_MAX_IG_STEPS = 5000

@@ -7,7 +7,7 @@ import longviz_core as lv
 from longviz_core import attribution as ig
 from longviz_core import cache
 from longviz_core.dataset import aggregate
-from longviz_core.figures.text import attribution_header_html, legend_html, token_overlay_html
+from longviz_core.figures.text import attribution_header_html, legend_html, scale_max, token_overlay_html
 from longviz_core.progress import format_seconds
 from longviz_core.tokens import token_label
 from longviz_core.views import attribution_tables as tables
@@ -15,6 +15,7 @@ from longviz_core.views.masking import build_mask
 from pages import _common as common
 from pages import _export as export
 from pages import _labels as labels
+from pages import _state as state
 from pages._common import K
 
 common.run_through_app()
@@ -25,15 +26,17 @@ with common.guard():
     model, analysis, label, description = common.current_analysis()
 ss = st.session_state
 name = analysis.label_name
+changed = state.new_document(P, analysis)  # the class and the selected token start afresh on a new document
 
 
 def table(df: pd.DataFrame, title: str, file: str, selectable: bool = False) -> None:
     st.markdown(f"**{title}**")
     key = K.page(P, "t_" + file)
     if selectable:  # a click on a row picks that token (st.html overlays cannot report clicks)
-        export.table(df, file, model, meta, key=key, on_select=lambda: pick_row(key, df), selection_mode="single-row")
+        state.table_selection(key, df["position"], pos)
+        common.table(df, file, model, meta, key=key, on_select=lambda: pick_row(key, df), selection_mode="single-row")
     else:
-        export.table(df, file, model, meta)
+        common.table(df, file, model, meta)
 
 
 def pair(df: pd.DataFrame, col: str, title: str, file: str, selectable: bool = False) -> None:
@@ -52,13 +55,11 @@ def pair(df: pd.DataFrame, col: str, title: str, file: str, selectable: bool = F
 def pick_row(key: str, df: pd.DataFrame) -> None:
     rows = ss[key].selection.rows
     if rows:
-        ss[K.page(P, "pos")] = int(df["position"].iloc[rows[0]])
+        state.pick(P, df["position"].iloc[rows[0]])
 
 
 c1, c2, c3 = st.columns(3)
-target = c1.selectbox("Attribution label (class explained)", range(model.num_labels), index=analysis.predicted,
-                      format_func=name, **K.option(P, "target"),
-                      help="Default: the predicted class. " + labels.doc_link("class"))
+target = state.class_target(c1, P, analysis, changed, help="Default: the predicted class. " + labels.doc_link("class"))
 n_steps = common.ig_steps_picker(c2, P, custom=True, label="Steps")
 with c3.expander("Integration settings"):
     method = st.selectbox("Method", ig.METHODS, **K.option(P, "method"))
@@ -86,13 +87,13 @@ with common.guard():
 h = st.columns(5)
 h[0].metric("True label", name(label) if label is not None else "—")
 h[1].metric("Predicted label", name(analysis.predicted), f"p = {analysis.probs[analysis.predicted]:.3f}",
-            delta_color="off")
+            **common.NO_ARROW)
 h[2].metric("Attribution label", name(attr.target))
 h[3].metric("Attribution score", f"{attr.total:+.3f}",
             help="Sum of the L2-normalised token scores (paper §2, captum's summarize_attributions and "
                  "VisualizationDataRecord.attr_score).")
 h[4].metric("F(x) − F(baseline)", f"{attr.expected:+.4f}", f"p(baseline) = {attr.prob_baseline:.4f}",
-            delta_color="off", help="What the raw attributions add up to (completeness): the target's probability "
+            **common.NO_ARROW, help="What the raw attributions add up to (completeness): the target's probability "
                                     "for the text minus for the <s> <pad>… </s> baseline. The normalised scores hide "
                                     "this scale.")
 if attr.weak_explanation:
@@ -109,11 +110,8 @@ if attr.warning:
 labels.caption(labels.explained(name(attr.target)), labels.scores(), sections=("class", "scores"))
 masked = st.toggle("Mask special tokens, punctuation and stopwords", **K.option(P, "mask"))
 mask = build_mask(analysis.tokens) if masked else None
-vmax = float(np.abs(attr.scores[~mask] if masked else attr.scores).max(initial=0.0))
-if not 0 <= ss.get(K.page(P, "pos"), -1) < analysis.n:  # first visit or a shorter document: the top token
-    ss[K.page(P, "pos")] = int(attr.scores.argmax())
-pos = st.number_input("Token position (or click a row of the top-10 tables)", 0, analysis.n - 1,
-                      **K.option(P, "pos"))
+vmax = scale_max(analysis.tokens, attr.scores, mask)
+pos = state.selected_token(st, P, analysis.n, int(attr.scores.argmax()))
 values = pd.DataFrame({"position": np.arange(analysis.n), "token": [token_label(t) for t in analysis.tokens],
                        "attribution": attr.scores, "masked": mask if mask is not None else np.zeros(analysis.n, bool)})
 header = attribution_header_html(name(label) if label is not None else None, name(analysis.predicted),
@@ -127,11 +125,11 @@ export.overlay(token_overlay_html(analysis.tokens, attr.scores, mask=mask, vmax=
 # ---- the selected token
 d = tables.token_detail(analysis, attr, int(pos))
 t = st.columns(4)
-t[0].metric("Token", repr(d["token"]), f"position {d['position']:,} of {d['n']:,}", delta_color="off")
-t[1].metric("Attribution", f"{d['attribution']:+.4f}", f"rank {d['attribution_rank']:,}", delta_color="off")
+t[0].metric("Token", repr(d["token"]), f"position {d['position']:,} of {d['n']:,}", **common.NO_ARROW)
+t[1].metric("Attribution", f"{d['attribution']:+.4f}", f"rank {d['attribution_rank']:,}", **common.NO_ARROW)
 t[2].metric("|Attribution| rank", f"{d['abs_attribution_rank']:,}")
 t[3].metric("Received attention (all layers, heads)", f"{d['received_attention']:.3f}",
-            f"rank {d['attention_rank']:,}", delta_color="off")
+            f"rank {d['attention_rank']:,}", **common.NO_ARROW)
 
 # ---- tables (Fig 10)
 labels.caption(labels.explained(name(attr.target)), labels.scores(), "tables below", sections=("tables", "scores"))

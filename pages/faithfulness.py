@@ -80,7 +80,7 @@ if scope == "this document":
                f"replaced by {result.replacement} · {result.n_removable:,} removable text tokens.")
     meta = common.export_settings(model, description, scope=scope, ig_steps=steps, **settings)
     table = result.table()
-    export.table(table.round(4), "faithfulness", model, meta)
+    common.table(table.round(4), "faithfulness", model, meta)
     within = "every text token" if max_removed == 1 else f"the first {result.flip_limit:,} text tokens"
     for name, curve in result.curves.items():
         if curve.flip_removed is None:
@@ -91,7 +91,8 @@ if scope == "this document":
     curves = result.long_curves()
     tabs = st.tabs(["AOPC", "LOdds", "probability", "first flip (exact scan)"])
     for tab, metric in zip(tabs, ("aopc", "lodds", "probability")):
-        export.chart(fig.deletion_curves_chart(curves, metric), f"deletion curve {metric}", model, meta, where=tab)
+        export.chart(fig.deletion_curves_chart(curves, metric), f"deletion curve {metric}", model, meta, where=tab,
+                     width="content")
     export.chart(fig.flip_chart(result.flips(), max_removed=max_removed), "decision flips", model, meta,
                  where=tabs[3])
     export.download_table(curves, "deletion curves", model, meta)

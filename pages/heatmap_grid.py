@@ -92,8 +92,9 @@ st.subheader("One head")
 c1, c2 = st.columns(2)
 layer = c1.selectbox("Layer", range(model.num_layers), format_func=lambda i: f"layer {i + 1}", **K.option(P, "layer"))
 head = c2.selectbox("Head", range(model.num_heads), format_func=lambda i: f"head {i + 1}", **K.option(P, "head"))
+value_title = "attention / head max" + (" × importance / max importance" if importance is not None else "")
 chart = fig.head_zoom_chart(maps[layer, head], pooled.edges, colour, title=f"Layer {layer + 1}, head {head + 1}",
-                            relative=pooled.relative, select=not pooled.relative)
+                            relative=pooled.relative, select=not pooled.relative, value_title=value_title)
 zoom_name, zoom_settings = f"heatmap layer {layer + 1} head {head + 1}", {**settings, "layer": layer, "head": head}
 if pooled.relative:
     export.chart(chart, zoom_name, model, zoom_settings)
@@ -104,8 +105,8 @@ else:
     qb, kb = int(picked.get("query_block", -1)), int(picked.get("key_block", -1))
     if 0 <= qb < pooled.grid and 0 <= kb < pooled.grid:  # a selection from a coarser grid is dropped
         (q0, q1), (k0, k1) = pooling.block_tokens(pooled, qb), pooling.block_tokens(pooled, kb)
-        st.markdown(f"**Queries {q0}–{q1 - 1}** attend to **keys {k0}–{k1 - 1}** with mean attention "
-                    f"{pooled.cells[layer, head, qb, kb]:.3g}.")
+        st.markdown(f"**Queries {q0}–{q1 - 1}** attend to **keys {k0}–{k1 - 1}**: {value_title} "
+                    f"{fig.zoom_value_text(maps[layer, head, qb, kb])} (as in the tooltip).")
         text = lambda a, b: "".join(map(readable_token, analysis.tokens[a:b]))  # noqa: E731
         st.text(f"queries: {text(q0, q1)}\nkeys:    {text(k0, k1)}")
     else:

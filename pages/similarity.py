@@ -71,12 +71,12 @@ if scope == "this document":
         mask = ag.mask_for(analysis.tokens, kinds)
         table = ag.agreement_table(analysis, ig.scores, importance=importance, mask=mask, layer_range=layer_range, p=p)
     st.subheader("Table 1: similarity of attention and |IG|")
-    export.table(fig.table1(table), "table 1", model, meta)
+    common.table(fig.table1(table), "table 1", model, meta)
     with st.expander("The notebook's extra cosine variants"):
-        export.table(fig.table1(table, VARIANTS), "cosine variants", model, meta)
+        common.table(fig.table1(table, VARIANTS), "cosine variants", model, meta)
         st.caption(" · ".join(f"**{METRICS[v]['label']}**: {METRICS[v]['description']}" for v in VARIANTS))
     st.subheader("Table 2: Jaccard of the top 5 %")
-    export.table(fig.table2(table), "table 2", model, meta)
+    common.table(fig.table2(table), "table 2", model, meta)
 
     st.subheader("Top-5 % sets")
     sources = ag.attention_sources(L, layer_range)
@@ -95,7 +95,7 @@ if scope == "this document":
     names = [*ag.SET_NAMES, "counts by token"]
     tabs = st.tabs([f"{name} ({len(t)})" for name, t in zip(ag.SET_NAMES, sets.tables())] + [names[-1]])
     for tab, name, t in zip(tabs, names, [*sets.tables(), sets.counts()]):
-        export.table(t, f"top 5 percent {name}", model, set_meta, where=tab)
+        common.table(t, f"top 5 percent {name}", model, set_meta, where=tab)
 
     st.subheader("Per-head agreement with |IG|")
     c1, c2 = st.columns(2)
@@ -106,7 +106,7 @@ if scope == "this document":
     with common.guard():
         grid = ag.head_agreement(analysis, ig.scores, metric, mask, head_mode, p=p)
     export.chart(fig.head_agreement_heatmap(grid, metric), f"per-head {metric}", model,
-                 {**meta, "head_metric": metric, "head_masked": head_mode})
+                 {**meta, "head_metric": metric, "head_masked": head_mode}, width="content")
 else:
     with common.guard():
         if df is None:

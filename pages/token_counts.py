@@ -70,7 +70,7 @@ cols = st.columns(2)
 for col, by in zip(cols, tc.BYS):
     both = tc.count_intersection(tables["attended", by], tables["attending", by], top_n)
     col.markdown(f"**By {by}**: {len(both)} of the top {top_n} in common (counted {tc.COUNT_RULES[rule]})")
-    export.table(both, f"attended and attending by {by}", model, settings, where=col)
+    common.table(both, f"attended and attending by {by}", model, settings, where=col)
 
 st.subheader("Instances of one token (Fig. 6)")
 by_type = tables["attended", "type"]
@@ -79,15 +79,17 @@ if not choices:
     st.info("No token is counted in this scope (everything is masked?).")
     st.stop()
 c1, c2 = st.columns(2)
-token = c1.selectbox("Token", choices, **K.option(P, "token"))
+words = ~build_mask(choices)  # the default is the most counted real word, not <s> or "the"
+token = c1.selectbox("Token", choices, index=int(words.argmax()) if words.any() else 0, **K.option(P, "token"),
+                     help="Default: the most counted word (not a special token, punctuation or a stopword).")
 direction = c2.radio("Lists", tc.DIRECTIONS, horizontal=True, **K.option(P, "instance_direction"))
 with common.guard():
     inst = tc.instance_counts(analysis, token, k, direction, layers, heads, mask, tallies=tallies, rule=rule)
 export.chart(fig.instances_chart(inst, f"'{token}': {len(inst)} instances, {direction} counts along the document",
-                                 rule=rule),
+                                 rule=rule, n=analysis.n),
              f"instances of {token} {direction}", model, {**settings, "token": token, "lists": direction})
 labels.caption(labels.count_rule(rule), sections=("count",))
 with st.expander(f"All counts (tables; count = {tc.COUNT_MEANINGS[rule]})"):
     tabs = st.tabs([f"{d} by {by}" for d, by in tables])
     for tab, ((d, by), table) in zip(tabs, tables.items()):
-        export.table(table, f"{d} counts by {by}", model, settings, where=tab)
+        common.table(table, f"{d} counts by {by}", model, settings, where=tab)

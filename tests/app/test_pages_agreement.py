@@ -66,7 +66,7 @@ def test_similarity_document_tables(similarity):
     table1 = at.dataframe[0].value
     assert len(table1) == 2 * 2 * 3  # final / all layers x scaled yes/no x masked no/zero/drop
     assert set(table1["Masked"]) == set(ag.MASK_MODES)
-    assert any(f"scaled by head importance: {IMPORTANCE_METHODS['t3vis']}" in c.value for c in at.caption)
+    assert any(f"Head importance: Taylor (T3-Vis) ({IMPORTANCE_METHODS['t3vis']})" in c.value for c in at.caption)
     assert any("zero" in e.label for e in at.expander)
 
 
