@@ -107,16 +107,32 @@ def ig_steps_picker(col, page: str, name: str = "steps", custom: bool = False, l
 
 
 def progress_bar(label: str):
-    """A core `Progress` callback drawing an st.progress bar, created on first use."""
-    bar = None
+    """A core `Progress` callback drawing an st.progress bar, created on first use and removed when the job
+    reports it is done (fraction 1), so no finished bar stays on the page."""
+    slot = None
 
     def update(fraction: float, message: str) -> None:
-        nonlocal bar
-        if bar is None:
-            bar = st.progress(0.0, text=label)
-        bar.progress(fraction, text=f"{label}: {message}")
+        nonlocal slot
+        if slot is None:
+            slot = st.empty()
+        if fraction >= 1.0:
+            slot.empty()
+        else:
+            slot.progress(fraction, text=f"{label}: {message}")
 
     return update
+
+
+def run_when_clicked(notice: str, label: str, key: str, **button) -> None:
+    """Offer a long job: `notice` (what it costs) and a button; stops the page until the button is clicked,
+    then removes both so neither stays on screen while or after the job runs."""
+    slot = st.empty()
+    with slot.container():
+        st.info(notice)
+        clicked = st.button(label, key=key, **button)
+    if not clicked:
+        st.stop()
+    slot.empty()
 
 
 def queue_notice():
@@ -133,6 +149,10 @@ def queue_notice():
 
 
 # ----------------------------------------------------------------------------------------------- sidebar
+NOT_IN_LINK = ("The address bar is this view's share link, but pasted text is not in it (size, privacy): whoever "
+               "opens the link pastes the text again.")
+
+
 def sidebar() -> None:
     """The controls every page shares. In hosted mode models and datasets come from the lab's list; every
     option is bound to the URL (`bind="query-params"`) so a copied link reopens the same view."""
@@ -160,6 +180,7 @@ def sidebar() -> None:
                 ss[K.DOC_SEED] += 1
         elif mode == "pasted text":
             st.text_area("Text to analyse", key=K.PASTED, height=160)
+            st.caption(NOT_IN_LINK)
         limit = hosting.max_tokens_limit(cfg)
         st.number_input("Max tokens", min_value=16, max_value=limit, value=min(lv.DEFAULT_MAX_TOKENS, limit),
                         step=256, key=K.MAX_TOKENS, bind="query-params",
@@ -208,10 +229,9 @@ def attribution_after_click(model: lv.LoadedModel, analysis, steps: int, page: s
     if hit is not None:
         return hit
     seconds = attr.estimate_ig_seconds(model, analysis.n, steps, on_wait=queue_notice())
-    st.info(f"Integrated Gradients with {steps} steps on {analysis.n:,} tokens takes about "
-            f"{format_seconds(seconds)} on this machine ({model.device.type}).{note}")
-    if not st.button(label, key=K.page(page, "run_ig")):
-        st.stop()
+    run_when_clicked(f"Integrated Gradients with {steps} steps on {analysis.n:,} tokens takes about "
+                     f"{format_seconds(seconds)} on this machine ({model.device.type}).{note}", label,
+                     K.page(page, "run_ig"))
     return attr.integrated_gradients(model, analysis, None, steps, progress=progress_bar("Integrated Gradients"),
                                      on_wait=queue_notice())
 

@@ -76,10 +76,9 @@ with common.guard():
     if attr is None:
         with st.spinner("Timing one step of the model (once per model and length)…"):
             eta = ig.estimate_ig_seconds(model, analysis.n, n_steps, precision, on_wait=common.queue_notice())
-        st.info(f"Not computed yet for these settings: {n_steps} steps on {analysis.n:,} tokens take about "
-                f"{format_seconds(eta)} on this machine ({model.device.type}).")
-        if not st.button("Compute attributions", type="primary", key=K.page(P, "run")):
-            st.stop()
+        common.run_when_clicked(f"Not computed yet for these settings: {n_steps} steps on {analysis.n:,} tokens "
+                                f"take about {format_seconds(eta)} on this machine ({model.device.type}).",
+                                "Compute attributions", K.page(P, "run"), type="primary")
         attr = ig.integrated_gradients(model, analysis, **settings, progress=common.progress_bar("Integrated Gradients"),
                                        on_wait=common.queue_notice())
 
