@@ -80,7 +80,9 @@ if scope == "this document":
                f"replaced by {result.replacement} · {result.n_removable:,} removable text tokens.")
     meta = common.export_settings(model, description, scope=scope, ig_steps=steps, **settings)
     table = result.table()
-    common.table(table.round(4), "faithfulness", model, meta)
+    # one column per ranking, one row per number: every number fits the page (the CSV keeps a row per ranking)
+    common.table(table.round(4).set_index("ranking").T.rename_axis("number").reset_index(), "faithfulness", model,
+                 meta, download=table.round(4))
     within = "every text token" if max_removed == 1 else f"the first {result.flip_limit:,} text tokens"
     for name, curve in result.curves.items():
         if curve.flip_removed is None:

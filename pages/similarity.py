@@ -18,6 +18,10 @@ common.run_through_app()
 K, P = common.K, "similarity"
 MASK_LABELS = {"special": "special tokens", "nonalnum": "non-alphanumeric", "stopwords": "stopwords"}
 VARIANTS = ("cosine_raw", "cosine_median", "cosine_mean", "cosine_rank")
+# shorter column headers on screen, so the tables fit a 1,024 px window (files keep the full names)
+SHORT_NAMES = {"Scaled by head importance": "Scaled", "Cosine similarity": "Cosine", "Rank-biased overlap": "RBO",
+               "Jaccard of the top 5%": "Jaccard (top 5 %)", "attention_norm": "attention", "attention_rank": "rank",
+               "attribution_norm": "|IG|", "attribution_rank": "|IG| rank", "position": "pos"}
 
 st.title("Agreement: attention vs attribution")
 with common.guard():
@@ -71,12 +75,12 @@ if scope == "this document":
         mask = ag.mask_for(analysis.tokens, kinds)
         table = ag.agreement_table(analysis, ig.scores, importance=importance, mask=mask, layer_range=layer_range, p=p)
     st.subheader("Table 1: similarity of attention and |IG|")
-    common.table(fig.table1(table), "table 1", model, meta)
+    common.table(fig.table1(table), "table 1", model, meta, column_config=SHORT_NAMES)
     with st.expander("The notebook's extra cosine variants"):
-        common.table(fig.table1(table, VARIANTS), "cosine variants", model, meta)
+        common.table(fig.table1(table, VARIANTS), "cosine variants", model, meta, column_config=SHORT_NAMES)
         st.caption(" · ".join(f"**{METRICS[v]['label']}**: {METRICS[v]['description']}" for v in VARIANTS))
     st.subheader("Table 2: Jaccard of the top 5 %")
-    common.table(fig.table2(table), "table 2", model, meta)
+    common.table(fig.table2(table), "table 2", model, meta, column_config=SHORT_NAMES)
 
     st.subheader("Top-5 % sets")
     sources = ag.attention_sources(L, layer_range)
@@ -95,7 +99,7 @@ if scope == "this document":
     names = [*ag.SET_NAMES, "counts by token"]
     tabs = st.tabs([f"{name} ({len(t)})" for name, t in zip(ag.SET_NAMES, sets.tables())] + [names[-1]])
     for tab, name, t in zip(tabs, names, [*sets.tables(), sets.counts()]):
-        common.table(t, f"top 5 percent {name}", model, set_meta, where=tab)
+        common.table(t, f"top 5 percent {name}", model, set_meta, where=tab, column_config=SHORT_NAMES)
 
     st.subheader("Per-head agreement with |IG|")
     c1, c2 = st.columns(2)

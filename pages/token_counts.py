@@ -14,6 +14,7 @@ common.run_through_app()
 
 K, P = common.K, "counts"
 SCOPES = ("all layers and heads", "one layer", "one head")
+SHORT_NAMES = {"count_attended": "attended", "count_attending": "attending"}
 
 st.title("Token counts")
 with common.guard():
@@ -66,11 +67,11 @@ for d, colour in zip(tc.DIRECTIONS, ("#2171b5", "#cb181d")):
                      f"{d} by {by}", model, settings, where=col)
 
 st.subheader("Both attended and attending (Fig. 7)")
-cols = st.columns(2)
-for col, by in zip(cols, tc.BYS):
+for by in tc.BYS:  # one under the other: side by side, the position table's columns are cut at 1,024 px
+    col = st.container()
     both = tc.count_intersection(tables["attended", by], tables["attending", by], top_n)
     col.markdown(f"**By {by}**: {len(both)} of the top {top_n} in common (counted {tc.COUNT_RULES[rule]})")
-    common.table(both, f"attended and attending by {by}", model, settings, where=col)
+    common.table(both, f"attended and attending by {by}", model, settings, where=col, column_config=SHORT_NAMES)
 
 st.subheader("Instances of one token (Fig. 6)")
 by_type = tables["attended", "type"]

@@ -29,6 +29,10 @@ _RANKING_ORDER = ["Attention", "|IG|", "|IG| × attention", "Random"]
 
 
 CURVE_SIZE = (440, 300)  # width, height in pixels: a fixed aspect, the same for every curve chart
+# The plot area keeps its size and the title, axes and legend are added around it. Streamlit's default "fit"
+# squeezes them all into width x height instead, which left a 5 px tall plot under a two-row legend.
+PAD = alt.AutoSizeParams(type="pad")
+FIT_WIDTH = alt.AutoSizeParams(type="fit-x", contains="padding")  # as wide as the page, the height its own
 
 
 def deletion_curves_chart(curves: pd.DataFrame, metric: str = "aopc", title: str | None = None) -> alt.Chart:
@@ -49,7 +53,8 @@ def deletion_curves_chart(curves: pd.DataFrame, metric: str = "aopc", title: str
               axis=alt.Axis(format=".0%", values=[0, 0.2, 0.4, 0.6, 0.8, 1.0]))
     y_scale = alt.Scale(domain=[0, 1], nice=False) if metric == "probability" else alt.Scale(zero=True)
     colour = alt.Color("ranking:N", sort=_order(data["ranking"]), title="ranking",
-                       legend=alt.Legend(orient="bottom", direction="horizontal", columns=2, labelLimit=0))
+                       legend=alt.Legend(orient="bottom", direction="horizontal", columns=2, labelLimit=0,
+                                         symbolType="stroke", symbolOpacity=1, symbolStrokeWidth=3))
     several = data.duplicated(["ranking", "k"]).any()
     y_title = f"{metric.upper() if metric != 'probability' else 'probability'} ({direction})"
     subtitle = label
@@ -79,7 +84,7 @@ def deletion_curves_chart(curves: pd.DataFrame, metric: str = "aopc", title: str
             subtitle += " · Random: mean ± sd over seeds (band)"
     width, height = CURVE_SIZE
     return chart.properties(title=alt.TitleParams(title or label.split(" = ")[0], subtitle=subtitle, anchor="start"),
-                            width=width, height=height)
+                            width=width, height=height, autosize=PAD)
 
 
 def flip_chart(flips: pd.DataFrame,
@@ -114,7 +119,7 @@ def flip_chart(flips: pd.DataFrame,
                alt.Tooltip("flipped:Q", title="flipped")]
     bars = alt.Chart(stats).mark_rule(color="black").encode(x="lo:Q", x2="hi:Q", y=y, tooltip=tooltip)
     ticks = alt.Chart(stats).mark_tick(color="black", thickness=2, size=24).encode(x="mean:Q", y=y, tooltip=tooltip)
-    return (dots + bars + ticks).properties(title=title, height=40 * max(1, len(order)))
+    return (dots + bars + ticks).properties(title=title, height=40 * max(1, len(order)), autosize=FIT_WIDTH)
 
 
 HEAD_CELL = (36, 28)  # width, height in pixels of one head's cell
@@ -153,7 +158,7 @@ def head_agreement_heatmap(grid, metric: str = "rbo", title: str | None = None) 
     cell_w, cell_h = HEAD_CELL
     return (rect + text).properties(
         title=alt.TitleParams(title or f"{name} per head", subtitle="higher = agrees more with |IG|", anchor="start"),
-        width=max(300, cell_w * grid.shape[1]), height=max(200, cell_h * grid.shape[0]))
+        width=max(300, cell_w * grid.shape[1]), height=max(200, cell_h * grid.shape[0]), autosize=PAD)
 
 
 def table1(table: pd.DataFrame, metrics: Sequence[str] = ("cosine", "kendall_tau", "rbo"),

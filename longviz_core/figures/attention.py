@@ -132,7 +132,7 @@ def head_zoom_chart(cells: np.ndarray, edges: np.ndarray, scale: str = "linear",
         tooltip=[alt.Tooltip("q0:Q", title="queries from", format=fmt), alt.Tooltip("q1:Q", title="to", format=fmt),
                  alt.Tooltip("k0:Q", title="keys from", format=fmt), alt.Tooltip("k1:Q", title="to", format=fmt),
                  alt.Tooltip("value:N", title=value_title)],
-    ).properties(width=520, height=520)
+    ).properties(width=520, height=520, autosize=alt.AutoSizeParams(type="pad"))
     if select:
         chart = chart.add_params(alt.selection_point(name="cell", fields=["query_block", "key_block"], on="click"))
     return chart
@@ -155,12 +155,13 @@ def counts_bar_chart(frame: pd.DataFrame, title: str = "", top_n: int = 10, colo
         top["label"] = top["token"].astype(str)
         tooltip = ["token", "count"]
     top["rank"] = np.arange(len(top))
+    tooltip = [*tooltip[:-1], alt.Tooltip("count:Q", title=f"count ({COUNT_MEANINGS[rule]})")]
     return alt.Chart(top, title=_rule_title(title, rule)).mark_bar(color=colour).encode(
-        x=alt.X("count:Q", title=COUNT_MEANINGS[rule]),
+        x=alt.X("count:Q", title="count"),
         y=alt.Y("label:N", title=None, sort=alt.EncodingSortField(field="rank", order="ascending"),
                 axis=alt.Axis(labelLimit=LABEL_LIMIT, labelOverlap=False)),
         tooltip=tooltip,
-    ).properties(height=alt.Step(BAR_STEP))
+    ).properties(height=alt.Step(BAR_STEP), autosize=alt.AutoSizeParams(type="fit-x", contains="padding"))
 
 
 def instances_chart(frame: pd.DataFrame, title: str = "", rule: str | None = None, n: int | None = None) -> alt.Chart:
@@ -172,7 +173,7 @@ def instances_chart(frame: pd.DataFrame, title: str = "", rule: str | None = Non
         raise ValueError("expected an instance_counts table (columns position, token, count, masked)")
     rule = _count_rule(frame, rule)
     data = frame.assign(state=np.where(frame.get("masked", False), "masked", "counted"))
-    heading = alt.TitleParams(text=title, subtitle=f"count = {COUNT_MEANINGS[rule]}, counted {COUNT_RULES[rule]}",
+    heading = alt.TitleParams(text=title, subtitle=[f"count = {COUNT_MEANINGS[rule]},", f"counted {COUNT_RULES[rule]}"],
                               anchor="start")
     return alt.Chart(data, title=heading).mark_bar(size=4).encode(
         x=alt.X("position:Q", title="token position in the document",
@@ -181,7 +182,7 @@ def instances_chart(frame: pd.DataFrame, title: str = "", rule: str | None = Non
         color=alt.Color("state:N", scale=alt.Scale(domain=["counted", "masked"], range=["#2171b5", "#bdbdbd"]),
                         legend=alt.Legend(title=None)),
         tooltip=["position", "token", "count", "state"],
-    ).properties(height=260)
+    ).properties(height=220, autosize=alt.AutoSizeParams(type="fit-x", contains="padding"))
 
 
 def _count_rule(frame: pd.DataFrame, rule: str | None) -> str:
