@@ -189,9 +189,17 @@ def sidebar() -> None:
             st.text_area("Text to analyse", key=K.PASTED, height=160)
             st.caption(NOT_IN_LINK)
         limit = hosting.max_tokens_limit(cfg)
-        st.number_input("Max tokens", min_value=16, max_value=limit, value=min(lv.DEFAULT_MAX_TOKENS, limit),
-                        step=256, key=K.MAX_TOKENS, bind="query-params",
-                        help="Inputs are <s> + text truncated to max tokens - 2 + </s>.")
+        st.number_input("Max tokens", min_value=16, max_value=limit, value=None, step=256, key=K.MAX_TOKENS,
+                        bind="query-params", placeholder="the model's maximum",
+                        help="Inputs are <s> + text truncated to max tokens - 2 + </s>. Empty: the model's maximum "
+                             f"when this machine analyses a document that long within {PAGE_BUDGET_S:g} s, else "
+                             f"{lv.DEFAULT_MAX_TOKENS:,}; every page says when a text is truncated.")
+        st.toggle("Masking also hides numbers", key=K.MASK_NUMBERS, bind="query-params",
+                  help="Beyond the paper's rule (§3.4, which keeps '7' and '1997': they are alphanumeric). Applies "
+                       "wherever a page masks.")
+        st.text_input("Extra stopwords", key=K.EXTRA_STOPWORDS, bind="query-params", placeholder="e.g. et, al",
+                      help="Comma-separated words masked as stopwords too, beyond NLTK's list (the paper's rule "
+                           "keeps 'et' and 'al'). Applies wherever a page masks.")
 
 
 # --------------------------------------------------------------------------------------------- accessors
@@ -223,8 +231,34 @@ def current_dataset(model: lv.LoadedModel):
     return lv.load_dataset(upload.getvalue(), filename=upload.name, id2label=model.id2label)
 
 
+def mask_options() -> dict:
+    """The sidebar's masking options beyond the paper's rule, as views.masking.build_mask keywords."""
+    ss = st.session_state
+    words = sorted({w.strip().lower() for w in (ss.get(K.EXTRA_STOPWORDS) or "").split(",") if w.strip()})
+    return {"numbers": bool(ss.get(K.MASK_NUMBERS, False)), "extra_stopwords": tuple(words)}
+
+
+PAGE_BUDGET_S = 15.0  # what a page may spend on one document's analysis and IG's first steps
+
+
+def default_max_tokens(model: lv.LoadedModel) -> int:
+    """The model's maximum when two IG steps and two forwards at that length (more than a page's analysis
+    costs) take at most PAGE_BUDGET_S on this machine (timed once per model and length, then cached on
+    disk), else DEFAULT_MAX_TOKENS; never above a hosted server's limit."""
+    from longviz_core import attribution as attr
+
+    def compute() -> int:
+        seconds = attr.estimate_ig_seconds(model, model.max_tokens, 2, on_wait=queue_notice())
+        return model.max_tokens if seconds <= PAGE_BUDGET_S else min(lv.DEFAULT_MAX_TOKENS, model.max_tokens)
+
+    fitting = cache.memo(("default_max_tokens", model.fingerprint), compute)
+    return min(fitting, hosting.max_tokens_limit(hosting.config()))
+
+
 def max_tokens(model: lv.LoadedModel) -> int:
-    return int(min(st.session_state.get(K.MAX_TOKENS, lv.DEFAULT_MAX_TOKENS), model.max_tokens))
+    """The sidebar's max tokens, or default_max_tokens when it is left empty."""
+    chosen = st.session_state.get(K.MAX_TOKENS)
+    return default_max_tokens(model) if chosen is None else int(min(chosen, model.max_tokens))
 
 
 def attribution_after_click(model: lv.LoadedModel, analysis, steps: int, page: str, label: str, note: str = ""):
@@ -377,4 +411,8 @@ def current_analysis():
     model = current_model()
     text, label, description = current_document(model)
     analysis = cache.get_analysis(model, text, max_tokens(model), on_wait=queue_notice())
+    enc = analysis.encoded
+    if enc.truncated:  # on every page: each number below is about the first part of the text only
+        st.warning(f"Truncated to {enc.n - 2:,} of {enc.n_text_tokens_original:,} text tokens (max tokens = "
+                   f"{enc.max_tokens:,}, including <s> and </s>; the model allows {model.max_tokens:,}).")
     return model, analysis, label, description

@@ -46,7 +46,7 @@ with common.guard():
     values = analysis.attention.received(layers, heads, None if importance is None else importance.values)
     n_heads = (L if layers is None else len(layers)) * (H if heads is None else len(heads))
     values = values / n_heads  # averaged over the chosen heads; the colours are relative anyway
-    mask = build_mask(analysis.tokens) if masked else None
+    mask = build_mask(analysis.tokens, **common.mask_options()) if masked else None
 
 live = values if mask is None else np.where(mask, np.nan, values)
 vmax = scale_max(analysis.tokens, values, mask)

@@ -108,7 +108,7 @@ if attr.warning:
 
 labels.caption(labels.explained(name(attr.target)), labels.scores(), sections=("class", "scores"))
 masked = st.toggle("Mask special tokens, punctuation and stopwords", **K.option(P, "mask"))
-mask = build_mask(analysis.tokens) if masked else None
+mask = build_mask(analysis.tokens, **common.mask_options()) if masked else None
 vmax = scale_max(analysis.tokens, attr.scores, mask)
 pos = state.selected_token(st, P, analysis.n, int(attr.scores.argmax()))
 values = pd.DataFrame({"position": np.arange(analysis.n), "token": [token_label(t) for t in analysis.tokens],

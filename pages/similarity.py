@@ -72,7 +72,7 @@ if scope == "this document":
         ig = common.attribution_after_click(model, analysis, steps, P, "Run Integrated Gradients")
         if ig.warning:
             st.warning(ig.warning)
-        mask = ag.mask_for(analysis.tokens, kinds)
+        mask = ag.mask_for(analysis.tokens, kinds, **common.mask_options())
         table = ag.agreement_table(analysis, ig.scores, importance=importance, mask=mask, layer_range=layer_range, p=p)
     st.subheader("Table 1: similarity of attention and |IG|")
     common.table(fig.table1(table), "table 1", model, meta, column_config=SHORT_NAMES)

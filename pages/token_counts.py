@@ -48,8 +48,9 @@ if scope != SCOPES[0]:
 with common.guard():
     with st.spinner("Finding every token's top-k lists (once per document)…"):
         topk = cache.derived(analysis, "topk", lambda a, k: tc.topk_indices(a.attention, k), k=tc.TOPK_MAX)
-        tallies = cache.derived(analysis, "tallies", lambda a, masked: tc.tally(
-            topk, a.tokens, build_mask(a.tokens) if masked else None), masked=masked)
+        options = common.mask_options()
+        tallies = cache.derived(analysis, "tallies", lambda a, masked, **options: tc.tally(
+            topk, a.tokens, build_mask(a.tokens, **options) if masked else None), masked=masked, **options)
     mask = tallies.mask
     tables = {(d, by): tc.token_counts(analysis, k, d, by, layers, heads, mask, tallies=tallies, rule=rule)
               for d in tc.DIRECTIONS for by in tc.BYS}
