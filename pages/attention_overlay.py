@@ -26,8 +26,9 @@ L, H = model.num_layers, model.num_heads
 c1, c2, c3 = st.columns(3)
 preset = c1.radio("Heads", PRESETS, **K.option(P, "preset"))
 scale = c2.checkbox("Scale by head importance", **K.option(P, "scale"))
-masked = c3.toggle("Mask special tokens, punctuation and stopwords (§3.4)", value=True, **K.option(P, "mask"),
-                   help="On by default, as the paper shows it.")
+masked = c3.toggle("Mask (§3.4)", value=True, **K.option(P, "mask"),  # short: a column is narrow at 1,024 px
+                   help="Special tokens, punctuation and stopwords shown grey and left out of the colour scale. On "
+                        "by default, as the paper shows it.")
 layers, heads = None, None
 if preset == PRESETS[0]:
     layers = [L - 1]

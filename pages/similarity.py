@@ -110,7 +110,7 @@ if scope == "this document":
     with common.guard():
         grid = ag.head_agreement(analysis, ig.scores, metric, mask, head_mode, p=p)
     export.chart(fig.head_agreement_heatmap(grid, metric), f"per-head {metric}", model,
-                 {**meta, "head_metric": metric, "head_masked": head_mode}, width="content")
+                 {**meta, "head_metric": metric, "head_masked": head_mode})
 else:
     with common.guard():
         if df is None:

@@ -34,8 +34,9 @@ rule = c4.radio("Count", tc.RULES, format_func=tc.COUNT_RULES.get, **K.option(P,
                 help="Once per token: the paper's count (appendix A.5, Algorithm 2). Once per head list: each "
                      "token's list in each selected head counts on its own, summed over the heads. "
                      + labels.doc_link("count"))
-masked = c4.toggle("Mask special tokens, punctuation and stopwords (§3.4)", **K.option(P, "mask"),
-                   help="Masked tokens neither count nor are counted; the top-k lists themselves are the model's.")
+masked = c4.toggle("Mask (§3.4)", **K.option(P, "mask"),  # short: a column is narrow at 1,024 px
+                   help="Special tokens, punctuation and stopwords: masked tokens neither count nor are counted; the "
+                        "top-k lists themselves are the model's.")
 layers = heads = None
 if scope != SCOPES[0]:
     c1, c2 = st.columns(2)

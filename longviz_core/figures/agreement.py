@@ -127,7 +127,8 @@ HEAD_CELL = (36, 28)  # width, height in pixels of one head's cell
 
 def head_agreement_heatmap(grid, metric: str = "rbo", title: str | None = None) -> alt.Chart:
     """Layers x heads heatmap (rows = layers, 1-based as in the paper, layer 1 at the top) of a per-head
-    agreement metric, one HEAD_CELL per head (never narrower than 300 x 200 px), every layer and head labelled,
+    agreement metric, one HEAD_CELL per head (never smaller than 300 x 200 px; shown across the page's width,
+    the cells narrow to fit it), every layer and head labelled,
     a colour legend over the metric's whole range and a tooltip (layer, head, value); NaN (a head whose attention
     is constant) is drawn grey."""
     grid = np.asarray(grid, dtype=np.float64)
@@ -158,7 +159,7 @@ def head_agreement_heatmap(grid, metric: str = "rbo", title: str | None = None) 
     cell_w, cell_h = HEAD_CELL
     return (rect + text).properties(
         title=alt.TitleParams(title or f"{name} per head", subtitle="higher = agrees more with |IG|", anchor="start"),
-        width=max(300, cell_w * grid.shape[1]), height=max(200, cell_h * grid.shape[0]), autosize=PAD)
+        width=max(300, cell_w * grid.shape[1]), height=max(200, cell_h * grid.shape[0]), autosize=FIT_WIDTH)
 
 
 def table1(table: pd.DataFrame, metrics: Sequence[str] = ("cosine", "kendall_tau", "rbo"),

@@ -132,7 +132,7 @@ def head_zoom_chart(cells: np.ndarray, edges: np.ndarray, scale: str = "linear",
         tooltip=[alt.Tooltip("q0:Q", title="queries from", format=fmt), alt.Tooltip("q1:Q", title="to", format=fmt),
                  alt.Tooltip("k0:Q", title="keys from", format=fmt), alt.Tooltip("k1:Q", title="to", format=fmt),
                  alt.Tooltip("value:N", title=value_title)],
-    ).properties(width=520, height=520, autosize=alt.AutoSizeParams(type="pad"))
+    ).properties(width=520, height=520)
     if select:
         chart = chart.add_params(alt.selection_point(name="cell", fields=["query_block", "key_block"], on="click"))
     return chart

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from longviz_core import cache
 from pages import _common as common
 from pages import _state as state
 from pages._common import K

@@ -163,7 +163,9 @@ LAYOUT_JS = r"""
 const out = [];
 const main = document.querySelector('[data-testid="stMain"]');
 const shown = el => { const r = el.getBoundingClientRect(); return r.width > 0 && r.height > 0; };
-const inside = (a, b) => a.left >= b.left - 4 && a.right <= b.right + 4 && a.top >= b.top - 4 && a.bottom <= b.bottom + 4;  // glyph boxes overhang a little
+// glyph boxes overhang their text a little: 4 px of slack
+const inside = (a, b) => a.left >= b.left - 4 && a.right <= b.right + 4
+                         && a.top >= b.top - 4 && a.bottom <= b.bottom + 4;
 const meet = (a, b) => Math.min(a.right, b.right) - Math.max(a.left, b.left) > 1
                        && Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top) > 1;
 const visibleText = t => t.textContent.trim() && t.getAttribute('opacity') !== '0' && shown(t);
@@ -174,6 +176,7 @@ main.querySelectorAll('[data-testid="stVegaLiteChart"]').forEach((chart, i) => {
   const title = svg.querySelector('.role-title-text text');
   const name = `chart ${i} "${title ? title.textContent : ''}"`;
   if (box.width < 250 || box.height < 150) out.push(`${name}: ${Math.round(box.width)} x ${Math.round(box.height)} px`);
+  if (box.right > main.getBoundingClientRect().right + 1) out.push(`${name}: runs off the page's right edge`);
   let plot = null;
   svg.querySelectorAll('path.background').forEach(p => {
     if (p.closest('.role-axis, .role-legend, .role-title')) return;
@@ -191,9 +194,11 @@ main.querySelectorAll('[data-testid="stVegaLiteChart"]').forEach((chart, i) => {
     const labels = [...axis.querySelectorAll('.role-axis-label text')].filter(visibleText);
     const rects = labels.map(t => t.getBoundingClientRect());
     for (let a = 0; a < rects.length; a++) for (let b = a + 1; b < rects.length; b++)
-      if (meet(rects[a], rects[b])) out.push(`${name}: axis labels "${labels[a].textContent}" and "${labels[b].textContent}" overlap`);
+      if (meet(rects[a], rects[b]))
+        out.push(`${name}: axis labels "${labels[a].textContent}" and "${labels[b].textContent}" overlap`);
     axis.querySelectorAll('.role-axis-title text').forEach(t => {
-      if (rects.some(r => meet(r, t.getBoundingClientRect()))) out.push(`${name}: axis title "${t.textContent}" overlaps its labels`);
+      if (rects.some(r => meet(r, t.getBoundingClientRect())))
+        out.push(`${name}: axis title "${t.textContent}" overlaps its labels`);
     });
   });
 });
@@ -204,7 +209,8 @@ main.querySelectorAll('[data-testid="stDataFrame"]').forEach((frame, i) => {
   if (!grid || !scroller) return;
   const rows = Number(grid.getAttribute('aria-rowcount')) - 1;
   if (rows > 30) return;
-  if (scroller.scrollHeight > scroller.clientHeight + 2) out.push(`table ${i} (${rows} rows): rows hidden below a scroll`);
+  if (scroller.scrollHeight > scroller.clientHeight + 2)
+    out.push(`table ${i} (${rows} rows): rows hidden below a scroll`);
   if (scroller.scrollWidth > scroller.clientWidth + 2) out.push(`table ${i} (${rows} rows): columns cut`);
 });
 main.querySelectorAll('[data-testid="stMetricValue"] > div').forEach(v => {

@@ -29,6 +29,7 @@ def test_head_heatmap_is_layers_by_heads_with_range_legend_and_tooltip():
     assert [t["field"] for t in rect["tooltip"]] == ["layer", "head", "label"]
     rows = next(iter(spec["datasets"].values()))
     assert rows[0]["label"] == f"{grid[0, 0]:.2f}"  # the tooltip shows the printed value
+    assert spec["autosize"] == {"type": "fit-x", "contains": "padding"}  # narrows to the page, keeps its height
     small = afig.head_agreement_heatmap(np.zeros((2, 2)), "rbo").to_dict()
     assert (small["width"], small["height"]) == (300, 200)  # never a thin line
 
