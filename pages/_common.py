@@ -194,10 +194,12 @@ def sidebar() -> None:
                         help="Inputs are <s> + text truncated to max tokens - 2 + </s>. Empty: the model's maximum "
                              f"when this machine analyses a document that long within {PAGE_BUDGET_S:g} s, else "
                              f"{lv.DEFAULT_MAX_TOKENS:,}; every page says when a text is truncated.")
-        st.toggle("Masking also hides numbers", key=K.MASK_NUMBERS, bind="query-params",
+        st.toggle("Masking also hides numbers", value=cfg is not None and cfg.mask_numbers, key=K.MASK_NUMBERS,
+                  bind="query-params",
                   help="Beyond the paper's rule (§3.4, which keeps '7' and '1997': they are alphanumeric). Applies "
                        "wherever a page masks.")
-        st.text_input("Extra stopwords", key=K.EXTRA_STOPWORDS, bind="query-params", placeholder="e.g. et, al",
+        st.text_input("Extra stopwords", value=", ".join(cfg.extra_stopwords) if cfg is not None else "",
+                      key=K.EXTRA_STOPWORDS, bind="query-params", placeholder="e.g. et, al",
                       help="Comma-separated words masked as stopwords too, beyond NLTK's list (the paper's rule "
                            "keeps 'et' and 'al'). Applies wherever a page masks.")
 
