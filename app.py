@@ -8,10 +8,7 @@ from pages import _hosting as hosting
 from pages import _links as links
 
 st.set_page_config(page_title="longviz", page_icon="🔎", layout="wide")
-hosting.apply_host_config()
-hosting.login_gate()
-common.sidebar()
-links.sync()
+common.page_style()
 HERE = Path(__file__).parent
 PAGES = [  # (file, title, icon)
     ("pages/document.py", "Document", "📄"),
@@ -27,4 +24,11 @@ pages = [
     st.Page(str(HERE / f), title=title, icon=icon, default=(i == 0), url_path=Path(f).stem)
     for i, (f, title, icon) in enumerate(PAGES)
 ]
-st.navigation(pages).run()
+with common.guard():  # one error contract (pages/_common.py) for the sign-in, the sidebar and every page
+    hosting.apply_host_config()
+    hosting.login_gate()
+navigation = st.navigation(pages)
+with common.guard():
+    common.sidebar()
+    links.sync()
+    navigation.run()

@@ -74,6 +74,8 @@ class HostConfig:
     allow_upload: bool  # may users upload their own dataset file?
     allow_pasted_text: bool  # may users paste a text?
     auth: AuthConfig
+    mask_numbers: bool = False  # the sidebar's "Masking also hides numbers" starts on
+    extra_stopwords: tuple[str, ...] = ()  # the sidebar's extra stopwords start with these words
 
     def model(self, name: str) -> ModelChoice:
         for m in self.models:
@@ -137,7 +139,7 @@ def _parse(data: dict, path: Path) -> HostConfig:
     _only(data, {"server", "login", "models", "datasets"}, "the top level")
     server = _table(data, "server")
     _only(server, {"max_tokens", "max_ig_steps", "memory_mb", "cache_dir", "store_dir", "allow_upload",
-                   "allow_pasted_text"}, "[server]")
+                   "allow_pasted_text", "mask_numbers", "extra_stopwords"}, "[server]")
     base = path.parent
     models = tuple(_model(entry, i, base) for i, entry in enumerate(_array(data, "models")))
     if not models:
@@ -160,6 +162,8 @@ def _parse(data: dict, path: Path) -> HostConfig:
         allow_upload=_bool(server, "allow_upload", False, "[server]"),
         allow_pasted_text=_bool(server, "allow_pasted_text", True, "[server]"),
         auth=_auth(_table(data, "login")),
+        mask_numbers=_bool(server, "mask_numbers", False, "[server]"),
+        extra_stopwords=_words(server, "extra_stopwords", "[server]"),
     )
 
 
@@ -251,6 +255,13 @@ def _str(table: dict, key: str, where: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ConfigError(f"{where}: '{key}' must be a non-empty string.")
     return value.strip()
+
+
+def _words(table: dict, key: str, where: str) -> tuple[str, ...]:
+    value = table.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(w, str) and w.strip() for w in value):
+        raise ConfigError(f"{where} {key} must be a list of words, e.g. {key} = [\"et\", \"al\"].")
+    return tuple(w.strip() for w in value)
 
 
 def _int(table: dict, key: str, default: int, bounds: tuple[int, int], where: str) -> int:

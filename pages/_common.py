@@ -4,6 +4,7 @@ error guard and a progress adapter; the session-state keys (K, in pages/_keys.py
 Pages import this module; it only arranges widgets and calls the core."""
 from __future__ import annotations
 
+import logging
 import os
 import traceback
 from contextlib import contextmanager
@@ -14,8 +15,12 @@ import streamlit as st
 
 import longviz_core as lv
 from longviz_core import cache
+from pages import _export as export
 from pages import _hosting as hosting
+from pages import _labels as labels
 from pages._keys import DATASET_KINDS, DOC_MODES, K
+
+log = logging.getLogger(__name__)
 
 
 def run_through_app() -> None:
@@ -37,17 +42,52 @@ def run_through_app() -> None:
 
 @contextmanager
 def guard():
-    """Show core errors as a clear message and stop the page; never a traceback page."""
+    """The one error contract of every page (app.py runs each page inside it; pages add their own around
+    a step whose error should stop the page at that point). A LongvizError is the user's to fix: its message as
+    st.error. Anything else is a bug: one short line, the traceback in a collapsed box for a bug report, and
+    the log. Either way the page stops there, never on Streamlit's "Something went wrong" page."""
     try:
         yield
     except lv.LongvizError as exc:
         st.error(str(exc))
         st.stop()
-    except Exception as exc:  # an unexpected bug still ends in a message, details folded away
-        st.error(f"Something went wrong: {type(exc).__name__}: {exc}")
-        with st.expander("Details for a bug report"):
-            st.code(traceback.format_exc())
+    except Exception as exc:
+        log.exception("Unexpected error on a page")
+        first = (str(exc).strip().splitlines() or [""])[0]
+        st.error(f"Unexpected error: {type(exc).__name__}: {first}".rstrip(": "))
+        with st.expander("Details for a bug report", expanded=False):
+            st.code(traceback.format_exc(), language=None)
         st.stop()
+
+
+WHOLE_TABLE_ROWS = 30  # a table up to this long is shown whole, never in a scrolling box
+_ROW_PX = 35  # st.dataframe's row (and header) height
+
+
+def table(df, name: str, model: lv.LoadedModel | None = None, settings: dict | None = None, *, where=st,
+          download=None, **kwargs):
+    """A table with its CSV download (of `download` when given: the same numbers in a machine-friendly shape),
+    sized to show every row of a table up to WHOLE_TABLE_ROWS long."""
+    if len(df) <= WHOLE_TABLE_ROWS:
+        kwargs.setdefault("height", _ROW_PX * (len(df) + 1) + 3)
+    if download is None:
+        return export.table(df, name, model, settings, where=where, **kwargs)
+    shown = where.dataframe(df, **{"hide_index": True, **kwargs})
+    export.download_table(download, name, model, settings, where=where)
+    return shown
+
+
+NO_ARROW = {"delta_color": "off", "delta_arrow": "off"}  # st.metric deltas that are notes, not a direction
+
+# Metric tiles wrap their value instead of cutting a long class name with an ellipsis.
+PAGE_STYLE = ('<style>[data-testid="stMetricValue"] > div, [data-testid="stMetricValue"] p, '
+              '[data-testid="stMetricLabel"] p {white-space: normal !important; overflow: visible !important; '
+              'text-overflow: clip !important; overflow-wrap: anywhere;} '
+              '[data-testid="stMetricValue"] {font-size: 1.6rem;}</style>')
+
+
+def page_style() -> None:
+    st.html(PAGE_STYLE)
 
 
 LOCAL_MAX_IG_STEPS = 5000
@@ -74,16 +114,32 @@ def ig_steps_picker(col, page: str, name: str = "steps", custom: bool = False, l
 
 
 def progress_bar(label: str):
-    """A core `Progress` callback drawing an st.progress bar, created on first use."""
-    bar = None
+    """A core `Progress` callback drawing an st.progress bar, created on first use and removed when the job
+    reports it is done (fraction 1), so no finished bar stays on the page."""
+    slot = None
 
     def update(fraction: float, message: str) -> None:
-        nonlocal bar
-        if bar is None:
-            bar = st.progress(0.0, text=label)
-        bar.progress(fraction, text=f"{label}: {message}")
+        nonlocal slot
+        if slot is None:
+            slot = st.empty()
+        if fraction >= 1.0:
+            slot.empty()
+        else:
+            slot.progress(fraction, text=f"{label}: {message}")
 
     return update
+
+
+def run_when_clicked(notice: str, label: str, key: str, **button) -> None:
+    """Offer a long job: `notice` (what it costs) and a button; stops the page until the button is clicked,
+    then removes both so neither stays on screen while or after the job runs."""
+    slot = st.empty()
+    with slot.container():
+        st.info(notice)
+        clicked = st.button(label, key=key, **button)
+    if not clicked:
+        st.stop()
+    slot.empty()
 
 
 def queue_notice():
@@ -100,6 +156,10 @@ def queue_notice():
 
 
 # ----------------------------------------------------------------------------------------------- sidebar
+NOT_IN_LINK = ("The address bar is this view's share link, but pasted text is not in it (size, privacy): whoever "
+               "opens the link pastes the text again.")
+
+
 def sidebar() -> None:
     """The controls every page shares. In hosted mode models and datasets come from the lab's list; every
     option is bound to the URL (`bind="query-params"`) so a copied link reopens the same view."""
@@ -127,10 +187,21 @@ def sidebar() -> None:
                 ss[K.DOC_SEED] += 1
         elif mode == "pasted text":
             st.text_area("Text to analyse", key=K.PASTED, height=160)
+            st.caption(NOT_IN_LINK)
         limit = hosting.max_tokens_limit(cfg)
-        st.number_input("Max tokens", min_value=16, max_value=limit, value=min(lv.DEFAULT_MAX_TOKENS, limit),
-                        step=256, key=K.MAX_TOKENS, bind="query-params",
-                        help="Inputs are <s> + text truncated to max tokens - 2 + </s>.")
+        st.number_input("Max tokens", min_value=16, max_value=limit, value=None, step=256, key=K.MAX_TOKENS,
+                        bind="query-params", placeholder="the model's maximum",
+                        help="Inputs are <s> + text truncated to max tokens - 2 + </s>. Empty: the model's maximum "
+                             f"when this machine analyses a document that long within {PAGE_BUDGET_S:g} s, else "
+                             f"{lv.DEFAULT_MAX_TOKENS:,}; every page says when a text is truncated.")
+        st.toggle("Masking also hides numbers", value=cfg is not None and cfg.mask_numbers, key=K.MASK_NUMBERS,
+                  bind="query-params",
+                  help="Beyond the paper's rule (§3.4, which keeps '7' and '1997': they are alphanumeric). Applies "
+                       "wherever a page masks.")
+        st.text_input("Extra stopwords", value=", ".join(cfg.extra_stopwords) if cfg is not None else "",
+                      key=K.EXTRA_STOPWORDS, bind="query-params", placeholder="e.g. et, al",
+                      help="Comma-separated words masked as stopwords too, beyond NLTK's list (the paper's rule "
+                           "keeps 'et' and 'al'). Applies wherever a page masks.")
 
 
 # --------------------------------------------------------------------------------------------- accessors
@@ -162,8 +233,34 @@ def current_dataset(model: lv.LoadedModel):
     return lv.load_dataset(upload.getvalue(), filename=upload.name, id2label=model.id2label)
 
 
+def mask_options() -> dict:
+    """The sidebar's masking options beyond the paper's rule, as views.masking.build_mask keywords."""
+    ss = st.session_state
+    words = sorted({w.strip().lower() for w in (ss.get(K.EXTRA_STOPWORDS) or "").split(",") if w.strip()})
+    return {"numbers": bool(ss.get(K.MASK_NUMBERS, False)), "extra_stopwords": tuple(words)}
+
+
+PAGE_BUDGET_S = 15.0  # what a page may spend on one document's analysis and IG's first steps
+
+
+def default_max_tokens(model: lv.LoadedModel) -> int:
+    """The model's maximum when two IG steps and two forwards at that length (more than a page's analysis
+    costs) take at most PAGE_BUDGET_S on this machine (timed once per model and length, then cached on
+    disk), else DEFAULT_MAX_TOKENS; never above a hosted server's limit."""
+    from longviz_core import attribution as attr
+
+    def compute() -> int:
+        seconds = attr.estimate_ig_seconds(model, model.max_tokens, 2, on_wait=queue_notice())
+        return model.max_tokens if seconds <= PAGE_BUDGET_S else min(lv.DEFAULT_MAX_TOKENS, model.max_tokens)
+
+    fitting = cache.memo(("default_max_tokens", model.fingerprint), compute)
+    return min(fitting, hosting.max_tokens_limit(hosting.config()))
+
+
 def max_tokens(model: lv.LoadedModel) -> int:
-    return int(min(st.session_state.get(K.MAX_TOKENS, lv.DEFAULT_MAX_TOKENS), model.max_tokens))
+    """The sidebar's max tokens, or default_max_tokens when it is left empty."""
+    chosen = st.session_state.get(K.MAX_TOKENS)
+    return default_max_tokens(model) if chosen is None else int(min(chosen, model.max_tokens))
 
 
 def attribution_after_click(model: lv.LoadedModel, analysis, steps: int, page: str, label: str, note: str = ""):
@@ -175,10 +272,9 @@ def attribution_after_click(model: lv.LoadedModel, analysis, steps: int, page: s
     if hit is not None:
         return hit
     seconds = attr.estimate_ig_seconds(model, analysis.n, steps, on_wait=queue_notice())
-    st.info(f"Integrated Gradients with {steps} steps on {analysis.n:,} tokens takes about "
-            f"{format_seconds(seconds)} on this machine ({model.device.type}).{note}")
-    if not st.button(label, key=K.page(page, "run_ig")):
-        st.stop()
+    run_when_clicked(f"Integrated Gradients with {steps} steps on {analysis.n:,} tokens takes about "
+                     f"{format_seconds(seconds)} on this machine ({model.device.type}).{note}", label,
+                     K.page(page, "run_ig"))
     return attr.integrated_gradients(model, analysis, None, steps, progress=progress_bar("Integrated Gradients"),
                                      on_wait=queue_notice())
 
@@ -206,7 +302,8 @@ def importance_method(where, page: str) -> str:
     return where.selectbox("Head importance definition", list(imp.IMPORTANCE_METHODS),
                            format_func=imp.METHOD_NAMES.get, **K.option(page, "importance_method"),
                            help=" · ".join(imp.IMPORTANCE_METHODS.values()) + ". Computed once per dataset "
-                                f"on its first {imp.DEFAULT_EXAMPLES} documents, then read from a result store.")
+                               f"on its first {imp.DEFAULT_EXAMPLES} documents, then read from a result store. "
+                               + labels.doc_link("importance"))
 
 
 def computed_importance(model: lv.LoadedModel, method: str, required: bool = True) -> HeadImportance | None:
@@ -310,4 +407,8 @@ def current_analysis():
     model = current_model()
     text, label, description = current_document(model)
     analysis = cache.get_analysis(model, text, max_tokens(model), on_wait=queue_notice())
+    enc = analysis.encoded
+    if enc.truncated:  # on every page: each number below is about the first part of the text only
+        st.warning(f"Truncated to {enc.n - 2:,} of {enc.n_text_tokens_original:,} text tokens (max tokens = "
+                   f"{enc.max_tokens:,}, including <s> and </s>; the model allows {model.max_tokens:,}).")
     return model, analysis, label, description

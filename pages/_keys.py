@@ -18,6 +18,8 @@ class K:
     MAX_TOKENS = "max_tokens"
     POSITIVE = "positive_class"
     MASK = "mask_tokens"
+    MASK_NUMBERS = "mask_numbers"
+    EXTRA_STOPWORDS = "extra_stopwords"
     SCALE = "scale_by_importance"
     IMPORTED_IMPORTANCE = "attention.imported_importance"  # (layers, heads) array imported on the heatmap page
 

@@ -4,11 +4,12 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from longviz_core.figures.text import legend_html, token_overlay_html
+from longviz_core.figures.text import legend_html, scale_max, token_overlay_html
 from longviz_core.tokens import token_label
 from longviz_core.views.masking import build_mask
 from pages import _common as common
 from pages import _export as export
+from pages import _labels as labels
 
 common.run_through_app()
 
@@ -25,7 +26,9 @@ L, H = model.num_layers, model.num_heads
 c1, c2, c3 = st.columns(3)
 preset = c1.radio("Heads", PRESETS, **K.option(P, "preset"))
 scale = c2.checkbox("Scale by head importance", **K.option(P, "scale"))
-masked = c3.toggle("Mask special tokens, punctuation and stopwords (§3.4)", **K.option(P, "mask"))
+masked = c3.toggle("Mask (§3.4)", value=True, **K.option(P, "mask"),  # short: a column is narrow at 1,024 px
+                   help="Special tokens, punctuation and stopwords shown grey and left out of the colour scale. On "
+                        "by default, as the paper shows it.")
 layers, heads = None, None
 if preset == PRESETS[0]:
     layers = [L - 1]
@@ -44,24 +47,24 @@ with common.guard():
     values = analysis.attention.received(layers, heads, None if importance is None else importance.values)
     n_heads = (L if layers is None else len(layers)) * (H if heads is None else len(heads))
     values = values / n_heads  # averaged over the chosen heads; the colours are relative anyway
-    mask = build_mask(analysis.tokens) if masked else None
+    mask = build_mask(analysis.tokens, **common.mask_options()) if masked else None
 
 live = values if mask is None else np.where(mask, np.nan, values)
-vmax = float(np.nanmax(live)) if np.isfinite(live).any() else 0.0
+vmax = scale_max(analysis.tokens, values, mask)
 settings = common.export_settings(model, description, heads=preset, layers=layers, head_indices=heads,
                                   scaled_by_head_importance=importance is not None, masked=masked,
                                   head_importance=None if importance is None else importance.name)
 values_df = pd.DataFrame({"position": np.arange(analysis.n), "token": [token_label(t) for t in analysis.tokens],
                           "received": values, "masked": mask if mask is not None else np.zeros(analysis.n, bool)})
-export.overlay(legend_html("sequential", vmax=vmax, label="received attention per head")
+scale_note = "" if mask is not None else " (special tokens outside the scale, drawn at its top)"
+export.overlay(legend_html("sequential", vmax=vmax, label=f"received attention per head{scale_note}")
                + token_overlay_html(analysis.tokens, values, mode="sequential", mask=mask, vmax=vmax),
                values_df, "summed attention", model, settings)
-notes = [f"{int(mask.sum()):,} masked tokens shown in grey."] if mask is not None else []
+if mask is not None:
+    st.caption(f"{int(mask.sum()):,} masked tokens shown in grey.")
 if importance is not None:
-    notes.append(f"Heads weighted by head importance: {importance.description}.")
-if notes:
-    st.caption(" ".join(notes))
+    labels.caption(labels.importance(importance), "heads weighted by it", sections=("importance",))
 
 with st.expander("Tokens receiving the most attention"):
     order = np.argsort(-np.nan_to_num(live, nan=-np.inf), kind="stable")[:25]
-    export.table(values_df.iloc[order][["position", "token", "received"]], "most attended tokens", model, settings)
+    common.table(values_df.iloc[order][["position", "token", "received"]], "most attended tokens", model, settings)

@@ -7,14 +7,16 @@ import longviz_core as lv
 from longviz_core import attribution as ig
 from longviz_core import cache
 from longviz_core.figures.explainers import explainer_header_html
-from longviz_core.figures.text import attribution_header_html, legend_html, token_overlay_html
+from longviz_core.figures.text import attribution_header_html, legend_html, scale_max, token_overlay_html
 from longviz_core.progress import format_seconds
 from longviz_core.tokens import token_label
 from longviz_core.views import attribution_tables as tables
-from longviz_core.views.masking import build_mask, special_mask
+from longviz_core.views.masking import build_mask
 from pages import _common as common
 from pages import _dataset as dataset
 from pages import _export as export
+from pages import _labels as labels
+from pages import _state as state
 from pages._common import K
 
 common.run_through_app()
@@ -25,15 +27,17 @@ with common.guard():
     model, analysis, label, description = common.current_analysis()
 ss = st.session_state
 name = analysis.label_name
+changed = state.new_document(P, analysis)  # the class and the selected token start afresh on a new document
 
 
 def table(df: pd.DataFrame, title: str, file: str, selectable: bool = False) -> None:
     st.markdown(f"**{title}**")
     key = K.page(P, "t_" + file)
     if selectable:  # a click on a row picks that token (st.html overlays cannot report clicks)
-        export.table(df, file, model, meta, key=key, on_select=lambda: pick_row(key, df), selection_mode="single-row")
+        state.table_selection(key, df["position"], pos)
+        common.table(df, file, model, meta, key=key, on_select=lambda: pick_row(key, df), selection_mode="single-row")
     else:
-        export.table(df, file, model, meta)
+        common.table(df, file, model, meta)
 
 
 def pair(df: pd.DataFrame, col: str, title: str, file: str, selectable: bool = False) -> None:
@@ -52,12 +56,11 @@ def pair(df: pd.DataFrame, col: str, title: str, file: str, selectable: bool = F
 def pick_row(key: str, df: pd.DataFrame) -> None:
     rows = ss[key].selection.rows
     if rows:
-        ss[K.page(P, "pos")] = int(df["position"].iloc[rows[0]])
+        state.pick(P, df["position"].iloc[rows[0]])
 
 
 c1, c2, c3 = st.columns(3)
-target = c1.selectbox("Attribution label (class explained)", range(model.num_labels), index=analysis.predicted,
-                      format_func=name, **K.option(P, "target"), help="Default: the predicted class.")
+target = state.class_target(c1, P, analysis, changed, help="Default: the predicted class. " + labels.doc_link("class"))
 n_steps = common.ig_steps_picker(c2, P, custom=True, label="Steps")
 with c3.expander("Integration settings"):
     method = st.selectbox("Method", ig.METHODS, **K.option(P, "method"))
@@ -74,10 +77,9 @@ with common.guard():
     if attr is None:
         with st.spinner("Timing one step of the model (once per model and length)…"):
             eta = ig.estimate_ig_seconds(model, analysis.n, n_steps, precision, on_wait=common.queue_notice())
-        st.info(f"Not computed yet for these settings: {n_steps} steps on {analysis.n:,} tokens take about "
-                f"{format_seconds(eta)} on this machine ({model.device.type}).")
-        if not st.button("Compute attributions", type="primary", key=K.page(P, "run")):
-            st.stop()
+        common.run_when_clicked(f"Not computed yet for these settings: {n_steps} steps on {analysis.n:,} tokens "
+                                f"take about {format_seconds(eta)} on this machine ({model.device.type}).",
+                                "Compute attributions", K.page(P, "run"), type="primary")
         attr = ig.integrated_gradients(model, analysis, **settings, progress=common.progress_bar("Integrated Gradients"),
                                        on_wait=common.queue_notice())
 
@@ -85,13 +87,13 @@ with common.guard():
 h = st.columns(5)
 h[0].metric("True label", name(label) if label is not None else "—")
 h[1].metric("Predicted label", name(analysis.predicted), f"p = {analysis.probs[analysis.predicted]:.3f}",
-            delta_color="off")
+            **common.NO_ARROW)
 h[2].metric("Attribution label", name(attr.target))
 h[3].metric("Attribution score", f"{attr.total:+.3f}",
             help="Sum of the L2-normalised token scores (paper §2, captum's summarize_attributions and "
                  "VisualizationDataRecord.attr_score).")
 h[4].metric("F(x) − F(baseline)", f"{attr.expected:+.4f}", f"p(baseline) = {attr.prob_baseline:.4f}",
-            delta_color="off", help="What the raw attributions add up to (completeness): the target's probability "
+            **common.NO_ARROW, help="What the raw attributions add up to (completeness): the target's probability "
                                     "for the text minus for the <s> <pad>… </s> baseline. The normalised scores hide "
                                     "this scale.")
 if attr.weak_explanation:
@@ -105,8 +107,9 @@ st.caption(
 if attr.warning:
     st.warning(attr.warning)
 
+labels.caption(labels.explained(name(attr.target)), labels.scores(), sections=("class", "scores"))
 masked = st.toggle("Mask special tokens, punctuation and stopwords", **K.option(P, "mask"))
-mask = build_mask(analysis.tokens) if masked else None
+mask = build_mask(analysis.tokens, **common.mask_options()) if masked else None
 # ---- the overlay: Integrated Gradients, or any explainer of the Explainers page for the same class
 explainer = st.selectbox("Overlay explainer", list(lv.EXPLAINERS), format_func=lambda m: lv.EXPLAINERS[m].label,
                          **K.option(P, "explainer"), help="Scores of the class explained above; the tables below "
@@ -123,13 +126,8 @@ else:
     scores, overlay_name, column = shown.scores, f"{explainer} overlay", explainer
     legend = f"{shown.label} scores for '{name(shown.target)}'"
     st.caption(f"Overlay: {shown.label} ({lv.EXPLAINERS[explainer].source}), computed in {shown.seconds:.2f} s.")
-# <s> and </s> are left out of the colour scale: rollout-like scores give <s> most of the mass
-scale_out = mask if masked else special_mask(analysis.tokens, model.tokenizer.all_special_tokens)
-vmax = float(np.abs(scores[~scale_out]).max(initial=0.0))
-if not 0 <= ss.get(K.page(P, "pos"), -1) < analysis.n:  # first visit or a shorter document: the top token
-    ss[K.page(P, "pos")] = int(attr.scores.argmax())
-pos = st.number_input("Token position (or click a row of the top-10 tables)", 0, analysis.n - 1,
-                      **K.option(P, "pos"))
+vmax = scale_max(analysis.tokens, scores, mask)
+pos = state.selected_token(st, P, analysis.n, int(attr.scores.argmax()))
 values = pd.DataFrame({"position": np.arange(analysis.n), "token": [token_label(t) for t in analysis.tokens],
                        column: scores, "masked": mask if mask is not None else np.zeros(analysis.n, bool)})
 if explainer == "ig":
@@ -148,13 +146,14 @@ export.overlay(token_overlay_html(analysis.tokens, scores, mask=mask, vmax=vmax,
 # ---- the selected token
 d = tables.token_detail(analysis, attr, int(pos))
 t = st.columns(4)
-t[0].metric("Token", repr(d["token"]), f"position {d['position']:,} of {d['n']:,}", delta_color="off")
-t[1].metric("Attribution", f"{d['attribution']:+.4f}", f"rank {d['attribution_rank']:,}", delta_color="off")
+t[0].metric("Token", repr(d["token"]), f"position {d['position']:,} of {d['n']:,}", **common.NO_ARROW)
+t[1].metric("Attribution", f"{d['attribution']:+.4f}", f"rank {d['attribution_rank']:,}", **common.NO_ARROW)
 t[2].metric("|Attribution| rank", f"{d['abs_attribution_rank']:,}")
 t[3].metric("Received attention (all layers, heads)", f"{d['received_attention']:.3f}",
-            f"rank {d['attention_rank']:,}", delta_color="off")
+            f"rank {d['attention_rank']:,}", **common.NO_ARROW)
 
 # ---- tables (Fig 10)
+labels.caption(labels.explained(name(attr.target)), labels.scores(), "tables below", sections=("tables", "scores"))
 ranked = tables.top_attributions(analysis.tokens, attr.scores, analysis.n, "positive", mask)
 negative = tables.top_attributions(analysis.tokens, attr.scores, analysis.n, "negative", mask)
 pair(pd.concat([ranked, negative.iloc[::-1]], ignore_index=True), "attribution", "Tokens", "tokens", selectable=True)

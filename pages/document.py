@@ -14,14 +14,9 @@ enc = analysis.encoded
 cols = st.columns(4)
 cols[0].metric("True label", analysis.label_name(label) if label is not None else "—")
 cols[1].metric("Predicted", analysis.label_name(analysis.predicted), f"p = {analysis.probs[analysis.predicted]:.3f}",
-               delta_color="off")
+               **common.NO_ARROW)
 cols[2].metric("Tokens analysed", f"{enc.n:,}")
 cols[3].metric("Text tokens", f"{enc.n_text_tokens_original:,}")
-if enc.truncated:
-    st.warning(
-        f"Truncated: the model saw the first {enc.n - 2:,} of {enc.n_text_tokens_original:,} text tokens "
-        f"(max tokens = {enc.max_tokens:,}, including <s> and </s>)."
-    )
 st.caption(f"{description} · model {model.source} · fingerprint {model.fingerprint}")
 st.dataframe(
     pd.DataFrame({"class": [analysis.label_name(i) for i in range(len(analysis.probs))], "probability": analysis.probs}),

@@ -9,6 +9,7 @@ from longviz_core.views import faithfulness as fa
 from pages import _common as common
 from pages import _dataset as dataset
 from pages import _export as export
+from pages import _labels as labels
 
 common.run_through_app()
 
@@ -20,6 +21,8 @@ with common.guard():
     model, analysis, label, description = common.current_analysis()
 st.caption(f"{description} · {analysis.n:,} tokens · predicted {analysis.label_name(analysis.predicted)} "
            f"(p = {analysis.probs[analysis.predicted]:.3f})")
+labels.caption(labels.explained("the predicted class y, per document") + " (AOPC, LOdds and flips follow its "
+               "probability; the |IG| rankings explain it)", labels.scores(), sections=("faithfulness", "scores"))
 st.markdown(
     "Tokens are removed in ranking order (replaced by the chosen token; `<s>`, `</s>`, positions and masks kept). "
     "**AOPC(k)** = p(y|x) − p(y|x without the top k %): higher = the ranking found what the prediction rests on. "
@@ -51,7 +54,7 @@ with common.guard():
     scaling = common.head_importance(model, P, c2) if scale else None
     importance = None if scaling is None else scaling.values
     if scaling is not None:
-        st.caption(f"Attention ranking scaled by head importance: {scaling.description}.")
+        labels.caption(labels.importance(scaling), "scales the attention ranking", sections=("importance",))
 settings = dict(layers=layers, scale=None if importance is None else importance.round(12).tolist(),
                 replacement=replacement, max_removed=max_removed, seeds=seeds)
 
@@ -75,7 +78,9 @@ if scope == "this document":
                f"replaced by {result.replacement} · {result.n_removable:,} removable text tokens.")
     meta = common.export_settings(model, description, scope=scope, ig_steps=steps, **settings)
     table = result.table()
-    export.table(table.round(4), "faithfulness", model, meta)
+    # one column per ranking, one row per number: every number fits the page (the CSV keeps a row per ranking)
+    common.table(table.round(4).set_index("ranking").T.rename_axis("number").reset_index(), "faithfulness", model,
+                 meta, download=table.round(4))
     within = "every text token" if max_removed == 1 else f"the first {result.flip_limit:,} text tokens"
     for name, curve in result.curves.items():
         if curve.flip_removed is None:
@@ -86,7 +91,8 @@ if scope == "this document":
     curves = result.long_curves()
     tabs = st.tabs(["AOPC", "LOdds", "probability", "first flip (exact scan)"])
     for tab, metric in zip(tabs, ("aopc", "lodds", "probability")):
-        export.chart(fig.deletion_curves_chart(curves, metric), f"deletion curve {metric}", model, meta, where=tab)
+        export.chart(fig.deletion_curves_chart(curves, metric), f"deletion curve {metric}", model, meta, where=tab,
+                     width="content")
     export.chart(fig.flip_chart(result.flips(), max_removed=max_removed), "decision flips", model, meta,
                  where=tabs[3])
     export.download_table(curves, "deletion curves", model, meta)

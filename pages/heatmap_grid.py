@@ -11,6 +11,7 @@ from longviz_core.views import pooling
 from pages import _common as common
 from pages import _dataset as dataset
 from pages import _export as export
+from pages import _labels as labels
 
 common.run_through_app()
 
@@ -70,15 +71,16 @@ export.image(fig.grid_image(maps, colour, title=f"Attention of every head, {what
                             + (f" (scaled by head importance: {importance.name})" if importance is not None else "")),
              "heatmap grid", model, settings, width="stretch")
 if importance is not None:
-    st.caption(f"Heads are multiplied by importance / the largest importance, so unimportant heads fade. "
-               f"Head importance: {importance.description}.")
+    labels.caption(labels.importance(importance), "heads are multiplied by importance / the largest importance, "
+                   "so unimportant heads fade", sections=("importance",))
 
 st.subheader("One head")
 c1, c2 = st.columns(2)
 layer = c1.selectbox("Layer", range(model.num_layers), format_func=lambda i: f"layer {i + 1}", **K.option(P, "layer"))
 head = c2.selectbox("Head", range(model.num_heads), format_func=lambda i: f"head {i + 1}", **K.option(P, "head"))
+value_title = "attention / head max" + (" × importance / max importance" if importance is not None else "")
 chart = fig.head_zoom_chart(maps[layer, head], pooled.edges, colour, title=f"Layer {layer + 1}, head {head + 1}",
-                            relative=pooled.relative, select=not pooled.relative)
+                            relative=pooled.relative, select=not pooled.relative, value_title=value_title)
 zoom_name, zoom_settings = f"heatmap layer {layer + 1} head {head + 1}", {**settings, "layer": layer, "head": head}
 if pooled.relative:
     export.chart(chart, zoom_name, model, zoom_settings)
@@ -89,8 +91,8 @@ else:
     qb, kb = int(picked.get("query_block", -1)), int(picked.get("key_block", -1))
     if 0 <= qb < pooled.grid and 0 <= kb < pooled.grid:  # a selection from a coarser grid is dropped
         (q0, q1), (k0, k1) = pooling.block_tokens(pooled, qb), pooling.block_tokens(pooled, kb)
-        st.markdown(f"**Queries {q0}–{q1 - 1}** attend to **keys {k0}–{k1 - 1}** with mean attention "
-                    f"{pooled.cells[layer, head, qb, kb]:.3g}.")
+        st.markdown(f"**Queries {q0}–{q1 - 1}** attend to **keys {k0}–{k1 - 1}**: {value_title} "
+                    f"{fig.zoom_value_text(maps[layer, head, qb, kb])} (as in the tooltip).")
         text = lambda a, b: "".join(map(readable_token, analysis.tokens[a:b]))  # noqa: E731
         st.text(f"queries: {text(q0, q1)}\nkeys:    {text(k0, k1)}")
     else:

@@ -10,22 +10,29 @@ from longviz_core.views.similarity import DEFAULT_P, METRICS, rbo_top_weight
 from pages import _common as common
 from pages import _dataset as dataset
 from pages import _export as export
+from pages import _labels as labels
 
 common.run_through_app()
 
 K, P = common.K, "similarity"
 MASK_LABELS = {"special": "special tokens", "nonalnum": "non-alphanumeric", "stopwords": "stopwords"}
 VARIANTS = ("cosine_raw", "cosine_median", "cosine_mean", "cosine_rank")
+# shorter column headers on screen, so the tables fit a 1,024 px window (files keep the full names)
+SHORT_NAMES = {"Scaled by head importance": "Scaled", "Cosine similarity": "Cosine", "Rank-biased overlap": "RBO",
+               "Jaccard of the top 5%": "Jaccard (top 5 %)", "attention_norm": "attention", "attention_rank": "rank",
+               "attribution_norm": "|IG|", "attribution_rank": "|IG| rank", "position": "pos"}
 
 st.title("Agreement: attention vs attribution")
 with common.guard():
     model, analysis, label, description = common.current_analysis()
-st.caption(f"{description} · {analysis.n:,} tokens · predicted {analysis.label_name(analysis.predicted)}; "
-           "IG explains the predicted class.")
+st.caption(f"{description} · {analysis.n:,} tokens · predicted {analysis.label_name(analysis.predicted)}")
 
 L = model.num_layers
 c1, c2, c3 = st.columns(3)
 scope = c1.radio("Scope", ("this document", "dataset"), **K.option(P, "scope"), horizontal=True)
+labels.caption(labels.explained(f"the predicted class ({analysis.label_name(analysis.predicted)})"
+                                if scope == "this document" else "the predicted class of each document"),
+               labels.scores(), "|IG| compared with received attention", sections=("agreement", "scores"))
 steps = common.ig_steps_picker(c2, P)
 p = c3.select_slider("RBO p", (0.9, 0.95, 0.98, DEFAULT_P, 0.995), value=DEFAULT_P, **K.option(P, "p"))
 kinds = st.multiselect("Mask (paper §3.4)", ag.MASK_KINDS, default=list(ag.MASK_KINDS), **K.option(P, "mask"),
@@ -50,7 +57,8 @@ with common.guard():
 importance = None if scaling is None else scaling.values
 layer_range = (lo - 1, hi - 1)
 if scaling is not None:
-    st.caption(f"Rows scaled by head importance: {scaling.description}.")
+    labels.caption(labels.importance(scaling), "scales the rows marked 'scaled'",
+                   sections=("importance",))
 
 
 meta = common.export_settings(model, description, scope=scope, ig_steps=steps, rbo_p=p, mask=kinds,
@@ -63,15 +71,15 @@ if scope == "this document":
         ig = common.attribution_after_click(model, analysis, steps, P, "Run Integrated Gradients")
         if ig.warning:
             st.warning(ig.warning)
-        mask = ag.mask_for(analysis.tokens, kinds)
+        mask = ag.mask_for(analysis.tokens, kinds, **common.mask_options())
         table = ag.agreement_table(analysis, ig.scores, importance=importance, mask=mask, layer_range=layer_range, p=p)
     st.subheader("Table 1: similarity of attention and |IG|")
-    export.table(fig.table1(table), "table 1", model, meta)
+    common.table(fig.table1(table), "table 1", model, meta, column_config=SHORT_NAMES)
     with st.expander("The notebook's extra cosine variants"):
-        export.table(fig.table1(table, VARIANTS), "cosine variants", model, meta)
+        common.table(fig.table1(table, VARIANTS), "cosine variants", model, meta, column_config=SHORT_NAMES)
         st.caption(" · ".join(f"**{METRICS[v]['label']}**: {METRICS[v]['description']}" for v in VARIANTS))
     st.subheader("Table 2: Jaccard of the top 5 %")
-    export.table(fig.table2(table), "table 2", model, meta)
+    common.table(fig.table2(table), "table 2", model, meta, column_config=SHORT_NAMES)
 
     st.subheader("Top-5 % sets")
     sources = ag.attention_sources(L, layer_range)
@@ -90,7 +98,7 @@ if scope == "this document":
     names = [*ag.SET_NAMES, "counts by token"]
     tabs = st.tabs([f"{name} ({len(t)})" for name, t in zip(ag.SET_NAMES, sets.tables())] + [names[-1]])
     for tab, name, t in zip(tabs, names, [*sets.tables(), sets.counts()]):
-        export.table(t, f"top 5 percent {name}", model, set_meta, where=tab)
+        common.table(t, f"top 5 percent {name}", model, set_meta, where=tab, column_config=SHORT_NAMES)
 
     st.subheader("Per-head agreement with |IG|")
     c1, c2 = st.columns(2)

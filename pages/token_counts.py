@@ -11,11 +11,13 @@ from longviz_core.views.masking import build_mask
 from pages import _common as common
 from pages import _dataset as dataset
 from pages import _export as export
+from pages import _labels as labels
 
 common.run_through_app()
 
 K, P = common.K, "counts"
 SCOPES = ("all layers and heads", "one layer", "one head")
+SHORT_NAMES = {"count_attended": "attended", "count_attending": "attending"}
 
 
 def dataset_counts() -> None:
@@ -66,9 +68,11 @@ top_n = c2.slider("N (bars shown)", 3, 50, 10, **K.option(P, "n"))
 scope = c3.radio("Scope", SCOPES, **K.option(P, "scope"))
 rule = c4.radio("Count", tc.RULES, format_func=tc.COUNT_RULES.get, **K.option(P, "rule"),
                 help="Once per token: the paper's count (appendix A.5, Algorithm 2). Once per head list: each "
-                     "token's list in each selected head counts on its own, summed over the heads.")
-masked = c4.toggle("Mask special tokens, punctuation and stopwords (§3.4)", **K.option(P, "mask"),
-                   help="Masked tokens neither count nor are counted; the top-k lists themselves are the model's.")
+                     "token's list in each selected head counts on its own, summed over the heads. "
+                     + labels.doc_link("count"))
+masked = c4.toggle("Mask (§3.4)", **K.option(P, "mask"),  # short: a column is narrow at 1,024 px
+                   help="Special tokens, punctuation and stopwords: masked tokens neither count nor are counted; the "
+                        "top-k lists themselves are the model's.")
 layers = heads = None
 if scope != SCOPES[0]:
     c1, c2 = st.columns(2)
@@ -81,8 +85,9 @@ if scope != SCOPES[0]:
 with common.guard():
     with st.spinner("Finding every token's top-k lists (once per document)…"):
         topk = cache.derived(analysis, "topk", lambda a, k: tc.topk_indices(a.attention, k), k=tc.TOPK_MAX)
-        tallies = cache.derived(analysis, "tallies", lambda a, masked: tc.tally(
-            topk, a.tokens, build_mask(a.tokens) if masked else None), masked=masked)
+        options = common.mask_options()
+        tallies = cache.derived(analysis, "tallies", lambda a, masked, **options: tc.tally(
+            topk, a.tokens, build_mask(a.tokens, **options) if masked else None), masked=masked, **options)
     mask = tallies.mask
     tables = {(d, by): tc.token_counts(analysis, k, d, by, layers, heads, mask, tallies=tallies, rule=rule)
               for d in tc.DIRECTIONS for by in tc.BYS}
@@ -92,6 +97,7 @@ where = "all layers and heads" if layers is None else f"layer {layers[0] + 1}" +
 settings = common.export_settings(model, description, k=k, bars=top_n, scope=where, masked=masked,
                                   count=tc.COUNT_RULES[rule])
 st.subheader(f"Top {top_n} by {tc.COUNT_MEANINGS[rule].replace('top-k', f'top-{k}')} — {where}")
+labels.caption(labels.count_rule(rule), sections=("count",))
 for d, colour in zip(tc.DIRECTIONS, ("#2171b5", "#cb181d")):
     cols = st.columns(2)
     for col, by in zip(cols, tc.BYS):
@@ -99,11 +105,11 @@ for d, colour in zip(tc.DIRECTIONS, ("#2171b5", "#cb181d")):
                      f"{d} by {by}", model, settings, where=col)
 
 st.subheader("Both attended and attending (Fig. 7)")
-cols = st.columns(2)
-for col, by in zip(cols, tc.BYS):
+for by in tc.BYS:  # one under the other: side by side, the position table's columns are cut at 1,024 px
+    col = st.container()
     both = tc.count_intersection(tables["attended", by], tables["attending", by], top_n)
     col.markdown(f"**By {by}**: {len(both)} of the top {top_n} in common (counted {tc.COUNT_RULES[rule]})")
-    export.table(both, f"attended and attending by {by}", model, settings, where=col)
+    common.table(both, f"attended and attending by {by}", model, settings, where=col, column_config=SHORT_NAMES)
 
 st.subheader("Instances of one token (Fig. 6)")
 by_type = tables["attended", "type"]
@@ -112,14 +118,17 @@ if not choices:
     st.info("No token is counted in this scope (everything is masked?).")
     st.stop()
 c1, c2 = st.columns(2)
-token = c1.selectbox("Token", choices, **K.option(P, "token"))
+words = ~build_mask(choices)  # the default is the most counted real word, not <s> or "the"
+token = c1.selectbox("Token", choices, index=int(words.argmax()) if words.any() else 0, **K.option(P, "token"),
+                     help="Default: the most counted word (not a special token, punctuation or a stopword).")
 direction = c2.radio("Lists", tc.DIRECTIONS, horizontal=True, **K.option(P, "instance_direction"))
 with common.guard():
     inst = tc.instance_counts(analysis, token, k, direction, layers, heads, mask, tallies=tallies, rule=rule)
 export.chart(fig.instances_chart(inst, f"'{token}': {len(inst)} instances, {direction} counts along the document",
-                                 rule=rule),
+                                 rule=rule, n=analysis.n),
              f"instances of {token} {direction}", model, {**settings, "token": token, "lists": direction})
+labels.caption(labels.count_rule(rule), sections=("count",))
 with st.expander(f"All counts (tables; count = {tc.COUNT_MEANINGS[rule]})"):
     tabs = st.tabs([f"{d} by {by}" for d, by in tables])
     for tab, ((d, by), table) in zip(tabs, tables.items()):
-        export.table(table, f"{d} counts by {by}", model, settings, where=tab)
+        common.table(table, f"{d} counts by {by}", model, settings, where=tab)

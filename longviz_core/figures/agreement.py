@@ -5,7 +5,8 @@
   over documents (dataset).
 - `flip_chart`: the fraction of tokens removed at the first decision flip, per ranking (seed 004 Fig. 5 style:
   one dot per random seed or per document), the mean +-1 sd, and "no flip" counts in the row labels.
-- `head_agreement_heatmap`: layers x heads grid of a per-head agreement metric.
+- `head_agreement_heatmap`: layers x heads grid of a per-head agreement metric, the tooltip showing the
+  cell's printed value.
 - `table1` / `table2`: the agreement table with the paper's columns and readable labels.
 - `faithfulness_summary`: the dataset-wide faithfulness summary as 'mean ± std' text columns.
 """
@@ -27,8 +28,17 @@ CURVE_METRICS = {
 _RANKING_ORDER = ["Attention", "|IG|", "|IG| × attention", "Random"]
 
 
+CURVE_SIZE = (440, 300)  # width, height in pixels: a fixed aspect, the same for every curve chart
+# The plot area keeps its size and the title, axes and legend are added around it. Streamlit's default "fit"
+# squeezes them all into width x height instead, which left a 5 px tall plot under a two-row legend.
+PAD = alt.AutoSizeParams(type="pad")
+FIT_WIDTH = alt.AutoSizeParams(type="fit-x", contains="padding")  # as wide as the page, the height its own
+
+
 def deletion_curves_chart(curves: pd.DataFrame, metric: str = "aopc", title: str | None = None) -> alt.Chart:
-    """Lines of `metric` against k (share of text tokens removed, %).
+    """Lines of `metric` against the fraction of text tokens removed (0 to 1), one colour per ranking with its
+    own legend entry, at a fixed size (CURVE_SIZE). A probability axis runs 0 to 1; AOPC and LOdds axes
+    include 0.
 
     curves: tidy rows with columns ranking, k (fraction) and `metric` (FaithfulnessResult.long_curves()); when
     several rows share (ranking, k) — one per document — the chart shows their mean and a +-1 std band.
@@ -37,37 +47,44 @@ def deletion_curves_chart(curves: pd.DataFrame, metric: str = "aopc", title: str
     if metric not in CURVE_METRICS:
         raise ValueError(f"metric must be one of {sorted(CURVE_METRICS)}, got {metric!r}")
     _require(curves, ["ranking", "k", metric])
-    data = curves.assign(k_pct=100 * curves["k"].astype(float))
+    data = curves.assign(k=curves["k"].astype(float))
     label, direction = CURVE_METRICS[metric]
-    x = alt.X("k_pct:Q", title="tokens removed (% of text tokens)", scale=alt.Scale(type="log"),
-              axis=alt.Axis(values=sorted(data["k_pct"].unique().tolist())))
-    colour = alt.Color("ranking:N", sort=_order(data["ranking"]), title="ranking")
+    x = alt.X("k:Q", title="fraction of text tokens removed", scale=alt.Scale(domain=[0, 1], nice=False),
+              axis=alt.Axis(format=".0%", values=[0, 0.2, 0.4, 0.6, 0.8, 1.0]))
+    y_scale = alt.Scale(domain=[0, 1], nice=False) if metric == "probability" else alt.Scale(zero=True)
+    colour = alt.Color("ranking:N", sort=_order(data["ranking"]), title="ranking",
+                       legend=alt.Legend(orient="bottom", direction="horizontal", columns=2, labelLimit=0,
+                                         symbolType="stroke", symbolOpacity=1, symbolStrokeWidth=3))
     several = data.duplicated(["ranking", "k"]).any()
-    y_title = f"{label} ({direction})"
+    y_title = f"{metric.upper() if metric != 'probability' else 'probability'} ({direction})"
+    subtitle = label
     if several:
-        line = alt.Chart(data).mark_line(point=True).encode(
-            x=x, y=alt.Y(f"mean({metric}):Q", title=y_title), color=colour,
-            tooltip=["ranking:N", alt.Tooltip("k_pct:Q", title="k %"),
+        line = alt.Chart(data).mark_line(point=True, clip=True).encode(
+            x=x, y=alt.Y(f"mean({metric}):Q", title=y_title, scale=y_scale), color=colour,
+            tooltip=["ranking:N", alt.Tooltip("k:Q", title="fraction removed", format=".0%"),
                      alt.Tooltip(f"mean({metric}):Q", format=".4f", title="mean"),
                      alt.Tooltip(f"stdev({metric}):Q", format=".4f", title="std"),
                      alt.Tooltip(f"count({metric}):Q", title="documents")])
-        band = alt.Chart(data).mark_errorband(extent="stdev", opacity=0.15).encode(
-            x=x, y=alt.Y(f"{metric}:Q", title=y_title), color=colour)
+        band = alt.Chart(data).mark_errorband(extent="stdev", opacity=0.15, clip=True).encode(
+            x=x, y=alt.Y(f"{metric}:Q", title=y_title, scale=y_scale), color=colour)
         chart = band + line
+        subtitle += " · mean over documents, band ± 1 std"
     else:
         lo, hi, sd = f"{metric}_lo", f"{metric}_hi", f"{metric}_sd"
-        chart = alt.Chart(data).mark_line(point=True).encode(
-            x=x, y=alt.Y(f"{metric}:Q", title=y_title), color=colour,
-            tooltip=["ranking:N", alt.Tooltip("k_pct:Q", title="k %"),
+        chart = alt.Chart(data).mark_line(point=True, clip=True).encode(
+            x=x, y=alt.Y(f"{metric}:Q", title=y_title, scale=y_scale), color=colour,
+            tooltip=["ranking:N", alt.Tooltip("k:Q", title="fraction removed", format=".0%"),
                      alt.Tooltip(f"{metric}:Q", format=".4f")]
             + ([alt.Tooltip(f"{sd}:Q", format=".4f", title="sd over seeds")] if sd in data else [])
             + (["removed:Q"] if "removed" in data else []))
         if lo in data and hi in data and data[lo].notna().any():
-            band = alt.Chart(data[data[lo].notna() & data[hi].notna()]).mark_area(opacity=0.2).encode(
-                x=x, y=alt.Y(f"{lo}:Q", title=y_title), y2=f"{hi}:Q", color=colour)
+            band = alt.Chart(data[data[lo].notna() & data[hi].notna()]).mark_area(opacity=0.2, clip=True).encode(
+                x=x, y=alt.Y(f"{lo}:Q", title=y_title, scale=y_scale), y2=f"{hi}:Q", color=colour)
             chart = band + chart
-            label = f"{label} · random: mean ± sd over seeds (band)"
-    return chart.properties(title=title or label, height=300)
+            subtitle += " · Random: mean ± sd over seeds (band)"
+    width, height = CURVE_SIZE
+    return chart.properties(title=alt.TitleParams(title or label.split(" = ")[0], subtitle=subtitle, anchor="start"),
+                            width=width, height=height, autosize=PAD)
 
 
 def flip_chart(flips: pd.DataFrame,
@@ -102,14 +119,20 @@ def flip_chart(flips: pd.DataFrame,
                alt.Tooltip("flipped:Q", title="flipped")]
     bars = alt.Chart(stats).mark_rule(color="black").encode(x="lo:Q", x2="hi:Q", y=y, tooltip=tooltip)
     ticks = alt.Chart(stats).mark_tick(color="black", thickness=2, size=24).encode(x="mean:Q", y=y, tooltip=tooltip)
-    return (dots + bars + ticks).properties(title=title, height=40 * max(1, len(order)))
+    return (dots + bars + ticks).properties(title=title, height=40 * max(1, len(order)), autosize=FIT_WIDTH)
+
+
+HEAD_CELL = (36, 28)  # width, height in pixels of one head's cell
 
 
 def head_agreement_heatmap(grid, metric: str = "rbo", title: str | None = None) -> alt.Chart:
-    """Layers x heads heatmap (rows = layers, 1-based as in the paper) of a per-head agreement metric; NaN
-    (a head whose attention is constant) is drawn grey."""
+    """Layers x heads heatmap (rows = layers, 1-based as in the paper, layer 1 at the top) of a per-head
+    agreement metric, one HEAD_CELL per head (never smaller than 300 x 200 px; shown across the page's width,
+    the cells narrow to fit it), every layer and head labelled,
+    a colour legend over the metric's whole range and a tooltip (layer, head, value); NaN (a head whose attention
+    is constant) is drawn grey."""
     grid = np.asarray(grid, dtype=np.float64)
-    if grid.ndim != 2:
+    if grid.ndim != 2 or 0 in grid.shape:
         raise ValueError(f"grid must be (layers, heads), got shape {grid.shape}")
     if metric not in METRICS:
         raise ValueError(f"unknown metric {metric!r}")
@@ -117,20 +140,26 @@ def head_agreement_heatmap(grid, metric: str = "rbo", title: str | None = None) 
     data = pd.DataFrame({"layer": layers.ravel() + 1, "head": heads.ravel() + 1, "value": grid.ravel()})
     data["label"] = [f"{v:.2f}" if np.isfinite(v) else "—" for v in data["value"]]
     lo, hi = METRICS[metric]["range"]
+    name = METRICS[metric]["label"]
     base = alt.Chart(data).encode(
-        x=alt.X("head:O", title="head"), y=alt.Y("layer:O", title="layer", sort="descending"))
+        x=alt.X("head:O", title="head", axis=alt.Axis(labelAngle=0, orient="top")),
+        y=alt.Y("layer:O", title="layer", axis=alt.Axis(labelAngle=0)))
     rect = base.mark_rect().encode(
         color=alt.condition("isValid(datum.value) && isFinite(datum.value)",
-                            alt.Color("value:Q", title=METRICS[metric]["label"],
-                                      scale=alt.Scale(scheme="viridis", domain=[lo, hi])),
+                            alt.Color("value:Q", title=f"{name} ({lo:g} to {hi:g})",
+                                      scale=alt.Scale(scheme="viridis", domain=[lo, hi]),
+                                      legend=alt.Legend(values=[lo, (lo + hi) / 2, hi], gradientLength=160,
+                                                        titleLimit=0)),
                             alt.value("#dddddd")),
-        tooltip=["layer:O", "head:O", alt.Tooltip("value:Q", format=".4f", title=METRICS[metric]["label"])])
+        tooltip=[alt.Tooltip("layer:O", title="layer"), alt.Tooltip("head:O", title="head"),
+                 alt.Tooltip("label:N", title=name)])
     text = base.mark_text(fontSize=10).encode(
         text="label:N",
         color=alt.condition("datum.value > " + str((lo + hi) / 2), alt.value("black"), alt.value("white")))
+    cell_w, cell_h = HEAD_CELL
     return (rect + text).properties(
-        title=title or f"{METRICS[metric]['label']} per head (higher = agrees more with |IG|)",
-        width=max(160, 40 * grid.shape[1]), height=max(120, 28 * grid.shape[0]))
+        title=alt.TitleParams(title or f"{name} per head", subtitle="higher = agrees more with |IG|", anchor="start"),
+        width=max(300, cell_w * grid.shape[1]), height=max(200, cell_h * grid.shape[0]), autosize=FIT_WIDTH)
 
 
 def table1(table: pd.DataFrame, metrics: Sequence[str] = ("cosine", "kendall_tau", "rbo"),

@@ -23,6 +23,8 @@ _ANCHORS = np.array(
 )
 _GAP = 2  # pixels between tiles
 _MARGIN_LEFT, _MARGIN_TOP, _BAR = 34, 18, 14
+BAR_STEP = 20  # pixels per bar of a count chart: room for every label
+LABEL_LIMIT = 400  # pixels of a category label before Vega would cut it
 
 
 def colour_lut() -> np.ndarray:
@@ -84,11 +86,17 @@ def grid_image(maps: np.ndarray, scale: str = "linear", tile_px: int = 128, titl
     return image
 
 
+def zoom_value_text(value: float) -> str:
+    """A zoom cell's value as its tooltip prints it (pages use it for the clicked cell, so both agree)."""
+    return f"{value:.3g}"
+
+
 def head_zoom_chart(cells: np.ndarray, edges: np.ndarray, scale: str = "linear", title: str = "",
-                    relative: bool = False, select: bool = True) -> alt.Chart:
+                    relative: bool = False, select: bool = True, value_title: str = "mean attention") -> alt.Chart:
     """Heatmap of one head's pooled map (queries down, keys across, in token positions or, for dataset-wide
     maps, fractions of the document). With `select`, a click selects a cell (selection parameter "cell",
-    fields query_block and key_block). Empty cells are left out (white background). Streamlit serialises the
+    fields query_block and key_block). The tooltip prints each cell's value under `value_title` as
+    zoom_value_text does. Empty cells are left out (white background). Streamlit serialises the
     data itself; elsewhere, maps with over 5,000 non-empty cells need `alt.data_transformers.disable_max_rows()`
     (inline records instead would make Altair validate every row, seconds per chart)."""
     cells = np.asarray(cells, dtype=np.float64)
@@ -109,6 +117,7 @@ def head_zoom_chart(cells: np.ndarray, edges: np.ndarray, scale: str = "linear",
         "attention": cells.ravel(), "relative": shown.ravel(),
     })
     frame = frame[frame["attention"] > 0]  # empty cells (outside the band) show as the white background
+    frame = frame.assign(value=[zoom_value_text(v) for v in frame["attention"]])
     unit = "fraction of document" if relative else "token position"
     fmt = ".2f" if relative else "d"
     chart = alt.Chart(frame, title=title).mark_rect().encode(
@@ -122,7 +131,7 @@ def head_zoom_chart(cells: np.ndarray, edges: np.ndarray, scale: str = "linear",
                                         domain=[LOG_FLOOR if scale == "log" else 0.0, 1.0])),
         tooltip=[alt.Tooltip("q0:Q", title="queries from", format=fmt), alt.Tooltip("q1:Q", title="to", format=fmt),
                  alt.Tooltip("k0:Q", title="keys from", format=fmt), alt.Tooltip("k1:Q", title="to", format=fmt),
-                 alt.Tooltip("attention:Q", title="mean attention", format=".3g")],
+                 alt.Tooltip("value:N", title=value_title)],
     ).properties(width=520, height=520)
     if select:
         chart = chart.add_params(alt.selection_point(name="cell", fields=["query_block", "key_block"], on="click"))
@@ -131,9 +140,10 @@ def head_zoom_chart(cells: np.ndarray, edges: np.ndarray, scale: str = "linear",
 
 def counts_bar_chart(frame: pd.DataFrame, title: str = "", top_n: int = 10, colour: str = "#2171b5",
                      rule: str | None = None) -> alt.Chart:
-    """Horizontal bars of the `top_n` first rows of a token_counts table (by type or by position). The axis
-    says what a count is under the table's counting rule (`rule`, else the table's `attrs["count_rule"]`, else
-    the paper's) and the subtitle names the rule."""
+    """Horizontal bars of the `top_n` first rows of a token_counts table (by type or by position), in the
+    table's order (most counted on top), one BAR_STEP-pixel row per bar so every label shows, never cut. The
+    axis says what a count is under the table's counting rule (`rule`, else the table's `attrs["count_rule"]`,
+    else the paper's) and the subtitle names the rule."""
     if "count" not in frame.columns or "token" not in frame.columns:
         raise ValueError("expected a token_counts table (columns token, count[, position])")
     rule = _count_rule(frame, rule)
@@ -145,27 +155,34 @@ def counts_bar_chart(frame: pd.DataFrame, title: str = "", top_n: int = 10, colo
         top["label"] = top["token"].astype(str)
         tooltip = ["token", "count"]
     top["rank"] = np.arange(len(top))
+    tooltip = [*tooltip[:-1], alt.Tooltip("count:Q", title=f"count ({COUNT_MEANINGS[rule]})")]
     return alt.Chart(top, title=_rule_title(title, rule)).mark_bar(color=colour).encode(
-        x=alt.X("count:Q", title=COUNT_MEANINGS[rule]),
-        y=alt.Y("label:N", title=None, sort=alt.EncodingSortField(field="rank", order="ascending")),
+        x=alt.X("count:Q", title="count"),
+        y=alt.Y("label:N", title=None, sort=alt.EncodingSortField(field="rank", order="ascending"),
+                axis=alt.Axis(labelLimit=LABEL_LIMIT, labelOverlap=False)),
         tooltip=tooltip,
-    ).properties(height=max(60, 22 * len(top)))
+    ).properties(height=alt.Step(BAR_STEP), autosize=alt.AutoSizeParams(type="fit-x", contains="padding"))
 
 
-def instances_chart(frame: pd.DataFrame, title: str = "", rule: str | None = None) -> alt.Chart:
-    """Count of each instance of one token along the document (paper Fig. 6): one bar per position; masked
-    instances grey. `frame` from counts.instance_counts; the rule is named as in `counts_bar_chart`."""
+def instances_chart(frame: pd.DataFrame, title: str = "", rule: str | None = None, n: int | None = None) -> alt.Chart:
+    """Count of each instance of one token along the document (paper Fig. 6): one bar per position on an axis
+    spanning the whole document (positions 0 to n - 1 when the document's length `n` is given); masked
+    instances grey. `frame` from counts.instance_counts; the subtitle says what a count is and names the rule
+    (the vertical axis is too short for the sentence)."""
     if not {"position", "count"} <= set(frame.columns):
         raise ValueError("expected an instance_counts table (columns position, token, count, masked)")
     rule = _count_rule(frame, rule)
     data = frame.assign(state=np.where(frame.get("masked", False), "masked", "counted"))
-    return alt.Chart(data, title=_rule_title(title, rule)).mark_bar(size=4).encode(
-        x=alt.X("position:Q", title="token position"),
-        y=alt.Y("count:Q", title=COUNT_MEANINGS[rule]),
+    heading = alt.TitleParams(text=title, subtitle=[f"count = {COUNT_MEANINGS[rule]},", f"counted {COUNT_RULES[rule]}"],
+                              anchor="start")
+    return alt.Chart(data, title=heading).mark_bar(size=4).encode(
+        x=alt.X("position:Q", title="token position in the document",
+                scale=alt.Scale(domain=[0, n - 1], nice=False) if n else alt.Undefined),
+        y=alt.Y("count:Q", title="count"),
         color=alt.Color("state:N", scale=alt.Scale(domain=["counted", "masked"], range=["#2171b5", "#bdbdbd"]),
                         legend=alt.Legend(title=None)),
         tooltip=["position", "token", "count", "state"],
-    ).properties(height=220)
+    ).properties(height=220, autosize=alt.AutoSizeParams(type="fit-x", contains="padding"))
 
 
 def _count_rule(frame: pd.DataFrame, rule: str | None) -> str:

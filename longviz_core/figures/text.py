@@ -127,6 +127,17 @@ def token_overlay_html(
     return "".join(out)
 
 
+def scale_max(tokens, values, mask=None) -> float:
+    """The value of full saturation: the largest |value| among tokens that are neither masked nor special.
+    <s> gathers most of the attention (hundreds of times a word's) and would take the whole colour scale, so
+    special tokens stay out of it even unmasked; their colour saturates. 0.0 when no token qualifies."""
+    vals = np.abs(np.asarray(values, dtype=np.float64).reshape(-1))  # (n,)
+    live = np.array([not is_special_token(str(t)) for t in tokens], dtype=bool) & np.isfinite(vals)
+    if mask is not None:
+        live &= ~np.asarray(mask, dtype=bool).reshape(-1)
+    return float(vals[live].max()) if live.any() else 0.0
+
+
 def _whitespace_html(ws: str) -> str:
     if not ws:
         return ""

@@ -70,15 +70,16 @@ def attention_sources(num_layers: int, layer_range: tuple[int, int] | None = Non
     return out
 
 
-def mask_for(tokens: Sequence[str], kinds: Sequence[str]) -> np.ndarray | None:
-    """build_mask over the chosen kinds (any of MASK_KINDS), True = masked; None when no kind is chosen."""
+def mask_for(tokens: Sequence[str], kinds: Sequence[str], **options) -> np.ndarray | None:
+    """build_mask over the chosen kinds (any of MASK_KINDS) and build_mask's `options` (numbers,
+    extra_stopwords), True = masked; None when no kind is chosen."""
     unknown = set(kinds) - set(MASK_KINDS)
     if unknown:
         raise SimilarityError(f"Unknown mask kind(s) {sorted(unknown)}; choose from {list(MASK_KINDS)}.")
     if not kinds:
         return None
     return build_mask(tokens, special="special" in kinds, nonalnum="nonalnum" in kinds,
-                      stopwords="stopwords" in kinds)
+                      stopwords="stopwords" in kinds, **options)
 
 
 # ------------------------------------------------------------------------------------------- Tables 1-2

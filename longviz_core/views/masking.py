@@ -11,6 +11,7 @@ not needed. docs/methods.md, "Masking", gives the rules and how they differ from
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Sequence
 from importlib import resources
 from typing import NamedTuple
@@ -93,19 +94,43 @@ def build_mask(
     stopwords: bool = True,
     special_tokens: Sequence[str] | None = None,
     scheme: Scheme | None = None,
+    numbers: bool = False,
+    extra_stopwords: Sequence[str] = (),
 ) -> np.ndarray:
-    """Union of the chosen masks (True = masked). special_tokens=None uses DEFAULT_SPECIAL_TOKENS."""
+    """Union of the chosen masks (True = masked). special_tokens=None uses DEFAULT_SPECIAL_TOKENS.
+
+    The paper's rule (§3.4) is the first three. Two options go beyond it, off by default, for scientific text
+    where "al", "et" and "7" are alphanumeric and not NLTK stopwords, so the rule keeps them: `numbers` masks
+    every word that is a number ("7", "1997", "3.5", "1,000", "20%"), `extra_stopwords` every word in that list
+    (case-insensitive). Both judge whole words, as the stopword mask does."""
     tokens, scheme = with_scheme(tokens, scheme)
     mask = np.zeros(len(tokens), dtype=bool)
     if special:
         mask |= _special(tokens, special_tokens)
-    if nonalnum or stopwords:
+    extra = frozenset(w.strip().lower() for w in extra_stopwords if w.strip())
+    if nonalnum or stopwords or numbers or extra:
         infos = [_info(t, scheme) for t in tokens]
         if nonalnum:
             mask |= _nonalnum(infos)
         if stopwords:
             mask |= _stopwords(infos, scheme)
+        for start, stop, word in (_words(infos, scheme) if numbers or extra else ()):
+            if (numbers and _NUMBER.fullmatch(word)) or word in extra or word.lstrip(_APOSTROPHES) in extra:
+                mask[start:stop] = True
     return mask
+
+
+_NUMBER = re.compile(r"[+-]?\d[\d.,]*%?")
+
+
+def _words(infos: list[_TokenInfo], scheme: Scheme):
+    """(start, stop, text) of every word: runs of tokens where each piece continues the previous one."""
+    start = 0
+    for i in range(1, len(infos) + 1):
+        if i < len(infos) and _continues(infos[i - 1], infos[i], scheme):
+            continue
+        yield start, i, "".join(info.text for info in infos[start:i])
+        start = i
 
 
 def _special(tokens: list[str], special_tokens: Sequence[str] | None) -> np.ndarray:

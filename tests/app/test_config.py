@@ -284,3 +284,21 @@ def test_local_mode_is_unchanged(monkeypatch):
     at.run()
     assert not at.exception and not at.error
     assert "limit=16384 steps=5000" in _shown(at) and len(at.selectbox(key="doc_mode").options) == 5
+
+
+def test_hosted_masking_defaults(hosted, tmp_path):
+    from pages._common import K
+    from tests.support.apps import app_test
+
+    path = hosted('mask_numbers = true\nextra_stopwords = ["et", " al "]\n')
+    cfg = load_config(path)
+    assert (cfg.mask_numbers, cfg.extra_stopwords) == (True, ("et", "al"))
+    assert (load_config(hosted()).mask_numbers, load_config(hosted()).extra_stopwords) == (False, ())
+    with pytest.raises(ConfigError, match="list of words"):
+        load_config(_write(tmp_path, MINIMAL + '[server]\nextra_stopwords = "et, al"\n'))
+    hosted('mask_numbers = true\nextra_stopwords = ["et", "al"]\n')
+    at = app_test()
+    at.run()
+    assert not at.exception
+    assert at.sidebar.toggle(key=K.MASK_NUMBERS).value is True
+    assert at.sidebar.text_input(key=K.EXTRA_STOPWORDS).value == "et, al"

@@ -66,7 +66,7 @@ def test_similarity_document_tables(similarity):
     table1 = at.dataframe[0].value
     assert len(table1) == 2 * 2 * 3  # final / all layers x scaled yes/no x masked no/zero/drop
     assert set(table1["Masked"]) == set(ag.MASK_MODES)
-    assert any(f"scaled by head importance: {IMPORTANCE_METHODS['t3vis']}" in c.value for c in at.caption)
+    assert any(f"Head importance: {IMPORTANCE_METHODS['t3vis']}" in c.value for c in at.caption)
     assert any("zero" in e.label for e in at.expander)
 
 
@@ -139,10 +139,10 @@ def _fkey(name):
 
 def test_faithfulness_document_every_option(faithfulness):
     at = faithfulness
-    table = at.dataframe[0].value
-    assert table["ranking"].tolist() == [fa.RANKING_LABELS[r] for r in fa.RANKINGS]
-    assert {"aopc@10%", "lodds", "flip_fraction", "aopc sd", "flip_rate"} <= set(table.columns)
-    assert table.set_index("ranking").loc["Random", "runs"] == len(fa.DEFAULT_SEEDS)
+    table = at.dataframe[0].value.set_index("number")  # a column per ranking, a row per number
+    assert table.columns.tolist() == [fa.RANKING_LABELS[r] for r in fa.RANKINGS]
+    assert {"aopc@10%", "lodds", "flip_fraction", "aopc sd", "flip_rate"} <= set(table.index)
+    assert table.loc["runs", "Random"] == len(fa.DEFAULT_SEEDS)
     assert [t.label for t in at.tabs] == ["AOPC", "LOdds", "probability", "first flip (exact scan)"]
     assert any("exact scan" in m.value for m in at.markdown)
     # each rerun reruns the deletion test, so options are changed several at a time: every value is still visited
@@ -160,7 +160,7 @@ def test_faithfulness_document_every_option(faithfulness):
             assert any(f"replaced by <{run['replacement']}>" in c.value for c in at.caption)
         assert any(IMPORTANCE_METHODS["t3vis"] in c.value for c in at.caption) == bool(run.get("scale"))
         if "seeds" in run:
-            assert at.dataframe[0].value.set_index("ranking").loc["Random", "runs"] == run["seeds"]
+            assert at.dataframe[0].value.set_index("number").loc["runs", "Random"] == run["seeds"]
     assert set(fa.REPLACEMENTS) == {"mask", "pad"}
 
 

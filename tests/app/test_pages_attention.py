@@ -135,13 +135,17 @@ def test_overlay_every_toggle(demo):
     at.multiselect(key=K.page("overlay", "layers")).set_value([0, 1]).run()
     at.multiselect(key=K.page("overlay", "heads")).set_value([2]).run()
     _ok(at)
-    before_mask = html()
+    masked = html()
+    assert any("lv-t lv-m" in h for h in masked)  # the paper's view: masking is on by default
+    at.toggle(key=K.page("overlay", "mask")).set_value(False).run()
+    _ok(at)
+    assert html() != masked and not any("lv-t lv-m" in h for h in html())
     at.toggle(key=K.page("overlay", "mask")).set_value(True).run()
     _ok(at)
-    assert html() != before_mask and any("lv-m" in h for h in html())
+    assert html() == masked
     at.checkbox(key=K.page("overlay", "scale")).check().run()
     _ok(at)
-    assert any(f"head importance: {IMPORTANCE_METHODS['t3vis']}" in c.value for c in at.caption)
+    assert any(f"Head importance: {IMPORTANCE_METHODS['t3vis']}" in c.value for c in at.caption)
     at.multiselect(key=K.page("overlay", "heads")).set_value([]).run()
     assert not at.exception
     assert any("at least one" in i.value for i in at.info)

@@ -3,12 +3,11 @@ demo, Integrated Gradients started where a page offers it, every mask and scale 
 page, and no exception or traceback anywhere (page or server log).
 
 Needs Debian's chromium + chromium-driver and selenium. Skipped when Chromium is absent, except in CI
-(CI=true), where its absence is a failure. Screenshots go to a temporary directory (printed); with
-LONGVIZ_UPDATE_SCREENSHOT=1 the document page at the default settings also replaces docs/screenshot.png."""
+(CI=true), where its absence is a failure. Screenshots go to a temporary directory (printed); the README's
+screenshot comes from test_pages_browser.py."""
 from __future__ import annotations
 
 import os
-import shutil
 import time
 
 import pytest
@@ -76,8 +75,6 @@ def test_every_page_in_a_real_browser(app_server, browser, tmp_path_factory):
     assert any(toggled for _, _, toggled, _ in report), "no page offered a mask or scale option"
     server_log = log.read_text()
     assert "Traceback" not in server_log, server_log[-3000:]
-    if os.environ.get("LONGVIZ_UPDATE_SCREENSHOT") == "1":
-        shutil.copy(shots / "readme.png", ROOT / "docs" / "screenshot.png")
 
 
 DOWNLOADS_APP = """

@@ -157,3 +157,90 @@ def open_app(driver, url: str) -> None:
     driver.get(url)
     wait_idle(driver)
 
+
+
+# ---- layout checks (issue 15): what a reader would see cut, squashed, hidden or overlapping
+LAYOUT_JS = r"""
+const out = [];
+const main = document.querySelector('[data-testid="stMain"]');
+const shown = el => { const r = el.getBoundingClientRect(); return r.width > 0 && r.height > 0; };
+// glyph boxes overhang their text a little: 4 px of slack
+const inside = (a, b) => a.left >= b.left - 4 && a.right <= b.right + 4
+                         && a.top >= b.top - 4 && a.bottom <= b.bottom + 4;
+const meet = (a, b) => Math.min(a.right, b.right) - Math.max(a.left, b.left) > 1
+                       && Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top) > 1;
+const visibleText = t => t.textContent.trim() && t.getAttribute('opacity') !== '0' && shown(t);
+main.querySelectorAll('[data-testid="stVegaLiteChart"]').forEach((chart, i) => {
+  const svg = chart.querySelector('svg.marks');
+  if (!svg || !shown(chart)) return;
+  const box = svg.getBoundingClientRect();
+  const title = svg.querySelector('.role-title-text text');
+  const name = `chart ${i} "${title ? title.textContent : ''}"`;
+  if (box.width < 250 || box.height < 150) out.push(`${name}: ${Math.round(box.width)} x ${Math.round(box.height)} px`);
+  if (box.right > main.getBoundingClientRect().right + 1) out.push(`${name}: runs off the page's right edge`);
+  let plot = null;
+  svg.querySelectorAll('path.background').forEach(p => {
+    if (p.closest('.role-axis, .role-legend, .role-title')) return;
+    const r = p.getBoundingClientRect();
+    if (!plot || r.width * r.height > plot.width * plot.height) plot = r;
+  });
+  if (plot && (plot.width < 120 || plot.height < 60))
+    out.push(`${name}: plot area squashed to ${Math.round(plot.width)} x ${Math.round(plot.height)} px`);
+  svg.querySelectorAll('text').forEach(t => {
+    if (!visibleText(t)) return;
+    if (!inside(t.getBoundingClientRect(), box)) out.push(`${name}: text "${t.textContent}" outside the chart`);
+    if (t.textContent.endsWith('…')) out.push(`${name}: text "${t.textContent}" cut`);
+  });
+  svg.querySelectorAll('.role-axis').forEach(axis => {
+    const labels = [...axis.querySelectorAll('.role-axis-label text')].filter(visibleText);
+    const rects = labels.map(t => t.getBoundingClientRect());
+    for (let a = 0; a < rects.length; a++) for (let b = a + 1; b < rects.length; b++)
+      if (meet(rects[a], rects[b]))
+        out.push(`${name}: axis labels "${labels[a].textContent}" and "${labels[b].textContent}" overlap`);
+    axis.querySelectorAll('.role-axis-title text').forEach(t => {
+      if (rects.some(r => meet(r, t.getBoundingClientRect())))
+        out.push(`${name}: axis title "${t.textContent}" overlaps its labels`);
+    });
+  });
+});
+main.querySelectorAll('[data-testid="stDataFrame"]').forEach((frame, i) => {
+  if (!shown(frame)) return;
+  const grid = frame.querySelector('[aria-rowcount]');
+  const scroller = frame.querySelector('.dvn-scroller');
+  if (!grid || !scroller) return;
+  const rows = Number(grid.getAttribute('aria-rowcount')) - 1;
+  if (rows > 30) return;
+  if (scroller.scrollHeight > scroller.clientHeight + 2)
+    out.push(`table ${i} (${rows} rows): rows hidden below a scroll`);
+  if (scroller.scrollWidth > scroller.clientWidth + 2) out.push(`table ${i} (${rows} rows): columns cut`);
+});
+main.querySelectorAll('[data-testid="stMetricValue"] > div').forEach(v => {
+  if (v.scrollWidth > v.clientWidth + 1) out.push(`metric "${v.textContent}" cut`);
+});
+return out;
+"""
+
+
+def layout_problems(driver) -> list[str]:
+    """Charts under 250 x 150 px or with a squashed plot area, chart text outside the chart, cut ('…') or
+    overlapping axis labels, tables of up to 30 rows with hidden rows or columns, cut metric values."""
+    return driver.execute_script(LAYOUT_JS)
+
+
+def visible_tabs(driver) -> list:
+    from selenium.webdriver.common.by import By
+
+    return [t for t in driver.find_elements(By.CSS_SELECTOR, '[data-testid="stMain"] [role="tab"]')
+            if t.is_displayed()]
+
+
+def full_page_screenshot(driver, path, width: int, height: int = 1400, limit: int = 9000) -> None:
+    """The whole page: the window grown to the main area's height for the shot, then back to `height`."""
+    import time
+
+    tall = driver.execute_script(
+        'const m = document.querySelector(\'[data-testid="stMain"]\'); return m ? m.scrollHeight : 0;')
+    driver.set_window_size(width, min(max(height, int(tall) + 80), limit))
+    time.sleep(1.0)  # charts re-layout to the new viewport
+    driver.save_screenshot(str(path))
+    driver.set_window_size(width, height)

@@ -502,14 +502,15 @@ def test_rule_names_and_chart_titles(analysis, topk64):
     for rule in RULES:
         frame = token_counts(analysis, 5, by="position", topk=topk64, rule=rule)
         spec = fig.counts_bar_chart(frame, "attended · by position").to_dict()
-        assert spec["encoding"]["x"]["title"] == COUNT_MEANINGS[rule]
+        assert spec["encoding"]["x"]["title"] == "count"  # short enough for a half-width chart at 1,024 px
+        assert spec["encoding"]["tooltip"][-1]["title"] == f"count ({COUNT_MEANINGS[rule]})"
         assert COUNT_RULES[rule] in str(spec["title"])
         inst = instance_counts(analysis, "model", 5, topk=topk64, rule=rule)
         spec = fig.instances_chart(inst, "'model'").to_dict()
-        assert spec["encoding"]["y"]["title"] == COUNT_MEANINGS[rule]
+        assert spec["title"]["subtitle"] == [f"count = {COUNT_MEANINGS[rule]},", f"counted {COUNT_RULES[rule]}"]
     plain = pd.DataFrame({"token": ["a"], "count": [1]})  # a table without a rule: the default rule, named
     spec = fig.counts_bar_chart(plain, rule="per_head").to_dict()
-    assert spec["encoding"]["x"]["title"] == COUNT_MEANINGS["per_head"]
+    assert spec["encoding"]["tooltip"][-1]["title"] == f"count ({COUNT_MEANINGS['per_head']})"
     with pytest.raises(ValueError, match="rule"):
         fig.counts_bar_chart(plain, rule="sometimes")
 

@@ -1,0 +1,74 @@
+"""Issue 15's acceptance in a real browser: every page through its main flows (the per-document jobs run, every
+tab opened) at 1,440 and 1,024 px, checked from the DOM and the charts' SVG: every chart at least 250 x 150 px
+with a plot area that is not squashed, no chart text cut, outside its chart or overlapping another axis label,
+every table of up to 30 rows whole, no metric value cut, no traceback. A full-page screenshot of every page at
+both widths goes to $LONGVIZ_SCREENSHOTS (or a temporary directory, printed); with LONGVIZ_UPDATE_SCREENSHOT=1
+the attribution page at 1,440 px replaces docs/screenshot.png."""
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from support.browser import (
+    click_run_buttons,
+    full_page_screenshot,
+    layout_problems,
+    page_files,
+    problems,
+    visible_tabs,
+    wait_idle,
+)
+from support.servers import ROOT
+
+pytestmark = pytest.mark.browser
+
+WIDTHS = (1440, 1024)
+HEIGHT = 1400
+MAX_TOKENS = 128  # short documents keep IG and the deletion test quick on a CPU
+README_SHOT = ("attribution", 1440)
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory) -> Path:
+    folder = os.environ.get("LONGVIZ_SCREENSHOTS")
+    path = Path(folder) if folder else tmp_path_factory.mktemp("screenshots")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _url(base: str, page_file: str) -> str:
+    stem = Path(page_file).stem
+    return f"{base}/{'' if page_file == page_files()[0] else stem}?max_tokens={MAX_TOKENS}"
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_every_page_reads_at_this_width(app_server, browser, shots, width):
+    base, log = app_server
+    browser.set_window_size(width, HEIGHT)
+    found, report = [], []
+    for page_file in page_files():
+        name = Path(page_file).stem
+        started = time.monotonic()
+        browser.get(_url(base, page_file))
+        wait_idle(browser)
+        clicked = click_run_buttons(browser)
+        assert not problems(browser), (name, width, problems(browser))
+        tabs = visible_tabs(browser)
+        found += [f"{name} @ {width}: {p}" for p in layout_problems(browser)]
+        full_page_screenshot(browser, shots / f"{name}-{width}.png", width, HEIGHT)
+        for i in range(1, len(tabs)):  # the first tab is open; charts in the others draw when shown
+            browser.execute_script("arguments[0].scrollIntoView({block: 'center'});", visible_tabs(browser)[i])
+            visible_tabs(browser)[i].click()
+            time.sleep(0.5)
+            found += [f"{name} @ {width}, tab {i}: {p}" for p in layout_problems(browser)]
+        assert not problems(browser), (name, width, problems(browser))
+        report.append(f"{name} @ {width}: ran {clicked or '-'}, {len(tabs)} tabs, {time.monotonic() - started:.0f} s")
+    print(f"\nscreenshots in {shots}\n  " + "\n  ".join(report))
+    assert not found, "\n".join(found)
+    assert "Traceback" not in log.read_text()
+    if os.environ.get("LONGVIZ_UPDATE_SCREENSHOT") == "1" and width == README_SHOT[1]:
+        shutil.copy(shots / f"{README_SHOT[0]}-{width}.png", ROOT / "docs" / "screenshot.png")
