@@ -56,8 +56,8 @@ def _bad_inputs(files):
          _message(lambda: lv.load_dataset(str(files / "nothing.csv")))),
         ("false negative of an unlabelled dataset", {K.DATASET_KIND: "file path", K.DOC_MODE: "random false negative",
                                                      K.DATASET_PATH: str(files / "unlabelled.csv")},
-         "A 'false negative' needs a labelled dataset: this one has no label column. Choose the document by index, "
-         "or a dataset with labels."),
+         "A false negative needs a labelled dataset (a label column), and this one has no labels: choose a labelled "
+         "dataset, or pick the document by index or as the most confident positive."),
     ]
 
 
