@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 import scipy.stats
 
-from .._disk import JsonStore, digest, document_key
+from .._disk import JsonStore, bytes_digest, digest
 from ..attribution.explainers import EXPLAINERS, Explanation, explain
 from ..errors import LongvizError
 from ..model.analysis import DocumentAnalysis, analyze
@@ -323,7 +323,7 @@ def leaderboard_runs(
     store = JsonStore("leaderboard", cache_dir)
     frames, hits, started = [], 0, time.monotonic()
     for i, text in enumerate(texts):
-        key = document_key(settings, text)
+        key = digest({**settings, "text": bytes_digest(str(text).encode())})
         rows = store.get(key)
         if rows is None:
             eta = eta_text(started, i - hits, len(texts) - hits)
