@@ -212,7 +212,6 @@ def _planted(model, analysis) -> lv.Explanation:
     return lv.Explanation("planted class words", y, scores, 0.0, None)
 
 
-@pytest.mark.slow
 def test_explainers_that_know_the_answer_beat_random(demo_model, demo_dataset):
     """Acceptance: on a demo paper whose decision can flip (an artificial-intelligence paper; the other class is
     what an all-<mask> document gets, see test_faithfulness), deleting the planted class words, or the top
