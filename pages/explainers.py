@@ -23,6 +23,17 @@ FORMATS = {c: st.column_config.NumberColumn(format="%.4f") for c in
 FORMATS.update({"seconds": st.column_config.NumberColumn(format="%.3f"),
                 "peak MB": st.column_config.NumberColumn(format="%.1f")})
 
+
+def stop_until_clicked(label: str, wanted) -> None:
+    """Results stay on screen while other widgets change: the page stops until `label` is clicked for these
+    settings (`wanted`, any value with a stable repr); other settings ask for a new click."""
+    key = K.page(P, "computed")
+    if st.button(label, key=K.page(P, "run_dataset")):
+        st.session_state[key] = repr(wanted)
+    if st.session_state.get(key) != repr(wanted):
+        st.stop()
+
+
 st.title("Explainers: which explanation can you trust?")
 with common.guard():
     model, analysis, label, description = common.current_analysis()
@@ -95,7 +106,7 @@ if scope == "this document":
         seconds = attr.estimate_ig_seconds(model, analysis.n, steps, on_wait=common.queue_notice())
         note += f", Integrated Gradients about {format_seconds(seconds)} ({steps} steps)"
     st.info(note + ".")
-    common.stop_until_clicked(P, "Run the explainers and the deletion test", (
+    stop_until_clicked("Run the explainers and the deletion test", (
         model.fingerprint, analysis.key, settings))
 
     def explanation(method):
@@ -139,7 +150,7 @@ else:
     st.info("Every uncached document runs each explainer and its deletion test (up to one forward per text token "
             "and ranking); cached documents are instant, and an interrupted run resumes.")
     meta = common.export_settings(model, description, scope=scope, documents=count, **settings)
-    common.stop_until_clicked(P, "Compute the dataset leaderboard", (
+    stop_until_clicked("Compute the dataset leaderboard", (
         model.fingerprint, lv.dataset_fingerprint(df), count, settings, common.max_tokens(model)))
     with common.guard():
         runs, hits = lb.leaderboard_runs(model, texts, methods, target, max_tokens=common.max_tokens(model),

@@ -323,7 +323,7 @@ def leaderboard_runs(
     store = JsonStore("leaderboard", cache_dir)
     frames, hits, started = [], 0, time.monotonic()
     for i, text in enumerate(texts):
-        key = digest({**settings, "text": bytes_digest(text.encode())})
+        key = digest({**settings, "text": bytes_digest(str(text).encode())})
         rows = store.get(key)
         if rows is None:
             eta = eta_text(started, i - hits, len(texts) - hits)

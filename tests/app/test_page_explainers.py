@@ -60,6 +60,7 @@ def _same(view: pd.DataFrame, cli: pd.DataFrame):
     assert cli.loc["random", "runs"] == 5 and cli.loc["random", "aopc_sd"] > 0  # random: mean ± sd over 5 seeds
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scope", ["this document", "dataset"])
 def test_page_leaderboard_equals_the_command_line(demo, tmp_path, scope):
     p = "explainers"
