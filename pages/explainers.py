@@ -18,10 +18,11 @@ common.run_through_app()
 
 K, P = common.K, "explainers"
 SCAN_LIMITS = {"100 % (every count)": 1.0, "50 %": 0.5, "20 %": 0.2, "10 %": 0.1}
-FORMATS = {c: st.column_config.NumberColumn(format="%.4f") for c in
-           ("AOPC", "AOPC sd (seeds)", "LOdds", "LOdds sd (seeds)", "first flip", "flip rate")}
-FORMATS.update({"seconds": st.column_config.NumberColumn(format="%.3f"),
-                "peak MB": st.column_config.NumberColumn(format="%.1f")})
+# On screen: the columns that fit at 1,024 px (random's spread is stated beside the table, the measured cost is
+# the seconds); the expander and the CSV have every column at full precision.
+FORMATS = {c: st.column_config.NumberColumn(c, format="%.3f", width="small") for c in ("AOPC", "LOdds", "first flip")}
+FORMATS["seconds"] = st.column_config.NumberColumn("seconds", format="%.2f", width="small")
+FORMATS.update({c: None for c in ("method", "AOPC sd (seeds)", "LOdds sd (seeds)", "flip rate", "peak MB", "cost")})
 
 
 def stop_until_clicked(label: str, wanted) -> None:
@@ -83,7 +84,9 @@ settings = dict(methods=methods, target=target, rank_by=rank_by, replacement=rep
 def show_leaderboard(runs, meta, title):
     table = lb.summarise(runs)
     st.subheader(title)
-    export.table(fig.leaderboard_view(table), "explainer leaderboard", model, meta, column_config=FORMATS)
+    view = fig.leaderboard_view(table)
+    common.table(view, "explainer leaderboard", model, meta, column_config=FORMATS)
+    st.caption(fig.random_floor(view))
     with st.expander("Every number (AOPC and LOdds at each k, sds)"):
         export.table(table, "explainer leaderboard every number", model, meta)
     tabs = st.tabs(["AOPC", "LOdds", "first flip (exact scan)", "runs"])
@@ -93,7 +96,8 @@ def show_leaderboard(runs, meta, title):
                      meta, where=tab)
     export.chart(fig_faith.flip_chart(lb.flips(runs), max_removed=max_removed), "explainer decision flips", model,
                  meta, where=tabs[2])
-    export.table(runs, "explainer runs", model, meta, where=tabs[3])
+    shown = ["doc"] * ("doc" in runs) + ["label", "seed", "aopc", "lodds", "first_flip", "seconds"]
+    common.table(runs[shown], "explainer runs", model, meta, where=tabs[3], download=runs)  # every column in the CSV
 
 
 if scope == "this document":

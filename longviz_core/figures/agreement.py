@@ -105,7 +105,7 @@ def flip_chart(flips: pd.DataFrame,
     data["row"] = data["ranking"].map(names)
     order = [names[r] for r in _order(data["ranking"])]
     drawn = data[data["flip_fraction"].notna()]
-    y = alt.Y("row:N", sort=order, title=None)
+    y = alt.Y("row:N", sort=order, title=None, axis=alt.Axis(labelLimit=0))  # ranking names are never cut
     x = alt.X("flip_fraction:Q", scale=alt.Scale(domain=[0, 1]),
               title="fraction of text tokens removed (lower = the ranking finds the decision faster)")
     dots = alt.Chart(drawn).mark_circle(size=60, opacity=0.6).encode(

@@ -45,6 +45,17 @@ def leaderboard_view(table: pd.DataFrame) -> pd.DataFrame:
     })
 
 
+def random_floor(view: pd.DataFrame) -> str:
+    """The floor to beat, in words, from leaderboard_view's table: random's mean ± sd over its seeds."""
+    rows = view[view["method"] == "random"]
+    if rows.empty:
+        return "Random was not run: there is no floor to compare with."
+    r = rows.iloc[0]
+    return (f"Random, the floor to beat (mean ± sd over seeds): AOPC {r['AOPC']:.3f} ± {r['AOPC sd (seeds)']:.3f}, "
+            f"LOdds {r['LOdds']:.3f} ± {r['LOdds sd (seeds)']:.3f}, first flip {r['first flip']:.3f}. Peak memory, "
+            "flip rates and every sd: 'Every number' below and the CSV.")
+
+
 def agreement_heatmap(matrix: pd.DataFrame, metric: str = "kendall_tau", title: str | None = None,
                       labels: dict[str, str] | None = None) -> alt.Chart:
     """A square heatmap of leaderboard.agreement_matrix (rows and columns: explainers, named by `labels`, method
@@ -60,7 +71,9 @@ def agreement_heatmap(matrix: pd.DataFrame, metric: str = "kendall_tau", title: 
                          "value": values.ravel()})
     data["text"] = [f"{v:.2f}" if np.isfinite(v) else "—" for v in data["value"]]
     lo = -1.0 if metric == "kendall_tau" else 0.0
-    base = alt.Chart(data).encode(x=alt.X("b:N", sort=names, title=None), y=alt.Y("a:N", sort=names, title=None))
+    # explainer names are long: never cut; the columns' names upright, so each stays within its cell's width
+    base = alt.Chart(data).encode(x=alt.X("b:N", sort=names, title=None, axis=alt.Axis(labelLimit=0, labelAngle=-90, labelOverlap=False)),
+                                  y=alt.Y("a:N", sort=names, title=None, axis=alt.Axis(labelLimit=0)))
     rect = base.mark_rect().encode(
         color=alt.condition("isValid(datum.value) && isFinite(datum.value)",
                             alt.Color("value:Q", title=METRIC_TITLES[metric],

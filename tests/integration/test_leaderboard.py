@@ -174,6 +174,11 @@ def test_figures_from_runs(tiny_longformer, doc):
     assert flip_chart(lb.flips(runs)).to_dict()
     view = fig.leaderboard_view(lb.summarise(runs))
     assert view["explainer"].iloc[0].startswith("★ ") and not view["explainer"].iloc[1].startswith("★")
+    seeds = runs[runs["method"] == "random"]  # the floor in words: the mean and population sd over the seeds
+    floor = fig.random_floor(view)
+    assert f"AOPC {seeds['aopc'].mean():.3f} ± {seeds['aopc'].std(ddof=0):.3f}" in floor
+    assert f"LOdds {seeds['lodds'].mean():.3f} ± {seeds['lodds'].std(ddof=0):.3f}" in floor
+    assert "not run" in fig.random_floor(view[view["method"] != "random"])
     scores = fig.scores_table(doc.tokens, {"gae": lv.explain(tiny_longformer, doc, "gae")})
     assert list(scores.columns) == ["position", "token", "gae"] and len(scores) == doc.n
     header = fig.explainer_header_html("GAE", "Chefer et al.", "class_1", "class_0", 0.7, None)
