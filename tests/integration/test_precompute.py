@@ -420,14 +420,17 @@ def test_app_shows_the_dataset_grid_from_a_store_made_by_the_command(demo, tmp_p
 
     stores = tmp_path / "stores"
     assert main(["precompute", "--model", "demo", "--dataset", "demo", "--what", "attention", "--limit", "3",
-                 "--out", str(stores / "demo-attention")]) == 0
+                 "--max-tokens", "512", "--out", str(stores / "demo-attention")]) == 0
     monkeypatch.setenv("LONGVIZ_STORE_DIR", str(stores))
 
     def no_computing(*args, **kwargs):
         raise AssertionError("the page computed the dataset grid instead of reading the store")
 
     monkeypatch.setattr(pooling, "pool_dataset", no_computing)
+    from pages._common import K
+
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
+    at.session_state[K.MAX_TOKENS] = 512  # the store's length: a store made for another length is not served
     at.run()
     at.switch_page("pages/heatmap_grid.py").run()
     at.radio(key="heatmap.scope").set_value("dataset").run()

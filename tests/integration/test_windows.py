@@ -195,9 +195,11 @@ def test_attention_pages_on_a_per_layer_window_model(layered_longformer, tmp_pat
     """The heatmap grid (document and dataset scope), token counts and overlay pages run on the model, and
     the grid names the selected layer's own window."""
     from streamlit.testing.v1 import AppTest
-    from test_pages_attention import APP, _ok
-
     from pages._common import K
+    from support.apps import APP
+
+    def _ok(at):
+        assert not at.exception and not at.error, [e.value for e in (*at.exception, *at.error)]
 
     csv = tmp_path / "data.csv"
     pd.DataFrame({"text": [text_of(37), text_of(90)], "label": [0, 1]}).to_csv(csv, index=False)
@@ -213,6 +215,10 @@ def test_attention_pages_on_a_per_layer_window_model(layered_longformer, tmp_pat
         _ok(at)
         assert any(f"layer {layer + 1}'s sliding window (±{w_l} tokens)" in c.value for c in at.caption)
     at.radio(key=K.page("heatmap", "scope")).set_value("dataset").run()
+    _ok(at)
+    for button in at.button:  # the dataset grid is computed into the local store on a click
+        if button.key == K.page("heatmap", "run_dataset"):
+            button.click().run()
     _ok(at)
     assert len(at.get("image")) == 1
     for page, title in (("token_counts", "Token counts"), ("attention_overlay", "Summed attention")):
