@@ -195,6 +195,7 @@ def test_attention_pages_on_a_per_layer_window_model(layered_longformer, tmp_pat
     """The heatmap grid (document and dataset scope), token counts and overlay pages run on the model, and
     the grid names the selected layer's own window."""
     from streamlit.testing.v1 import AppTest
+
     from pages._common import K
     from support.apps import APP
 
