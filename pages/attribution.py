@@ -3,11 +3,9 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-import longviz_core as lv
 from longviz_core import attribution as ig
 from longviz_core import cache
-from longviz_core.figures.explainers import explainer_header_html
-from longviz_core.figures.text import attribution_header_html, legend_html, scale_max, token_overlay_html
+from longviz_core.figures.text import legend_html, scale_max, token_overlay_html
 from longviz_core.progress import format_seconds
 from longviz_core.tokens import token_label
 from longviz_core.views import attribution_tables as tables
@@ -16,6 +14,7 @@ from pages import _common as common
 from pages import _dataset as dataset
 from pages import _export as export
 from pages import _labels as labels
+from pages import _overlay as overlay
 from pages import _state as state
 from pages._common import K
 
@@ -28,35 +27,6 @@ with common.guard():
 ss = st.session_state
 name = analysis.label_name
 changed = state.new_document(P, analysis)  # the class and the selected token start afresh on a new document
-
-
-def table(df: pd.DataFrame, title: str, file: str, selectable: bool = False) -> None:
-    st.markdown(f"**{title}**")
-    key = K.page(P, "t_" + file)
-    if selectable:  # a click on a row picks that token (st.html overlays cannot report clicks)
-        state.table_selection(key, df["position"], pos)
-        common.table(df, file, model, meta, key=key, on_select=lambda: pick_row(key, df), selection_mode="single-row")
-    else:
-        common.table(df, file, model, meta)
-
-
-def pair(df: pd.DataFrame, col: str, title: str, file: str, selectable: bool = False) -> None:
-    """Two tables side by side: the 10 largest positive and the 10 largest negative values of `col`, then every
-    row as one CSV."""
-    left, right = st.columns(2)
-    with left:
-        table(df[df[col] > 0].head(10), f"{title}: top 10 positive", f"{file}_positive", selectable)
-    with right:
-        neg = df[df[col] < 0].iloc[::-1].head(10).reset_index(drop=True)
-        table(neg, f"{title}: top 10 negative", f"{file}_negative", selectable)
-    st.caption(f"All rows: {title}")
-    export.download_table(df, f"{file}_all", model, meta)
-
-
-def pick_row(key: str, df: pd.DataFrame) -> None:
-    rows = ss[key].selection.rows
-    if rows:
-        state.pick(P, df["position"].iloc[rows[0]])
 
 
 c1, c2, c3 = st.columns(3)
@@ -111,37 +81,14 @@ labels.caption(labels.explained(name(attr.target)), labels.scores(), sections=("
 masked = st.toggle("Mask special tokens, punctuation and stopwords", **K.option(P, "mask"))
 mask = build_mask(analysis.tokens, **common.mask_options()) if masked else None
 # ---- the overlay: Integrated Gradients, or any explainer of the Explainers page for the same class
-explainer = st.selectbox("Overlay explainer", list(lv.EXPLAINERS), format_func=lambda m: lv.EXPLAINERS[m].label,
-                         **K.option(P, "explainer"), help="Scores of the class explained above; the tables below "
-                                                          "stay Integrated Gradients'. Definitions: docs/methods.md, "
-                                                          "Explainers.")
-if explainer == "ig":
-    scores, overlay_name, column = attr.scores, "attribution overlay", "attribution"
-    legend = f"Attribution to '{name(attr.target)}' (L2-normalised)"
-else:
-    with common.guard():
-        shown = cache.derived(analysis, "explanation", lambda a, **kw: lv.explain(
-            model, a, explainer, int(target), progress=common.progress_bar(lv.EXPLAINERS[explainer].label),
-            on_wait=common.queue_notice()), method=explainer, target=int(target))
-    scores, overlay_name, column = shown.scores, f"{explainer} overlay", explainer
-    legend = f"{shown.label} scores for '{name(shown.target)}'"
-    st.caption(f"Overlay: {shown.label} ({lv.EXPLAINERS[explainer].source}), computed in {shown.seconds:.2f} s.")
-vmax = scale_max(analysis.tokens, scores, mask)
+shown = overlay.overlay_scores(P, model, analysis, attr, label)
+vmax = scale_max(analysis.tokens, shown.scores, mask)
 pos = state.selected_token(st, P, analysis.n, int(attr.scores.argmax()))
 values = pd.DataFrame({"position": np.arange(analysis.n), "token": [token_label(t) for t in analysis.tokens],
-                       column: scores, "masked": mask if mask is not None else np.zeros(analysis.n, bool)})
-if explainer == "ig":
-    header = attribution_header_html(name(label) if label is not None else None, name(analysis.predicted),
-                                     analysis.probs[analysis.predicted], name(attr.target), attr.total,
-                                     attr.prob_input, attr.prob_baseline, attr.weak_explanation)
-else:
-    header = explainer_header_html(shown.label, lv.EXPLAINERS[explainer].source, name(shown.target),
-                                   name(analysis.predicted), analysis.probs[analysis.predicted],
-                                   name(label) if label is not None else None)
-    st.html(header)
-export.overlay(token_overlay_html(analysis.tokens, scores, mask=mask, vmax=vmax, selected=int(pos)), values,
-               overlay_name, model, {**meta, "masked": masked, "explainer": explainer}, height=460,
-               header_html=header, legend_html=legend_html("diverging", vmax=vmax, label=legend))
+                       shown.column: shown.scores, "masked": mask if mask is not None else np.zeros(analysis.n, bool)})
+export.overlay(token_overlay_html(analysis.tokens, shown.scores, mask=mask, vmax=vmax, selected=int(pos)), values,
+               shown.name, model, {**meta, "masked": masked, "explainer": shown.method}, height=460,
+               header_html=shown.header, legend_html=legend_html("diverging", vmax=vmax, label=shown.legend))
 
 # ---- the selected token
 d = tables.token_detail(analysis, attr, int(pos))
@@ -156,9 +103,10 @@ t[3].metric("Received attention (all layers, heads)", f"{d['received_attention']
 labels.caption(labels.explained(name(attr.target)), labels.scores(), "tables below", sections=("tables", "scores"))
 ranked = tables.top_attributions(analysis.tokens, attr.scores, analysis.n, "positive", mask)
 negative = tables.top_attributions(analysis.tokens, attr.scores, analysis.n, "negative", mask)
-pair(pd.concat([ranked, negative.iloc[::-1]], ignore_index=True), "attribution", "Tokens", "tokens", selectable=True)
-pair(tables.attribution_by_token(analysis.tokens, attr.scores, mask), "attribution",
-     "Token types (sum over the document)", "token_types")
+overlay.token_table_pair(P, pd.concat([ranked, negative.iloc[::-1]], ignore_index=True), "attribution", "Tokens",
+                         "tokens", model, meta, selected=int(pos))
+overlay.token_table_pair(P, tables.attribution_by_token(analysis.tokens, attr.scores, mask), "attribution",
+                         "Token types (sum over the document)", "token_types", model, meta)
 
 # ---- dataset-wide average by token type
 st.subheader("Dataset-wide attribution by token type")
@@ -189,4 +137,5 @@ with common.guard():  # the mask toggle above applies here too
                     lambda: store.dataset_attributions(int(target), masked=bool(masked), min_docs=min_docs))
 meta = {**meta, "dataset_documents": ds.n_docs, "dataset_steps": ds_steps, "masked": masked, "min_docs": min_docs}
 st.caption(ds.description())
-pair(ds.table, "mean_attribution", ds.title(name(ds.target)), "dataset_token_types")
+overlay.token_table_pair(P, ds.table, "mean_attribution", ds.title(name(ds.target)), "dataset_token_types", model,
+                         meta)

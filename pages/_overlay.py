@@ -1,0 +1,84 @@
+"""The attribution page's shared pieces: the overlay's scores (Integrated Gradients', or any explainer's for the
+same class, with the header naming it) and the top-10 token tables whose rows select a token."""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+import longviz_core as lv
+from longviz_core import cache
+from longviz_core.figures.explainers import explainer_header_html
+from longviz_core.figures.text import attribution_header_html
+from pages import _common as common
+from pages import _export as export
+from pages import _state as state
+from pages._keys import K
+
+
+class OverlayScores(NamedTuple):
+    method: str
+    scores: np.ndarray  # (n,) one score per token, special tokens included
+    name: str  # the export's name
+    column: str  # the scores' column in the exported table
+    legend: str
+    header: str  # HTML: the paper's header for IG, the explainer's otherwise
+
+
+def overlay_scores(page: str, model: lv.LoadedModel, analysis, attr, label) -> OverlayScores:
+    """A selectbox of every explainer; the chosen one's scores for the class `attr` explains (IG: `attr`'s)."""
+    name = analysis.label_name
+    method = st.selectbox("Overlay explainer", list(lv.EXPLAINERS), format_func=lambda m: lv.EXPLAINERS[m].label,
+                          **K.option(page, "explainer"), help="Scores of the class explained above; the tables "
+                                                              "below stay Integrated Gradients'. Definitions: "
+                                                              "docs/methods.md, Explainers.")
+    true_label = name(label) if label is not None else None
+    if method == "ig":
+        header = attribution_header_html(true_label, name(analysis.predicted), analysis.probs[analysis.predicted],
+                                         name(attr.target), attr.total, attr.prob_input, attr.prob_baseline,
+                                         attr.weak_explanation)
+        return OverlayScores(method, attr.scores, "attribution overlay", "attribution",
+                             f"Attribution to '{name(attr.target)}' (L2-normalised)", header)
+    with common.guard():
+        shown = cache.derived(analysis, "explanation", lambda a, **kw: lv.explain(
+            model, a, method, int(attr.target), progress=common.progress_bar(lv.EXPLAINERS[method].label),
+            on_wait=common.queue_notice()), method=method, target=int(attr.target))
+    st.caption(f"Overlay: {shown.label} ({lv.EXPLAINERS[method].source}), computed in {shown.seconds:.2f} s.")
+    header = explainer_header_html(shown.label, lv.EXPLAINERS[method].source, name(shown.target),
+                                   name(analysis.predicted), analysis.probs[analysis.predicted], true_label)
+    st.html(header)
+    return OverlayScores(method, shown.scores, f"{method} overlay", method,
+                         f"{shown.label} scores for '{name(shown.target)}'", header)
+
+
+def token_table_pair(page: str, df: pd.DataFrame, col: str, title: str, file: str, model, meta: dict,
+                     selected: int | None = None) -> None:
+    """Two tables side by side: the 10 largest positive and the 10 largest negative values of `col`, then every
+    row as one CSV. With `selected` (a token position), a click on a row selects that row's token."""
+    left, right = st.columns(2)
+    with left:
+        _table(page, df[df[col] > 0].head(10), f"{title}: top 10 positive", f"{file}_positive", model, meta,
+               selected)
+    with right:
+        neg = df[df[col] < 0].iloc[::-1].head(10).reset_index(drop=True)
+        _table(page, neg, f"{title}: top 10 negative", f"{file}_negative", model, meta, selected)
+    st.caption(f"All rows: {title}")
+    export.download_table(df, f"{file}_all", model, meta)
+
+
+def _table(page: str, df: pd.DataFrame, title: str, file: str, model, meta: dict, selected: int | None) -> None:
+    st.markdown(f"**{title}**")
+    if selected is None:
+        common.table(df, file, model, meta)
+        return
+    key = K.page(page, "t_" + file)  # a click on a row picks that token (st.html overlays cannot report clicks)
+    state.table_selection(key, df["position"], selected)
+
+    def pick_row() -> None:
+        rows = st.session_state[key].selection.rows
+        if rows:
+            state.pick(page, df["position"].iloc[rows[0]])
+
+    common.table(df, file, model, meta, key=key, on_select=pick_row, selection_mode="single-row")
