@@ -43,8 +43,8 @@ def class_target(where, page: str, analysis, changed: bool, help: str = "") -> i
         ss[key] = analysis.predicted
     target = where.selectbox("Attribution label (class explained)", range(len(names)), format_func=names.__getitem__,
                              key=key, help=help)
-    where.checkbox("Pin the class across documents", key=pin,
-                   help="Unticked, a new document starts from its predicted class.")
+    where.checkbox("Pin the class", key=pin,  # short: the column is narrow at 1,024 px
+                   help="Keep this class across documents. Unticked, a new document starts from its predicted class.")
     st.query_params[TARGET_PARAM] = names[target]
     return int(target)
 
