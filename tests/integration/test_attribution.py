@@ -403,7 +403,10 @@ def test_internal_batch_size_formula(steep, monkeypatch):
     ({4: 1.0}, 8),  # the only size timed: try twice as many
     ({2: 1.5, 4: 1.0}, 8),  # the doubling to 4 gained 1.5x: keep climbing
     ({2: 1.02, 4: 1.0}, 4),  # it gained 2 %: stay
-    ({4: 1.0, 8: 1.3}, 4),  # 8 was slower: back to the fastest
+    ({4: 1.0, 8: 1.3}, 2),  # 8 was slower and 4 is the smallest timed: try 2
+    ({2: 1.1, 4: 1.0, 8: 1.3}, 4),  # both neighbours timed and slower: stay at the fastest
+    ({2: 0.9, 4: 1.0, 8: 1.3}, 1),  # smaller keeps gaining: try 1
+    ({1: 1.0, 2: 1.1}, 1),  # one step per batch is the floor
     ({8: 1.0, 16: 0.9, 1: 3.0}, 10),  # the fastest is the largest timed: its doubling capped at a quarter of 40
     ({10: 1.0, 1: 3.0}, 10),  # at the cap already
     ({64: 0.5, 4: 1.0}, 8),  # sizes above the cap are not candidates
