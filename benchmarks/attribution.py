@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 import torch  # noqa: E402
+from _models import base_model  # noqa: E402
 
 from longviz_core import analyze, load_model  # noqa: E402
 from longviz_core import attribution as A  # noqa: E402
@@ -84,23 +85,6 @@ def case(name: str, model, text: str, n_tokens: int, n_steps: int, cache: Path, 
           f"   vs one f+b {min(before[2] + after[2]):.2f} s min")
     print(f"  estimate beforehand    {estimate:8.2f} s   (estimate / actual wall = {estimate / wall:.2f})")
     print(f"  |delta| / |F(x)-F(x')| {attr.relative_delta:8.3f}", flush=True)
-
-
-def base_model(path: Path):
-    from transformers import LongformerConfig, LongformerForSequenceClassification
-
-    from tiny import _bpe_tokenizer
-
-    tok = _bpe_tokenizer(path)
-    torch.manual_seed(0)
-    config = LongformerConfig(
-        vocab_size=len(tok), hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
-        attention_window=512, max_position_embeddings=4098, pad_token_id=1, bos_token_id=0, eos_token_id=2,
-        sep_token_id=2, type_vocab_size=1, num_labels=2,
-    )
-    LongformerForSequenceClassification(config).save_pretrained(path)
-    tok.save_pretrained(path)
-    return load_model(str(path), device="cpu")
 
 
 def main() -> None:

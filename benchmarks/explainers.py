@@ -48,6 +48,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 import torch  # noqa: E402
+from _models import base_model  # noqa: E402
 
 import longviz_core as lv  # noqa: E402
 from longviz_core import attribution as A  # noqa: E402
@@ -64,24 +65,6 @@ def machine() -> str:
 
 def load() -> str:
     return "load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
-def base_model(path: Path) -> lv.LoadedModel:
-    """Longformer-base dimensions with random weights, saved and loaded back through load_model."""
-    from transformers import LongformerConfig, LongformerForSequenceClassification
-
-    from tiny import _bpe_tokenizer
-
-    if not (path / "config.json").exists():
-        tok = _bpe_tokenizer(path)
-        torch.manual_seed(0)
-        config = LongformerConfig(
-            vocab_size=len(tok), hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
-            intermediate_size=3072, attention_window=512, max_position_embeddings=4098, pad_token_id=1,
-            bos_token_id=0, eos_token_id=2, sep_token_id=2, type_vocab_size=1, num_labels=2)
-        LongformerForSequenceClassification(config).save_pretrained(path)
-        tok.save_pretrained(path)
-    return lv.load_model(str(path), device="cpu")
 
 
 def document(model, n: int) -> lv.DocumentAnalysis:

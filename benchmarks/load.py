@@ -32,23 +32,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from longviz_core import load_dataset, load_model  # noqa: E402
 from longviz_core.demo import ensure_demo  # noqa: E402
-from support.servers import Session, serve  # noqa: E402
-
-WRAPPER = """
-import os, runpy, sys
-sys.path.insert(0, {root!r})
-from longviz_core import cache
-if not getattr(cache, "_load_counter", False):  # once per process: Streamlit re-runs this file per rerun
-    real = cache.load_model
-
-    def counted(source, *args, **kwargs):
-        with open(os.environ["LONGVIZ_LOAD_LOG"], "a") as fh:
-            fh.write(source + "\\n")
-        return real(source, *args, **kwargs)
-
-    cache.load_model, cache._load_counter = counted, True
-runpy.run_path({app!r}, run_name="__main__")
-"""
+from support.servers import Session, counting_app, serve  # noqa: E402
 
 
 def _peak_rss_mib(pid: int) -> float:
@@ -138,7 +122,7 @@ def main() -> None:
         cache_dir.mkdir()
         (cache_dir / demo.root.name).symlink_to(demo.root)
         wrapper = tmp / "app_counted.py"
-        wrapper.write_text(WRAPPER.format(root=str(ROOT), app=str(ROOT / "app.py")))
+        wrapper.write_text(counting_app(ROOT))
         loads = tmp / "loads.txt"
         env = dict(os.environ, LONGVIZ_CACHE_DIR=str(cache_dir), LONGVIZ_LOAD_LOG=str(loads))
         env.pop("LONGVIZ_CONFIG", None)

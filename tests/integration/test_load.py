@@ -15,27 +15,12 @@ import pytest
 
 import longviz_core as lv
 from longviz_core import attribution as ig
-from support.servers import ROOT, Session, serve
+from support.servers import ROOT, Session, counting_app, serve
 
 SESSIONS = 8
 DOCS = 4  # sessions i and i + 4 share a document: they also race for the same cache entries
 MAX_TOKENS = 512
 STEPS = 4
-WRAPPER = """
-import os, runpy, sys
-sys.path.insert(0, {root!r})
-from longviz_core import cache
-if not getattr(cache, "_load_counter", False):  # once per process: Streamlit re-runs this file per rerun
-    real = cache.load_model
-
-    def counted(source, *args, **kwargs):
-        with open(os.environ["LONGVIZ_TEST_LOAD_LOG"], "a") as fh:
-            fh.write(source + "\\n")
-        return real(source, *args, **kwargs)
-
-    cache.load_model, cache._load_counter = counted, True
-runpy.run_path({app!r}, run_name="__main__")
-"""
 
 
 @pytest.fixture(scope="module")
@@ -45,9 +30,9 @@ def server(demo, tmp_path_factory):
     cache_dir.mkdir()
     (cache_dir / demo.root.name).symlink_to(demo.root)
     wrapper = tmp / "app_counted.py"
-    wrapper.write_text(WRAPPER.format(root=str(ROOT), app=str(ROOT / "app.py")))
+    wrapper.write_text(counting_app(ROOT))
     loads = tmp / "loads.txt"
-    env = dict(os.environ, LONGVIZ_CACHE_DIR=str(cache_dir), LONGVIZ_TEST_LOAD_LOG=str(loads))
+    env = dict(os.environ, LONGVIZ_CACHE_DIR=str(cache_dir), LONGVIZ_LOAD_LOG=str(loads))
     env.pop("LONGVIZ_CONFIG", None)
     log = tmp / "server.log"
     proc, port = serve(wrapper, env, log)

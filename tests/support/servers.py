@@ -110,3 +110,26 @@ class Session:
         return ([f"exception: {e.type}: {e.message}" for e in self.of_type("exception")]
                 + [f"error: {a.body}" for a in self.of_type("alert") if a.format == 1])
 
+
+
+_COUNTING_APP = """
+import os, runpy, sys
+sys.path.insert(0, {root!r})
+from longviz_core import cache
+if not getattr(cache, "_load_counter", False):  # once per process: Streamlit re-runs this file per rerun
+    real = cache.load_model
+
+    def counted(source, *args, **kwargs):
+        with open(os.environ["LONGVIZ_LOAD_LOG"], "a") as fh:
+            fh.write(source + "\\n")
+        return real(source, *args, **kwargs)
+
+    cache.load_model, cache._load_counter = counted, True
+runpy.run_path({app!r}, run_name="__main__")
+"""
+
+
+def counting_app(root: Path) -> str:
+    """A script that runs root/app.py and appends every model the server loads to $LONGVIZ_LOAD_LOG, one line
+    per load (to check that one model copy serves every session)."""
+    return _COUNTING_APP.format(root=str(root), app=str(root / "app.py"))
