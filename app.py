@@ -3,9 +3,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from pages import _common as common
-from pages import _hosting as hosting
-from pages import _links as links
+from pages._ui import common, hosting, links
 
 st.set_page_config(page_title="longviz", page_icon="🔎", layout="wide")
 common.page_style()
@@ -24,7 +22,7 @@ pages = [
     st.Page(str(HERE / f), title=title, icon=icon, default=(i == 0), url_path=Path(f).stem)
     for i, (f, title, icon) in enumerate(PAGES)
 ]
-with common.guard():  # one error contract (pages/_common.py) for the sign-in, the sidebar and every page
+with common.guard():  # one error contract (pages/_ui/common.py) for the sign-in, the sidebar and every page
     hosting.apply_host_config()
     hosting.login_gate()
 navigation = st.navigation(pages)

@@ -7,9 +7,7 @@ import streamlit as st
 from longviz_core.figures.text import legend_html, scale_max, token_overlay_html
 from longviz_core.tokens import token_label
 from longviz_core.views.masking import build_mask
-from pages import _common as common
-from pages import _export as export
-from pages import _labels as labels
+from pages._ui import common, export, labels
 
 common.run_through_app()
 

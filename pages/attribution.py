@@ -10,13 +10,8 @@ from longviz_core.progress import format_seconds
 from longviz_core.tokens import token_label
 from longviz_core.views import attribution_tables as tables
 from longviz_core.views.masking import build_mask
-from pages import _common as common
-from pages import _dataset as dataset
-from pages import _export as export
-from pages import _labels as labels
-from pages import _overlay as overlay
-from pages import _state as state
-from pages._common import K
+from pages._ui import common, dataset, export, labels, overlay, state
+from pages._ui.common import K
 
 common.run_through_app()
 

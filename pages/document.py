@@ -2,7 +2,7 @@
 import pandas as pd
 import streamlit as st
 
-from pages import _common as common
+from pages._ui import common
 
 common.run_through_app()
 

@@ -11,8 +11,7 @@ from longviz_core.figures import agreement as fig_faith
 from longviz_core.figures import explainers as fig
 from longviz_core.progress import format_seconds
 from longviz_core.views import faithfulness as fa
-from pages import _common as common
-from pages import _export as export
+from pages._ui import common, export
 
 common.run_through_app()
 

@@ -6,10 +6,7 @@ import longviz_core as lv
 from longviz_core import cache
 from longviz_core.figures import agreement as fig
 from longviz_core.views import faithfulness as fa
-from pages import _common as common
-from pages import _dataset as dataset
-from pages import _export as export
-from pages import _labels as labels
+from pages._ui import common, dataset, export, labels
 
 common.run_through_app()
 

@@ -8,10 +8,7 @@ from longviz_core.figures import attention as fig
 from longviz_core.tokens import readable_token
 from longviz_core.views import importance as imp
 from longviz_core.views import pooling
-from pages import _common as common
-from pages import _dataset as dataset
-from pages import _export as export
-from pages import _labels as labels
+from pages._ui import common, dataset, export, labels
 
 common.run_through_app()
 

@@ -7,10 +7,7 @@ from longviz_core.dataset import aggregate
 from longviz_core.figures import agreement as fig
 from longviz_core.views import agreement as ag
 from longviz_core.views.similarity import DEFAULT_P, METRICS, rbo_top_weight
-from pages import _common as common
-from pages import _dataset as dataset
-from pages import _export as export
-from pages import _labels as labels
+from pages._ui import common, dataset, export, labels
 
 common.run_through_app()
 

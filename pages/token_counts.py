@@ -8,10 +8,7 @@ from longviz_core.dataset.kinds import COUNTS
 from longviz_core.figures import attention as fig
 from longviz_core.views import counts as tc
 from longviz_core.views.masking import build_mask
-from pages import _common as common
-from pages import _dataset as dataset
-from pages import _export as export
-from pages import _labels as labels
+from pages._ui import common, dataset, export, labels
 
 common.run_through_app()
 

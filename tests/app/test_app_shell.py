@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from pages._common import DOC_MODES, K
+from pages._ui.common import DOC_MODES, K
 
 TIMEOUT = 180
 APP = str(Path(__file__).resolve().parents[2] / "app.py")

@@ -136,8 +136,9 @@ def test_command_line_wins_over_environment(tmp_path):
 HOSTED_APP = """
 from types import SimpleNamespace
 import streamlit as st
-from pages import _common, _hosting as hosting
-from pages._common import K
+from pages._ui import common as _common
+from pages._ui import hosting
+from pages._ui.common import K
 cfg = hosting.apply_host_config()
 hosting.login_gate()
 with st.sidebar:
@@ -287,7 +288,7 @@ def test_local_mode_is_unchanged(monkeypatch):
 
 
 def test_hosted_masking_defaults(hosted, tmp_path):
-    from pages._common import K
+    from pages._ui.common import K
     from tests.support.apps import app_test
 
     path = hosted('mask_numbers = true\nextra_stopwords = ["et", " al "]\n')

@@ -118,7 +118,7 @@ def test_safe_filename():
 
 DOWNLOADS_APP = """
 import altair as alt, numpy as np, pandas as pd, streamlit as st
-from pages import _export
+from pages._ui import export as _export
 df = pd.DataFrame({"token": ["a", "b"], "score": [1.0, 2.0]})
 chart = alt.Chart(df).mark_bar().encode(x="token", y="score")
 st.altair_chart(chart)
@@ -129,7 +129,7 @@ _export.download_image(np.zeros((4, 4, 3), dtype=np.uint8), "grid")
 
 SHOWN_APP = """
 import altair as alt, numpy as np, pandas as pd, streamlit as st
-from pages import _export
+from pages._ui import export as _export
 df = pd.DataFrame({"token": ["a", "b"], "score": [1.0, 2.0]})
 chart = alt.Chart(df).mark_bar().encode(x="token", y="score")
 tab, = st.tabs(["t"])

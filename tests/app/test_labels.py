@@ -7,8 +7,8 @@ import pytest
 
 from longviz_core.views import counts as tc
 from longviz_core.views.importance import METHOD_NAMES
-from pages import _labels as labels
-from pages._common import K
+from pages._ui import labels
+from pages._ui.common import K
 from tests.support.apps import ROOT, app_test, page
 
 MAX_TOKENS = 512  # the head importance of the demo at 512 tokens is in the shared disk cache

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from pages._common import K
+from pages._ui.common import K
 from support.apps import app_test
 
 TIMEOUT = 300

@@ -13,7 +13,7 @@ from streamlit.testing.v1 import AppTest
 
 from longviz_core import _disk, load_model
 from longviz_core.attribution import ig as A
-from pages._common import K
+from pages._ui.common import K
 
 TIMEOUT = 300
 pytestmark = pytest.mark.filterwarnings("ignore::longviz_core.attribution.ConvergenceWarning")

@@ -12,7 +12,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 import longviz_core as lv
-from pages._common import K
+from pages._ui.common import K
 from support.apps import ROOT, app_test, page
 
 MAX_TOKENS = 128

@@ -8,7 +8,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from longviz_core.views.importance import IMPORTANCE_METHODS
-from pages._common import K
+from pages._ui.common import K
 
 APP = Path(__file__).resolve().parents[2] / "app.py"
 TIMEOUT = 300

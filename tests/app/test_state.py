@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from pages import _common as common
-from pages import _state as state
-from pages._common import K
+from pages._ui import common, state
+from pages._ui.common import K
 from tests.support.apps import app_test, page
 
 P = "attribution"
@@ -141,7 +140,7 @@ def test_progress_bar_removes_itself_when_done():
     from streamlit.testing.v1 import AppTest
 
     def script():
-        from pages import _common as common
+        from pages._ui import common
 
         update = common.progress_bar("Job")
         update(0.5, "half")

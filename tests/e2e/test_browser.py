@@ -81,7 +81,7 @@ DOWNLOADS_APP = """
 import sys
 sys.path.insert(0, {root!r})
 import altair as alt, numpy as np, pandas as pd, streamlit as st
-from pages import _export
+from pages._ui import export as _export
 df = pd.DataFrame({{"token": ["a", "b"], "score": [1.0, 2.0]}})
 chart = alt.Chart(df).mark_bar().encode(x="token", y="score")
 st.altair_chart(chart)
@@ -92,7 +92,7 @@ _export.download_image(np.zeros((4, 4, 3), dtype=np.uint8), "grid")
 
 
 def test_download_buttons_deliver_files(demo, tmp_path):
-    """pages/_export's buttons in a real browser: the files are rendered on click and arrive whole."""
+    """pages/_ui/export's buttons in a real browser: the files are rendered on click and arrive whole."""
     require_browser()
     from selenium.webdriver.common.by import By
 

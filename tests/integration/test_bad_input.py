@@ -241,7 +241,7 @@ def test_9_two_sessions_writing_the_same_cache_entry(tiny_longformer, tmp_path):
 # once the input is put right, the earlier result comes back from memory: nothing was lost or recomputed.
 @pytest.fixture()
 def app(demo, monkeypatch):
-    from pages._common import K
+    from pages._ui.common import K
 
     monkeypatch.delenv("LONGVIZ_CONFIG", raising=False)
     at = app_test()
@@ -271,7 +271,7 @@ def _fails_then_recovers(at, break_it, repair, message: str) -> None:
 
 
 def test_ui_1_2_empty_and_overlong_text(app):
-    from pages._common import K
+    from pages._ui.common import K
 
     def paste(text):
         def do(at):
@@ -288,7 +288,7 @@ def test_ui_1_2_empty_and_overlong_text(app):
 
 
 def test_ui_3_binary_and_non_utf8_uploads(app):
-    from pages._common import K
+    from pages._ui.common import K
 
     def upload(name, data):
         def do(at):
@@ -304,7 +304,7 @@ def test_ui_3_binary_and_non_utf8_uploads(app):
 
 
 def test_ui_4_5_csv_without_text_and_labels_outside_the_classes(app, tmp_path):
-    from pages._common import K
+    from pages._ui.common import K
 
     def path_to(data):
         def do(at):
@@ -320,7 +320,7 @@ def test_ui_4_5_csv_without_text_and_labels_outside_the_classes(app, tmp_path):
 
 
 def test_ui_6_7_missing_model_and_not_a_classifier(app, tmp_path, tiny_longformer_dir):
-    from pages._common import K
+    from pages._ui.common import K
 
     def model(source):
         return lambda at: at.text_input(key=K.MODEL).set_value(source).run()
@@ -354,7 +354,7 @@ def test_ui_8_a_corrupted_attribution_cache_file_is_recomputed(app, demo_model, 
     path = cache_root() / "attributions" / f"{cached.key}.npz"
     path.write_bytes(path.read_bytes()[:100])  # truncated by a full disk or a killed copy
     # a new session: the damaged entry is not an error, the button offers to compute it again
-    from pages._common import K
+    from pages._ui.common import K
 
     other = app_test()
     other.run()

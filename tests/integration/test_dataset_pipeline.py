@@ -20,8 +20,8 @@ from longviz_core.figures import agreement as fig
 from longviz_core.views import agreement as ag
 from longviz_core.views import counts as tc
 from longviz_core.views import pooling
-from pages import _common as common
-from pages._keys import K
+from pages._ui import common
+from pages._ui.keys import K
 from support.apps import ROOT, app_test, page
 from support.oracles import assert_stores_equal
 

@@ -100,8 +100,8 @@ def test_csv_headers_and_index_are_escaped_and_numbers_stay_numbers():
 # ------------------------------------------------------------------------------------------ hosted mode
 _MINI_APP = """
 import streamlit as st
-from pages import _hosting as hosting
-from pages._common import K
+from pages._ui import hosting
+from pages._ui.common import K
 cfg = hosting.apply_host_config()
 with st.sidebar:
     hosting.sidebar_sources(cfg)

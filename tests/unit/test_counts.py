@@ -601,7 +601,7 @@ def test_a_hosted_configurations_cache_dir_reaches_numba(tmp_path):
         "from longviz_core.views.pooling import pool_attention\n"
         "from longviz_core.config import load_config\n"
         "from support.oracles import synthetic_bands\n"
-        "os.environ.update(load_config(sys.argv[1]).environment())  # as pages/_hosting.apply_host_config\n"
+        "os.environ.update(load_config(sys.argv[1]).environment())  # as pages/_ui/hosting.apply_host_config\n"
         "bands = synthetic_bands(n=40, w=6, gidx=(0,))\n"
         "topk_indices(bands, k=3)\n"
         "pool_attention(bands, 8)\n"

@@ -10,8 +10,8 @@ import streamlit as st
 import longviz_core as lv
 from longviz_core.dataset import run
 from longviz_core.progress import format_seconds
-from pages import _common as common
-from pages._keys import K
+from pages._ui import common
+from pages._ui.keys import K
 
 KEEPS = ("Every document is written to the store as soon as it is done, so stopping (or a rerun of the page, or a "
          "closed tab) loses only the document in flight; computing again goes on from there.")

@@ -30,7 +30,7 @@ class K:
     @staticmethod
     def option(page: str, name: str) -> dict:
         """`key=` and `bind=` for a page option: its value lives under K.page(page, name) and in the URL, so a
-        copied link reopens the view with this option set (see pages/_links.py)."""
+        copied link reopens the view with this option set (see pages/_ui/links.py)."""
         return {"key": K.page(page, name), "bind": "query-params"}
 
 

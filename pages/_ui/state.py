@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from pages._keys import K
+from pages._ui.keys import K
 
 TARGET_PARAM, TOKEN_PARAM = "target", "token"
 

@@ -12,8 +12,8 @@ import streamlit as st
 
 import longviz_core as lv
 from longviz_core import export
-from pages import _hosting
-from pages._keys import K
+from pages._ui import hosting as _hosting
+from pages._ui.keys import K
 
 
 def chart(figure, name: str, model: lv.LoadedModel | None = None, settings: dict | None = None, *, where=st,

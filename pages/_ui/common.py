@@ -1,5 +1,5 @@
 """What every page shares: the sidebar, accessors for the current model / dataset / document / analysis, an
-error guard and a progress adapter; the session-state keys (K, in pages/_keys.py) are re-exported here.
+error guard and a progress adapter; the session-state keys (K, in pages/_ui/keys.py) are re-exported here.
 
 Pages import this module; it only arranges widgets and calls the core."""
 from __future__ import annotations
@@ -15,10 +15,8 @@ import streamlit as st
 
 import longviz_core as lv
 from longviz_core import cache
-from pages import _export as export
-from pages import _hosting as hosting
-from pages import _labels as labels
-from pages._keys import DATASET_KINDS, DOC_MODES, K
+from pages._ui import export, hosting, labels
+from pages._ui.keys import DATASET_KINDS, DOC_MODES, K
 
 log = logging.getLogger(__name__)
 

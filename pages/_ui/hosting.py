@@ -17,7 +17,7 @@ from streamlit.errors import StreamlitSecretNotFoundError
 import longviz_core as lv
 from longviz_core import cache
 from longviz_core.config import ConfigError, HostConfig, config_path, load_config
-from pages._keys import DOC_MODES, K
+from pages._ui.keys import DOC_MODES, K
 
 
 @st.cache_resource(show_spinner=False, max_entries=4)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from pages._keys import K
+from pages._ui.keys import K
 
 SEED = "seed"  # query parameter of K.DOC_SEED
 _MAX_SEED = 10**9

@@ -12,10 +12,8 @@ import longviz_core as lv
 from longviz_core import cache
 from longviz_core.figures.explainers import explainer_header_html
 from longviz_core.figures.text import attribution_header_html
-from pages import _common as common
-from pages import _export as export
-from pages import _state as state
-from pages._keys import K
+from pages._ui import common, export, state
+from pages._ui.keys import K
 
 
 class OverlayScores(NamedTuple):
