@@ -32,7 +32,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from longviz_core import load_dataset, load_model  # noqa: E402
 from longviz_core.demo import ensure_demo  # noqa: E402
-from support.servers import Session, counting_app, serve  # noqa: E402
+from support.servers import Session, serve_counting  # noqa: E402
 
 
 def _peak_rss_mib(pid: int) -> float:
@@ -118,15 +118,7 @@ def main() -> None:
     texts = load_dataset("demo", id2label=load_model("demo").id2label)["text"]
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        cache_dir = tmp / "cache"  # a fresh attribution cache: the sessions really compute
-        cache_dir.mkdir()
-        (cache_dir / demo.root.name).symlink_to(demo.root)
-        wrapper = tmp / "app_counted.py"
-        wrapper.write_text(counting_app(ROOT))
-        loads = tmp / "loads.txt"
-        env = dict(os.environ, LONGVIZ_CACHE_DIR=str(cache_dir), LONGVIZ_LOAD_LOG=str(loads))
-        env.pop("LONGVIZ_CONFIG", None)
-        proc, port = serve(wrapper, env, tmp / "server.log")
+        proc, port, _, loads, _ = serve_counting(tmp, demo.root)  # a fresh cache: the sessions really compute
         print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; load average "
               f"{os.getloadavg()[0]:.1f} at start; {a.max_tokens} tokens, {a.steps} IG steps")
         rows, doc, failures = [], 0, []

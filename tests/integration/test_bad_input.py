@@ -24,7 +24,7 @@ import longviz_core as lv
 from longviz_core import attribution as ig
 from longviz_core._disk import unsealed
 from longviz_core.dataset import store as st_store
-from support.apps import app_test, page
+from support.apps import app_test, local_app, page
 from tiny import text_of
 
 TIMEOUT = 300
@@ -241,14 +241,7 @@ def test_9_two_sessions_writing_the_same_cache_entry(tiny_longformer, tmp_path):
 # once the input is put right, the earlier result comes back from memory: nothing was lost or recomputed.
 @pytest.fixture()
 def app(demo, monkeypatch):
-    from pages._ui.common import K
-
-    monkeypatch.delenv("LONGVIZ_CONFIG", raising=False)
-    at = app_test()
-    at.run()
-    at.number_input(key=K.MAX_TOKENS).set_value(256).run()
-    assert not at.exception and not at.error
-    return at
+    return local_app(monkeypatch, 256)
 
 
 def _metrics(at) -> dict:

@@ -6,7 +6,6 @@ is loaded once for all of them, and every number equals a single-session run of 
 app.py through a wrapper that counts `load_model` calls into a file (the only instrumentation)."""
 from __future__ import annotations
 
-import os
 import threading
 import time
 
@@ -15,7 +14,7 @@ import pytest
 
 import longviz_core as lv
 from longviz_core import attribution as ig
-from support.servers import ROOT, Session, counting_app, serve
+from support.servers import Session, serve_counting
 
 SESSIONS = 8
 DOCS = 4  # sessions i and i + 4 share a document: they also race for the same cache entries
@@ -26,16 +25,7 @@ STEPS = 4
 @pytest.fixture(scope="module")
 def server(demo, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("load")
-    cache_dir = tmp / "cache"  # fresh attribution cache: the sessions really compute
-    cache_dir.mkdir()
-    (cache_dir / demo.root.name).symlink_to(demo.root)
-    wrapper = tmp / "app_counted.py"
-    wrapper.write_text(counting_app(ROOT))
-    loads = tmp / "loads.txt"
-    env = dict(os.environ, LONGVIZ_CACHE_DIR=str(cache_dir), LONGVIZ_LOAD_LOG=str(loads))
-    env.pop("LONGVIZ_CONFIG", None)
-    log = tmp / "server.log"
-    proc, port = serve(wrapper, env, log)
+    proc, port, cache_dir, loads, log = serve_counting(tmp, demo.root)
     yield port, cache_dir, loads, log
     proc.terminate()
     proc.wait(30)

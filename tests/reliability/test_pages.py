@@ -6,21 +6,14 @@ import shutil
 
 import pytest
 
-from support.apps import app_test
+from support.apps import local_app
 
 traceback = pytest.mark.guards("traceback")
 
 
 @pytest.fixture()
 def app(demo, monkeypatch):
-    from pages._ui.common import K
-
-    monkeypatch.delenv("LONGVIZ_CONFIG", raising=False)
-    at = app_test()
-    at.run()
-    at.number_input(key=K.MAX_TOKENS).set_value(128).run()
-    assert not at.exception and not at.error
-    return at
+    return local_app(monkeypatch, 128)
 
 
 def _errors(at) -> list[str]:

@@ -23,3 +23,15 @@ def page(name: str) -> str:
     """A page's path for AppTest.switch_page (absolute: the wrapper lives elsewhere)."""
     return str(ROOT / "pages" / f"{name}.py")
 
+
+
+def local_app(monkeypatch, max_tokens: int) -> AppTest:
+    """The app in local mode (no hosted configuration) on the demo, run once with `max_tokens`, clean."""
+    from pages._ui.common import K
+
+    monkeypatch.delenv("LONGVIZ_CONFIG", raising=False)
+    at = app_test()
+    at.run()
+    at.number_input(key=K.MAX_TOKENS).set_value(max_tokens).run()
+    assert not at.exception and not at.error
+    return at

@@ -2,6 +2,7 @@
 WebSocket protocol."""
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -129,7 +130,17 @@ runpy.run_path({app!r}, run_name="__main__")
 """
 
 
-def counting_app(root: Path) -> str:
-    """A script that runs root/app.py and appends every model the server loads to $LONGVIZ_LOAD_LOG, one line
-    per load (to check that one model copy serves every session)."""
-    return _COUNTING_APP.format(root=str(root), app=str(root / "app.py"))
+def serve_counting(tmp: Path, demo_root: Path):
+    """`streamlit run app.py` on a fresh cache under `tmp` that holds only the demo (so every session really
+    computes), every model load appended to tmp/loads.txt (one line each: one model copy serves all sessions),
+    its output in tmp/server.log. Returns (process, port, cache folder, loads file, server log)."""
+    cache_dir = tmp / "cache"
+    cache_dir.mkdir()
+    (cache_dir / demo_root.name).symlink_to(demo_root)
+    wrapper = tmp / "app_counted.py"
+    wrapper.write_text(_COUNTING_APP.format(root=str(ROOT), app=str(ROOT / "app.py")))
+    loads, log = tmp / "loads.txt", tmp / "server.log"
+    env = dict(os.environ, LONGVIZ_CACHE_DIR=str(cache_dir), LONGVIZ_LOAD_LOG=str(loads))
+    env.pop("LONGVIZ_CONFIG", None)
+    proc, port = serve(wrapper, env, log)
+    return proc, port, cache_dir, loads, log
