@@ -164,7 +164,8 @@ def ig_batch_part(model_dir: Path, n: int, steps: int, batches) -> None:
         first = A.internal_batch_size_for(model, n, steps, cache_dir=empty)
     print(f"  longviz's first choice for {steps} steps (nothing timed yet): {first}", flush=True)
     for b, k in [*((b, b) for b in batches), (0, steps)]:
-        need = (b or steps) * per_step * 1.3
+        # longviz's run holds the batch it will choose from the timings recorded so far, not all its steps
+        need = (b or A.internal_batch_size_for(model, n, steps)) * per_step * 1.3
         if need > cost._free_memory_bytes(torch.device("cpu")):
             print(f"  skipped batch {b}: needs about {need / 2**30:.0f} GiB, more than is free", flush=True)
             continue
