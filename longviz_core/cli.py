@@ -72,14 +72,20 @@ def _parser() -> argparse.ArgumentParser:
     pre.add_argument("--layer-range", default=None,
                      help="agreement: an extra attention source, layers lo-hi (1-based, as the app shows them)")
     pre.add_argument("--replacement", default=d.replacement, choices=("mask", "pad"),
-                     help="faithfulness: what a removed token becomes")
-    pre.add_argument("--seeds", type=int, default=None, help="faithfulness: random seeds 0..N-1 (default 5)")
+                     help="faithfulness and leaderboard: what a removed token becomes")
+    pre.add_argument("--seeds", type=int, default=None,
+                     help="faithfulness and leaderboard: random seeds 0..N-1 (default 5)")
     pre.add_argument("--max-removed", type=float, default=d.max_removed,
-                     help="faithfulness: the flip scan's limit, a fraction of the text tokens (default 1.0: all)")
+                     help="faithfulness and leaderboard: the flip scan's limit, a fraction of the text tokens "
+                          "(default 1.0: all)")
     pre.add_argument("--faithfulness-layers", default=None,
                      help="faithfulness: the attention ranking's layers lo-hi (1-based; default all)")
     pre.add_argument("--faithfulness-scaled", action="store_true",
                      help="faithfulness: scale the attention ranking by head importance")
+    pre.add_argument("--explainers", default=None,
+                     help="leaderboard: comma-separated explainers (default: all; IG takes --n-steps)")
+    pre.add_argument("--rank-by", default=d.rank_by, choices=("signed", "magnitude"),
+                     help="leaderboard: delete tokens by score (high to low) or by |score|")
     pre.add_argument("--limit", type=int, default=None, help="only the first N documents of the dataset")
     pre.add_argument("--shard", default="0/1", help="i/N: compute rows r with r %% N == i")
     pre.add_argument("--ray", action="store_true", help="run --workers shards as Ray tasks (RAY_ADDRESS or local)")
@@ -111,7 +117,8 @@ def _precompute(a) -> int:
                         layer_range=_layers(a.layer_range, "--layer-range"), replacement=a.replacement,
                         seeds=None if a.seeds is None else range(a.seeds), max_removed=a.max_removed,
                         faithfulness_layers=_layers(a.faithfulness_layers, "--faithfulness-layers", span=True),
-                        faithfulness_scaled=a.faithfulness_scaled)
+                        faithfulness_scaled=a.faithfulness_scaled, rank_by=a.rank_by,
+                        explainers=None if a.explainers is None else [m.strip() for m in a.explainers.split(",") if m.strip()])
     dataset_options = {"text_column": a.text_column, "label_column": a.label_column}
     if a.ray:
         summaries = run_on_ray(a.model, a.dataset, a.out, a.what, settings, a.workers, a.limit, dataset_options,
