@@ -7,6 +7,7 @@ import longviz_core as lv
 from longviz_core import attribution as attr
 from longviz_core import cache
 from longviz_core.dataset import leaderboard as lb
+from longviz_core.dataset import run
 from longviz_core.figures import agreement as fig_faith
 from longviz_core.figures import explainers as fig
 from longviz_core.progress import format_seconds
@@ -150,9 +151,9 @@ else:
         df = common.current_dataset(model)
         if df is None:
             raise lv.DatasetError("The dataset leaderboard needs a dataset: choose one in the sidebar.")
-        store_settings = lb.leaderboard_settings(methods, target, max_tokens=common.max_tokens(model), seeds=seeds,
-                                                 replacement=replacement, max_removed=max_removed, rank_by=rank_by,
-                                                 options=options)
+        store_settings = run.leaderboard_settings(methods, target, max_tokens=common.max_tokens(model), seeds=seeds,
+                                                  replacement=replacement, max_removed=max_removed, rank_by=rank_by,
+                                                  options=options)
     store = dataset.store(model, df, P, "leaderboard", store_settings, "Compute the dataset leaderboard")
     with common.guard():
         runs = store.leaderboard_runs()

@@ -8,11 +8,11 @@ a dataset.
                                                             inputs: the per-document unit a store kind can hold)
     summarise(runs)                                         runs of one or many documents -> the leaderboard:
                                                             one row per explainer, sorted by AOPC, best marked
-    leaderboard(model, texts, ...)                          the dataset leaderboard: the precompute's store
-                                                            kind 'leaderboard' (dataset.kinds) into the local
-                                                            store (progress, resumable), read back through
-                                                            ResultStore.leaderboard_runs; leaderboard_runs for
-                                                            the runs
+    run.leaderboard(model, texts, ...)                      the dataset leaderboard (lv.leaderboard): the
+                                                            precompute's store kind 'leaderboard' (dataset.kinds)
+                                                            into the local store (progress, resumable), read back
+                                                            through ResultStore.leaderboard_runs;
+                                                            run.leaderboard_runs for the runs
     curves(runs)                                            AOPC / LOdds against the fraction removed (seed 003
                                                             Fig. 3), for figures.agreement.deletion_curves_chart
     agreement_matrix(explanations)                          Kendall tau / RBO between the explainers' rankings
@@ -39,14 +39,10 @@ import scipy.stats
 from ..attribution.explainers import EXPLAINERS, Explanation, explain
 from ..errors import LongvizError
 from ..model.analysis import DocumentAnalysis
-from ..model.encoding import DEFAULT_MAX_TOKENS
 from ..model.loading import LoadedModel
 from ..progress import Progress, report
 from ..views.faithfulness import DEFAULT_SEEDS, KS, REPLACEMENTS, faithfulness, removal_order
 from ..views.similarity import DEFAULT_P, rank_order, rbo_of_orders
-from . import run
-from .kinds import Settings
-from .store import ResultStore
 
 RANK_BY = ("signed", "magnitude")
 # Random's floor is the mean and sd over at least this many seeds (seed 003 reports five random runs); the page
@@ -295,147 +291,5 @@ def _key(scores, rank_by: str) -> np.ndarray:
     return np.abs(s) if rank_by == "magnitude" else s
 
 
-# ------------------------------------------------------------------------------------------ dataset
-def leaderboard_settings(
-    methods: Sequence[str] | None = None,
-    target: int | None = None,
-    *,
-    max_tokens: int = DEFAULT_MAX_TOKENS,
-    ks: Sequence[float] = KS,
-    seeds: Sequence[int] = DEFAULT_SEEDS,
-    replacement: str = "mask",
-    max_removed: float = 1.0,
-    rank_by: str = "signed",
-    options: dict | None = None,
-) -> Settings:
-    """The precompute settings of the store kind 'leaderboard' for these leaderboard options. IG's options that
-    change its numbers (n_steps, method, precision) become the settings' IG fields; its cache options change
-    nothing and are left out; the other explainers' options become explainer_options."""
-    methods = list(EXPLAINERS if methods is None else methods)
-    check_methods(methods, rank_by, replacement, options)
-    options = {m: dict(o) for m, o in (options or {}).items()}
-    ig = {**EXPLAINERS["ig"].options, **options.pop("ig", {})}
-    unknown = sorted(set(ig) - set(EXPLAINERS["ig"].options))
-    if unknown:
-        raise LeaderboardError(f"ig has no option(s) {unknown}; its options are {sorted(EXPLAINERS['ig'].options)}")
-    others = tuple((m, k, v) for m, o in sorted(options.items()) for k, v in sorted(o.items()))
-    return Settings(max_tokens=int(max_tokens), n_steps=int(ig["n_steps"]), ig_method=ig["method"],
-                    precision=ig["precision"], target="predicted" if target is None else str(int(target)),
-                    ks=tuple(ks), seeds=tuple(seeds), replacement=replacement, max_removed=float(max_removed),
-                    explainers=tuple(methods), rank_by=rank_by, explainer_options=others or None)
-
-
-def leaderboard_runs(
-    model: LoadedModel,
-    texts,
-    methods: Sequence[str] | None = None,
-    target: int | None = None,
-    *,
-    max_tokens: int = DEFAULT_MAX_TOKENS,
-    ks: Sequence[float] = KS,
-    seeds: Sequence[int] = DEFAULT_SEEDS,
-    replacement: str = "mask",
-    max_removed: float = 1.0,
-    rank_by: str = "signed",
-    options: dict | None = None,
-    batch_size: int | None = None,
-    cache_dir=None,
-    progress: Progress | None = None,
-    on_wait=None,
-) -> tuple[pd.DataFrame, int]:
-    """document_leaderboard on every text (truncated to max_tokens), with a 'doc' column; (runs, documents found
-    in the store). The precompute's "leaderboard" kind into the local store for these texts and settings
-    (run.local_store: resumable, a later call with the same texts and settings computes nothing, progress after
-    every document with the time left), then the store's aggregation (ResultStore.leaderboard_runs).
-    `batch_size` is checked but the run scores copies in the deletion test's default batches (batching changes
-    the cost, not the numbers)."""
-    texts = list(texts)
-    if not texts:
-        raise LeaderboardError("No documents to score.")
-    if batch_size is not None and int(batch_size) < 1:
-        raise LeaderboardError(f"batch_size must be at least 1, got {batch_size}")
-    settings = leaderboard_settings(methods, target, max_tokens=max_tokens, ks=ks, seeds=seeds,
-                                    replacement=replacement, max_removed=max_removed, rank_by=rank_by,
-                                    options=options)
-    store, summary = run._local_run(model, run._texts_frame(texts), "leaderboard", settings, progress, cache_dir,
-                                    on_wait)
-    return store.leaderboard_runs(), summary.skipped["leaderboard"]
-
-
-def leaderboard(model: LoadedModel, texts, methods: Sequence[str] | None = None, target: int | None = None, *,
-                max_tokens: int = DEFAULT_MAX_TOKENS, **settings) -> pd.DataFrame:
-    """The dataset leaderboard: one row per explainer (method, aopc, lodds, first_flip, seconds, then the sds,
-    flip rate, peak memory and every k), sorted by AOPC with the best marked; random's numbers are the mean
-    ± sd over its seeds. Settings as leaderboard_runs."""
-    runs, _ = leaderboard_runs(model, texts, methods, target, max_tokens=max_tokens, **settings)
-    return summarise(runs, settings.get("ks", KS))
-
-
-# ------------------------------------------------------------------------------------------ command line
-def add_arguments(p) -> None:
-    """The `python -m longviz_core leaderboard` options."""
-    p.add_argument("--model", required=True, help="'demo', a checkpoint directory or a Hub id")
-    p.add_argument("--dataset", required=True, help="'demo' or a CSV / Parquet / JSONL file")
-    p.add_argument("--text-column", default=None)
-    p.add_argument("--label-column", default=None)
-    p.add_argument("--limit", type=int, default=10, help="the first N documents (default 10)")
-    p.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS)
-    p.add_argument("--methods", default=",".join(EXPLAINERS), help="comma-separated explainers (default: all)")
-    p.add_argument("--target", type=int, default=None, help="class explained (default: each document's prediction)")
-    p.add_argument("--ig-steps", type=int, default=EXPLAINERS["ig"].options["n_steps"])
-    p.add_argument("--seeds", type=int, default=len(DEFAULT_SEEDS),
-                   help=f"random seeds 0 .. N-1 (default {len(DEFAULT_SEEDS)}, at least {MIN_SEEDS})")
-    p.add_argument("--replacement", default="mask", choices=REPLACEMENTS)
-    p.add_argument("--max-removed", type=float, default=1.0, help="the flip scan's limit, a fraction (default 1)")
-    p.add_argument("--rank-by", default="signed", choices=RANK_BY)
-    p.add_argument("--device", default=None, help="cpu / cuda (default: cuda when available)")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads of this process")
-    p.add_argument("--store", default=None,
-                   help="compute into (or resume, or read) this result store, as `longviz precompute --what "
-                        "leaderboard --out` does (default: the local store under the cache root)")
-    p.add_argument("--cache-dir", default=None,
-                   help="the cache root of the local store and the flip scans (default: LONGVIZ_CACHE_DIR)")
-    p.add_argument("--out", default=None, help="write the leaderboard as CSV here")
-    p.add_argument("--runs", default=None, help="write every document's runs as CSV here")
-
-
-def run_cli(a) -> int:
-    """`python -m longviz_core leaderboard`: the precompute's "leaderboard" kind for the first --limit documents
-    (resumable), then the leaderboard printed (and written with --out)."""
-    import sys
-
-    from ..model.loading import load_dataset, load_model
-
-    if a.seeds < MIN_SEEDS:
-        raise LeaderboardError(f"--seeds must be at least {MIN_SEEDS}: random's floor is a mean ± sd over seeds")
-    methods = [m.strip() for m in a.methods.split(",") if m.strip()]
-    options = {"ig": {"n_steps": a.ig_steps}} if "ig" in methods else None
-    settings = leaderboard_settings(methods, a.target, max_tokens=a.max_tokens, seeds=range(a.seeds),
-                                    replacement=a.replacement, max_removed=a.max_removed, rank_by=a.rank_by,
-                                    options=options)
-    if a.threads:
-        import torch
-
-        torch.set_num_threads(a.threads)
-    model = load_model(a.model, device=a.device)
-    df = load_dataset(a.dataset, a.text_column, a.label_column, id2label=model.id2label)
-    local = a.store is None
-    out = run.local_store_dir(model, df, settings, a.cache_dir) if local else a.store
-    summary = run.precompute(model, df, out, "leaderboard", settings, limit=a.limit, show_bar=True,
-                             model_source=a.model, dataset_source=a.dataset, use_cache=local, cache_dir=a.cache_dir)
-    runs = ResultStore(out, a.limit).leaderboard_runs()
-    table = summarise(runs, settings.ks)
-    print(f"{runs['doc'].nunique()} documents ({summary.skipped['leaderboard']} found in the store {out})",
-          file=sys.stderr)
-    print(table[["method", "aopc", "aopc_sd", "lodds", "lodds_sd", "first_flip", "flip_rate", "seconds",
-                 "best"]].to_string(index=False))
-    if a.out:
-        table.to_csv(a.out, index=False)
-    if a.runs:
-        runs.to_csv(a.runs, index=False)
-    return 0
-
-
 __all__ = ["AGREEMENT_METRICS", "LeaderboardError", "MIN_SEEDS", "RANK_BY", "agreement_matrix", "check_methods",
-           "curves", "document_leaderboard", "flips", "leaderboard", "leaderboard_runs", "leaderboard_settings",
-           "numbers", "run_columns", "summarise"]
+           "curves", "document_leaderboard", "flips", "numbers", "run_columns", "summarise"]

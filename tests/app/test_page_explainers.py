@@ -16,6 +16,8 @@ from streamlit.testing.v1 import AppTest
 
 import longviz_core as lv
 from longviz_core import _disk
+from longviz_core.dataset import leaderboard as lb
+from longviz_core.dataset.store import ResultStore
 from longviz_core.figures.explainers import NO_FLIP
 from pages._ui import common
 from pages._ui.common import K
@@ -104,11 +106,12 @@ def test_document_leaderboard_equals_the_command_line(demo, private_cache, tmp_p
 
 
 @pytest.mark.slow
-def test_dataset_leaderboard_through_the_dataset_buttons_equals_the_command_line(demo, private_cache, tmp_path,
-                                                                                monkeypatch):
+def test_dataset_leaderboard_through_the_dataset_buttons_equals_the_command_line(demo, demo_model, demo_dataset,
+                                                                                private_cache, tmp_path, monkeypatch):
     """The dataset scope: the shared flow's compute button fills the local store for the first DOCS documents;
     its leaderboard equals the command line's. A store precomputed with these settings (`longviz precompute --what
-    leaderboard`) is then served as it is, and not for other settings."""
+    leaderboard`) holds document_leaderboard's runs on each document, is then served as it is, and not for other
+    settings."""
     at = _open(P, **_state("dataset"))
     assert any("0 of the first 2 documents" in i.value for i in at.info), [i.value for i in at.info]
     at.button(key=K.page(P, "run_dataset")).click().run()
@@ -123,6 +126,12 @@ def test_dataset_leaderboard_through_the_dataset_buttons_equals_the_command_line
     done = _cli(tmp_path, "precompute", DOCS, "--what", "leaderboard", "--explainers", ",".join(METHODS), "--n-steps",
                 str(STEPS), "--out", str(store))
     assert done.returncode == 0, done.stderr[-3000:]
+    first = ResultStore(store).leaderboard_runs().query("doc == 0").drop(columns="doc").reset_index(drop=True)
+    analysis = lv.analyze(demo_model, demo_dataset["text"].iloc[0], MAX_TOKENS)
+    direct = lb.document_leaderboard(demo_model, analysis, METHODS, seeds=range(5), max_removed=0.2,
+                                     options={"ig": {"n_steps": STEPS, "use_cache": False}})
+    cost = ["seconds", "peak_bytes"]
+    pd.testing.assert_frame_equal(first.drop(columns=cost), direct.drop(columns=cost), rtol=1e-9, atol=1e-12)
     monkeypatch.setenv("LONGVIZ_STORE_DIR", str(tmp_path / "precomputed"))
     fresh = _open(P, **_state("dataset"))
     read = f"{DOCS} of 60 documents, read from the result store {store}"

@@ -140,7 +140,7 @@ OPTIONS = {"ig": {"n_steps": 4}}
 
 def _settings(**changes):
     kwargs = dict(max_tokens=64, seeds=(0, 1, 2), max_removed=0.5, options=OPTIONS)
-    return lb.leaderboard_settings(METHODS, **{**kwargs, **changes})
+    return run.leaderboard_settings(METHODS, **{**kwargs, **changes})
 
 
 def _cost_free(runs: pd.DataFrame) -> pd.DataFrame:
@@ -176,20 +176,20 @@ def test_store_kind_holds_document_leaderboard(tiny_longformer, tmp_path):
 
 
 def test_dataset_leaderboard_through_the_local_store(tiny_longformer, tmp_path):
-    """leaderboard_runs / lv.leaderboard: the kind into the local store (a second call computes nothing), the
+    """run.leaderboard_runs / lv.leaderboard: the kind into the local store (a second call computes nothing), the
     front door's columns, the summary of the store's runs; other settings make another store."""
     kwargs = dict(max_tokens=64, seeds=(0, 1, 2), max_removed=0.5, options=OPTIONS, cache_dir=tmp_path)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        runs, found = lb.leaderboard_runs(tiny_longformer, TEXTS[:2], METHODS, **kwargs)
+        runs, found = run.leaderboard_runs(tiny_longformer, TEXTS[:2], METHODS, **kwargs)
         assert found == 0 and set(runs["doc"]) == {0, 1} and len(runs) == 2 * (3 + 3)
-        again, found = lb.leaderboard_runs(tiny_longformer, TEXTS[:2], METHODS, **kwargs)
+        again, found = run.leaderboard_runs(tiny_longformer, TEXTS[:2], METHODS, **kwargs)
         assert found == 2
         pd.testing.assert_frame_equal(runs, again)  # read from the store: the cost too
         table = lv.leaderboard(tiny_longformer, TEXTS[:2], METHODS, **kwargs)
         assert list(table.columns[:6]) == ["method", "label", "aopc", "lodds", "first_flip", "seconds"]
         pd.testing.assert_frame_equal(table, lb.summarise(runs))
-        _, found = lb.leaderboard_runs(tiny_longformer, TEXTS[:2], METHODS, **{**kwargs, "seeds": (0, 1)})
+        _, found = run.leaderboard_runs(tiny_longformer, TEXTS[:2], METHODS, **{**kwargs, "seeds": (0, 1)})
     assert found == 0  # the seeds are part of the store's settings
     assert len(list((tmp_path / "stores").iterdir())) == 2
 
@@ -203,11 +203,11 @@ def test_store_with_other_settings_is_not_served(tiny_longformer, tmp_path):
     for changes in [dict(seeds=(0, 1)), dict(max_removed=0.2), dict(rank_by="magnitude"), dict(replacement="pad"),
                     dict(options={"ig": {"n_steps": 6}}), dict(ks=(0.1, 0.5)), dict(target=0)]:
         assert not run.serves_view(store, "leaderboard", _settings(**changes)), changes
-    assert not run.serves_view(store, "leaderboard", lb.leaderboard_settings(["gae", "random"], max_tokens=64,
-                                                                             seeds=(0, 1, 2), max_removed=0.5))
+    assert not run.serves_view(store, "leaderboard", run.leaderboard_settings(["gae", "random"], max_tokens=64,
+                                                                              seeds=(0, 1, 2), max_removed=0.5))
     with pytest.raises(lv.ManifestMismatchError):
         run.precompute(tiny_longformer, df, tmp_path / "store", "leaderboard", _settings(seeds=(0, 1)))
-    without_ig = lb.leaderboard_settings(["gae", "random"], max_tokens=64, seeds=(0, 1, 2))
+    without_ig = run.leaderboard_settings(["gae", "random"], max_tokens=64, seeds=(0, 1, 2))
     # IG's steps change nothing when IG is not chosen
     assert KINDS["leaderboard"].settings(without_ig) == KINDS["leaderboard"].settings(replace(without_ig, n_steps=9))
 
