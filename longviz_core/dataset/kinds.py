@@ -358,7 +358,7 @@ def _leaderboard(job: Job, doc: Doc) -> Record:
         options["ig"] = {"n_steps": cfg["ig"]["n_steps"], "method": cfg["ig"]["method"],
                          "precision": cfg["ig"]["precision"], "use_cache": job.use_cache, "cache_dir": job.cache_dir}
     target = None if job.settings.target == "predicted" else _target(job, a)
-    runs = document_leaderboard(job.model, a, cfg["methods"], target, ks=cfg["ks"], seeds=cfg["seeds"],
+    runs = document_leaderboard(job.model, a, cfg["methods"], target, ks=cfg["ks"], seeds=cfg["seeds"] or (),
                                 replacement=cfg["replacement"], max_removed=cfg["max_removed"],
                                 rank_by=cfg["rank_by"], options=options, resume=job.use_cache,
                                 cache_dir=job.cache_dir, on_wait=job.on_wait)
@@ -381,11 +381,13 @@ def _leaderboard_settings(s: Settings) -> dict:
     unknown = [f"{m}.{o}" for m, opts in options.items() for o in opts if o not in EXPLAINERS[m].options]
     if unknown:
         raise ValueError(f"unknown explainer option(s) {unknown}")
-    seeds = check_settings(["random"], None, DEFAULT_SEEDS if s.seeds is None else s.seeds, s.max_removed)
+    # the seeds change the numbers only when random is chosen (as IG's settings only when IG is)
+    seeds = (check_settings(["random"], None, DEFAULT_SEEDS if s.seeds is None else s.seeds, s.max_removed)
+             if "random" in methods else None)
     ig = _attribution_settings(s) if "ig" in methods else None
     return {"methods": methods, "target": str(s.target), "rank_by": s.rank_by,
             "ks": list(check_ks(KS if s.ks is None else s.ks)), "replacement": s.replacement, "flip": "exact scan",
-            "max_removed": float(s.max_removed), "seeds": list(seeds),
+            "max_removed": float(s.max_removed), "seeds": None if seeds is None else list(seeds),
             "ig": None if ig is None else {k: ig[k] for k in ("n_steps", "method", "precision", "scores")},
             "options": options}
 

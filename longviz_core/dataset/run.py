@@ -264,8 +264,18 @@ def local_store_dir(model: LoadedModel, df: pd.DataFrame, settings: Settings = S
     (so settings that give the same numbers share one store, however they were written)."""
     settings = clamped(model, settings)
     key = digest([model.fingerprint, dataset_fingerprint(df), settings.max_tokens,
-                  {k: KINDS[k].settings(settings) for k in ALL_KINDS}], digest_size=10)
+                  {k: _key_settings(k, settings) for k in ALL_KINDS}], digest_size=10)
     return _disk.cache_folder("stores", cache_dir) / key
+
+
+def _key_settings(kind: str, settings: Settings):
+    """A kind's manifest settings for the local store's key, or why it rejects them: settings only another kind
+    uses may be invalid for this one (faithfulness without random may have no seeds; the leaderboard's default
+    explainers include random), and a run is refused only for the kinds it computes (build_manifest)."""
+    try:
+        return KINDS[kind].settings(settings)
+    except ValueError as exc:
+        return f"invalid: {exc}"
 
 
 def local_store(model: LoadedModel, df: pd.DataFrame, what, settings: Settings = Settings(),

@@ -208,8 +208,22 @@ def test_store_with_other_settings_is_not_served(tiny_longformer, tmp_path):
     with pytest.raises(lv.ManifestMismatchError):
         run.precompute(tiny_longformer, df, tmp_path / "store", "leaderboard", _settings(seeds=(0, 1)))
     without_ig = run.leaderboard_settings(["gae", "random"], max_tokens=64, seeds=(0, 1, 2))
-    # IG's steps change nothing when IG is not chosen
+    # IG's steps change nothing when IG is not chosen, nor the seeds when random is not
     assert KINDS["leaderboard"].settings(without_ig) == KINDS["leaderboard"].settings(replace(without_ig, n_steps=9))
+    gae = run.leaderboard_settings(["gae"], max_tokens=64)
+    assert KINDS["leaderboard"].settings(gae) == KINDS["leaderboard"].settings(replace(gae, seeds=()))
+
+
+def test_settings_only_another_kind_uses(tiny_longformer, tmp_path):
+    """Faithfulness without random takes no seeds, which the leaderboard's default explainers (random among them)
+    reject: its local store is still found; a leaderboard run with them is refused before a manifest is written."""
+    df = pd.DataFrame({"text": TEXTS[:1]})
+    no_seeds = run.Settings(max_tokens=64, rankings=("ig",), seeds=())
+    assert run.local_store_dir(tiny_longformer, df, no_seeds, tmp_path) != run.local_store_dir(
+        tiny_longformer, df, run.Settings(max_tokens=64, rankings=("ig",)), tmp_path)
+    with pytest.raises(ValueError, match="seed"):
+        run.precompute(tiny_longformer, df, tmp_path / "store", "leaderboard", no_seeds)
+    assert not (tmp_path / "store" / "manifest.json").exists()
 
 
 def test_a_stopped_leaderboard_resumes_to_the_uninterrupted_store(tiny_longformer, tmp_path):
