@@ -2,8 +2,9 @@
 
 The `longviz` command (also `python -m longviz_core`): `longviz app` starts the Streamlit app, `longviz demo`
 builds the offline demo, `longviz precompute` and `longviz store-info` compute and inspect dataset-wide results
-(docs/dataset-scale.md: single machine, shards, Ray, the store's layout), `longviz leaderboard` scores every
-explainer by deletion on a dataset's documents (the precompute's leaderboard kind, dataset/leaderboard.py)."""
+(docs/dataset-scale.md: single machine, shards, Ray, the store's layout), `longviz prune-stores` deletes the app's
+local stores no longer written to, `longviz leaderboard` scores every explainer by deletion on a dataset's
+documents (the precompute's leaderboard kind, dataset/leaderboard.py)."""
 from __future__ import annotations
 
 import argparse
@@ -99,6 +100,11 @@ def _parser() -> argparse.ArgumentParser:
     info.add_argument("path")
     info.add_argument("--verify", action="store_true", help="check every file's checksum")
 
+    prune = sub.add_parser("prune-stores", help="delete the app's local result stores not written for DAYS days")
+    prune.add_argument("--older-than", type=float, required=True, metavar="DAYS")
+    prune.add_argument("--cache-dir", default=None, help="default: $LONGVIZ_CACHE_DIR, else ~/.cache/longviz")
+    prune.add_argument("--dry-run", action="store_true", help="only list them")
+
     _leaderboard_arguments(sub.add_parser("leaderboard",
                                           help="score every explainer by deletion on a dataset's documents"))
     return p
@@ -168,6 +174,17 @@ def _store_info(a) -> int:
             print(p, file=sys.stderr)
         print(f"verify: {len(problems)} problem(s)", file=sys.stderr)
         return 1 if problems else 0
+    return 0
+
+
+def _prune_stores(a) -> int:
+    from .dataset.run import prune_local_stores
+
+    old = prune_local_stores(a.older_than, a.cache_dir, dry_run=a.dry_run)
+    for path in old:
+        print(path)
+    print(f"{'would delete' if a.dry_run else 'deleted'} {len(old)} local store(s) not written for {a.older_than:g} "
+          "days", file=sys.stderr)
     return 0
 
 
@@ -297,7 +314,7 @@ def main(argv=None) -> int:
         if argv[:1] == ["app"] and not {"-h", "--help"} & set(argv[1:2]):
             return _app(argv[1:])  # verbatim: streamlit's options and `-- app options` are not ours to parse
         a = parser.parse_args(argv)
-        return {"precompute": _precompute, "store-info": _store_info, "demo": _demo,
+        return {"precompute": _precompute, "store-info": _store_info, "prune-stores": _prune_stores, "demo": _demo,
                 "leaderboard": _leaderboard}[a.command](a)
     except (LongvizError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shutil
 import sys
 import time
 from dataclasses import dataclass, field, replace
@@ -266,6 +267,34 @@ def local_store_dir(model: LoadedModel, df: pd.DataFrame, settings: Settings = S
     key = digest([model.fingerprint, dataset_fingerprint(df), settings.max_tokens,
                   {k: _key_settings(k, settings) for k in ALL_KINDS}], digest_size=10)
     return _disk.cache_folder("stores", cache_dir) / key
+
+
+def prune_local_stores(older_than_days: float, cache_dir=None, *, dry_run: bool = False,
+                       now: float | None = None) -> list[Path]:
+    """The in-process runs' local stores (local_store_dir's folder) not written for `older_than_days` days,
+    deleted (only listed with `dry_run`); returns them. A store was last written when its newest file was (a read
+    writes nothing). They are caches: a view computes again what it needs. A store being written has fresh files
+    and is kept."""
+    if not float(older_than_days) >= 0:
+        raise ValueError(f"older_than_days must be >= 0, got {older_than_days}")
+    root = _disk.cache_folder("stores", cache_dir)
+    if not root.is_dir():
+        return []
+    cutoff = (time.time() if now is None else now) - float(older_than_days) * 86400
+    old = [p for p in sorted(root.iterdir()) if p.is_dir() and _last_written(p) < cutoff]
+    if not dry_run:
+        for store in old:
+            shutil.rmtree(store)
+    return old
+
+
+def _last_written(folder: Path) -> float:
+    """The newest modification time in `folder` (itself included); now when a file vanishes while looking (a
+    writer is at work)."""
+    try:
+        return max([folder.stat().st_mtime, *(p.stat().st_mtime for p in folder.rglob("*"))])
+    except FileNotFoundError:
+        return time.time()
 
 
 def _key_settings(kind: str, settings: Settings):
@@ -545,5 +574,5 @@ def leaderboard(model: LoadedModel, texts, methods: Sequence[str] | None = None,
 
 __all__ = ["RunSummary", "Settings", "build_manifest", "clamped", "dataset_agreement", "dataset_attributions",
            "dataset_faithfulness", "documents_done", "find_store", "find_stores", "leaderboard", "leaderboard_runs",
-           "leaderboard_settings", "local_store", "local_store_dir", "manifest_versions", "parse_shard", "precompute", "read_logs", "run_kinds", "seconds_per_document",
+           "leaderboard_settings", "local_store", "local_store_dir", "manifest_versions", "prune_local_stores", "parse_shard", "precompute", "read_logs", "run_kinds", "seconds_per_document",
            "serves_view", "shard_rows", "tqdm_bar"]
