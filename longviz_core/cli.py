@@ -100,7 +100,7 @@ def _parser() -> argparse.ArgumentParser:
     info.add_argument("path")
     info.add_argument("--verify", action="store_true", help="check every file's checksum")
 
-    prune = sub.add_parser("prune-stores", help="delete the app's local result stores not written for DAYS days")
+    prune = sub.add_parser("prune-stores", help="delete the app's local stores not written for DAYS days")
     prune.add_argument("--older-than", type=float, required=True, metavar="DAYS")
     prune.add_argument("--cache-dir", default=None, help="default: $LONGVIZ_CACHE_DIR, else ~/.cache/longviz")
     prune.add_argument("--dry-run", action="store_true", help="only list them")
