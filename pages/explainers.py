@@ -48,8 +48,8 @@ st.markdown(
     "k ∈ {1, 5, 10, 20, 50} % of p(y|x) − p(y|x without the top k %) (higher is better); **LOdds** = the mean of "
     "log p(y|x without the top k %) − log p(y|x) (lower is better); **first flip** = share of text tokens removed "
     "when the predicted class first changes (exact scan; lower is better; *no flip*: it did not change within the "
-    "scan limit). **Random**: mean ± sd "
-    "over its seeds, the floor to beat. Definitions: docs/methods.md, *Explainers*.")
+    "scan limit). **Random**: mean ± sd over its seeds, the floor to beat. Definitions: docs/methods.md, "
+    "*Explainers*.")
 
 methods_all = list(lv.EXPLAINERS)
 c1, c2, c3 = st.columns(3)

@@ -62,7 +62,8 @@ def random_floor(view: pd.DataFrame) -> str:
         return "Random was not run: there is no floor to compare with."
     r = rows.iloc[0]
     return (f"Random, the floor to beat (mean ± sd over seeds): AOPC {r['AOPC']:.3f} ± {r['AOPC sd (seeds)']:.3f}, "
-            f"LOdds {r['LOdds']:.3f} ± {r['LOdds sd (seeds)']:.3f}, first flip {r['first flip']}. Peak memory, "
+            f"LOdds {r['LOdds']:.3f} ± {r['LOdds sd (seeds)']:.3f}, "
+            f"{'no flip' if r['first flip'] == NO_FLIP else 'first flip ' + r['first flip']}. Peak memory, "
             "flip rates and every sd: 'Every number' below and the CSV.")
 
 

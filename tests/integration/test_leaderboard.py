@@ -283,6 +283,10 @@ def test_figures_from_runs(tiny_longformer, doc):
     assert f"AOPC {seeds['aopc'].mean():.3f} ± {seeds['aopc'].std(ddof=0):.3f}" in floor
     assert f"LOdds {seeds['lodds'].mean():.3f} ± {seeds['lodds'].std(ddof=0):.3f}" in floor
     assert "not run" in fig.random_floor(view[view["method"] != "random"])
+    # a first flip shows as its fraction to 4 decimals, a method that never flips as "no flip" (never None / NaN)
+    table = lb.summarise(runs).assign(first_flip=[0.123456, math.nan])
+    assert list(fig.leaderboard_view(table)["first flip"]) == ["0.1235", fig.NO_FLIP]
+    assert "no flip. Peak" in fig.random_floor(fig.leaderboard_view(table.assign(method=["gae", "random"])))
     scores = fig.scores_table(doc.tokens, {"gae": lv.explain(tiny_longformer, doc, "gae")})
     assert list(scores.columns) == ["position", "token", "gae"] and len(scores) == doc.n
     header = fig.explainer_header_html("GAE", "Chefer et al.", "class_1", "class_0", 0.7, None)
