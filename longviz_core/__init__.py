@@ -36,12 +36,12 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "views.faithfulness": ("FaithfulnessError", "FaithfulnessResult", "RankingCurve"),
     "views.attribution_tables": ("attribution_by_token", "top_attributions"),
     "dataset.kinds": ("PrecomputeSettings",),
-    "dataset.run": ("dataset_agreement", "dataset_attributions", "dataset_faithfulness", "find_store", "local_store",
-        "precompute"),
+    "dataset.run": ("dataset_agreement", "dataset_attributions", "dataset_faithfulness", "find_store", "leaderboard",
+        "local_store", "precompute"),
     "dataset.ray": ("run_on_ray",),
     "dataset.store": ("Record", "ResultStore"),
     "dataset.aggregate": ("DatasetAgreement", "DatasetAttribution", "DatasetFaithfulness"),
-    "dataset.leaderboard": ("LeaderboardError", "document_leaderboard", "leaderboard"),
+    "dataset.leaderboard": ("LeaderboardError", "document_leaderboard"),
 }
 _ALIASES = {"PrecomputeSettings": "Settings"}  # public name -> its name in its module
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}

@@ -2,8 +2,9 @@
 
 The `longviz` command (also `python -m longviz_core`): `longviz app` starts the Streamlit app, `longviz demo`
 builds the offline demo, `longviz precompute` and `longviz store-info` compute and inspect dataset-wide results
-(docs/dataset-scale.md: single machine, shards, Ray, the store's layout), `longviz leaderboard` scores every
-explainer by deletion on a dataset's documents (dataset/leaderboard.py)."""
+(docs/dataset-scale.md: single machine, shards, Ray, the store's layout), `longviz prune-stores` deletes the app's
+local stores no longer written to, `longviz leaderboard` scores every explainer by deletion on a dataset's
+documents (the precompute's leaderboard kind, dataset/leaderboard.py)."""
 from __future__ import annotations
 
 import argparse
@@ -72,14 +73,20 @@ def _parser() -> argparse.ArgumentParser:
     pre.add_argument("--layer-range", default=None,
                      help="agreement: an extra attention source, layers lo-hi (1-based, as the app shows them)")
     pre.add_argument("--replacement", default=d.replacement, choices=("mask", "pad"),
-                     help="faithfulness: what a removed token becomes")
-    pre.add_argument("--seeds", type=int, default=None, help="faithfulness: random seeds 0..N-1 (default 5)")
+                     help="faithfulness and leaderboard: what a removed token becomes")
+    pre.add_argument("--seeds", type=int, default=None,
+                     help="faithfulness and leaderboard: random seeds 0..N-1 (default 5)")
     pre.add_argument("--max-removed", type=float, default=d.max_removed,
-                     help="faithfulness: the flip scan's limit, a fraction of the text tokens (default 1.0: all)")
+                     help="faithfulness and leaderboard: the flip scan's limit, a fraction of the text tokens "
+                          "(default 1.0: all)")
     pre.add_argument("--faithfulness-layers", default=None,
                      help="faithfulness: the attention ranking's layers lo-hi (1-based; default all)")
     pre.add_argument("--faithfulness-scaled", action="store_true",
                      help="faithfulness: scale the attention ranking by head importance")
+    pre.add_argument("--explainers", default=None,
+                     help="leaderboard: comma-separated explainers (default: all; IG takes --n-steps)")
+    pre.add_argument("--rank-by", default=d.rank_by, choices=("signed", "magnitude"),
+                     help="leaderboard: delete tokens by score (high to low) or by |score|")
     pre.add_argument("--limit", type=int, default=None, help="only the first N documents of the dataset")
     pre.add_argument("--shard", default="0/1", help="i/N: compute rows r with r %% N == i")
     pre.add_argument("--ray", action="store_true", help="run --workers shards as Ray tasks (RAY_ADDRESS or local)")
@@ -93,9 +100,13 @@ def _parser() -> argparse.ArgumentParser:
     info.add_argument("path")
     info.add_argument("--verify", action="store_true", help="check every file's checksum")
 
-    from .dataset.leaderboard import add_arguments
+    prune = sub.add_parser("prune-stores", help="delete the app's local stores not written for DAYS days")
+    prune.add_argument("--older-than", type=float, required=True, metavar="DAYS")
+    prune.add_argument("--cache-dir", default=None, help="default: $LONGVIZ_CACHE_DIR, else ~/.cache/longviz")
+    prune.add_argument("--dry-run", action="store_true", help="only list them")
 
-    add_arguments(sub.add_parser("leaderboard", help="score every explainer by deletion on a dataset's documents"))
+    _leaderboard_arguments(sub.add_parser("leaderboard",
+                                          help="score every explainer by deletion on a dataset's documents"))
     return p
 
 
@@ -111,7 +122,8 @@ def _precompute(a) -> int:
                         layer_range=_layers(a.layer_range, "--layer-range"), replacement=a.replacement,
                         seeds=None if a.seeds is None else range(a.seeds), max_removed=a.max_removed,
                         faithfulness_layers=_layers(a.faithfulness_layers, "--faithfulness-layers", span=True),
-                        faithfulness_scaled=a.faithfulness_scaled)
+                        faithfulness_scaled=a.faithfulness_scaled, rank_by=a.rank_by,
+                        explainers=None if a.explainers is None else [m.strip() for m in a.explainers.split(",") if m.strip()])
     dataset_options = {"text_column": a.text_column, "label_column": a.label_column}
     if a.ray:
         summaries = run_on_ray(a.model, a.dataset, a.out, a.what, settings, a.workers, a.limit, dataset_options,
@@ -165,6 +177,17 @@ def _store_info(a) -> int:
     return 0
 
 
+def _prune_stores(a) -> int:
+    from .dataset.run import prune_local_stores
+
+    old = prune_local_stores(a.older_than, a.cache_dir, dry_run=a.dry_run)
+    for path in old:
+        print(path)
+    print(f"{'would delete' if a.dry_run else 'deleted'} {len(old)} local store(s) not written for {a.older_than:g} "
+          "days", file=sys.stderr)
+    return 0
+
+
 def app_script(clone_root: Path | None = None) -> Path:
     """app.py of the clone this package was installed from (editable install); LongvizError when the package
     was installed without it."""
@@ -214,10 +237,74 @@ def _demo(a) -> int:
     return 0
 
 
-def _leaderboard(a) -> int:
-    from .dataset.leaderboard import run_cli
+def _leaderboard_arguments(p) -> None:
+    """The `longviz leaderboard` options."""
+    from .attribution.explainers import EXPLAINERS
+    from .dataset.leaderboard import MIN_SEEDS, RANK_BY
+    from .model.encoding import DEFAULT_MAX_TOKENS
+    from .views.faithfulness import DEFAULT_SEEDS, REPLACEMENTS
 
-    return run_cli(a)
+    p.add_argument("--model", required=True, help="'demo', a checkpoint directory or a Hub id")
+    p.add_argument("--dataset", required=True, help="'demo' or a CSV / Parquet / JSONL file")
+    p.add_argument("--text-column", default=None)
+    p.add_argument("--label-column", default=None)
+    p.add_argument("--limit", type=int, default=10, help="the first N documents (default 10)")
+    p.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS)
+    p.add_argument("--methods", default=",".join(EXPLAINERS), help="comma-separated explainers (default: all)")
+    p.add_argument("--target", type=int, default=None, help="class explained (default: each document's prediction)")
+    p.add_argument("--ig-steps", type=int, default=EXPLAINERS["ig"].options["n_steps"])
+    p.add_argument("--seeds", type=int, default=len(DEFAULT_SEEDS),
+                   help=f"random seeds 0 .. N-1 (default {len(DEFAULT_SEEDS)}, at least {MIN_SEEDS})")
+    p.add_argument("--replacement", default="mask", choices=REPLACEMENTS)
+    p.add_argument("--max-removed", type=float, default=1.0, help="the flip scan's limit, a fraction (default 1)")
+    p.add_argument("--rank-by", default="signed", choices=RANK_BY)
+    p.add_argument("--device", default=None, help="cpu / cuda (default: cuda when available)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads of this process")
+    p.add_argument("--store", default=None,
+                   help="compute into (or resume, or read) this result store, as `longviz precompute --what "
+                        "leaderboard --out` does (default: the local store under the cache root)")
+    p.add_argument("--cache-dir", default=None,
+                   help="the cache root of the local store and the flip scans (default: LONGVIZ_CACHE_DIR)")
+    p.add_argument("--out", default=None, help="write the leaderboard as CSV here")
+    p.add_argument("--runs", default=None, help="write every document's runs as CSV here")
+
+
+def _leaderboard(a) -> int:
+    """`longviz leaderboard`: the precompute's "leaderboard" kind for the first --limit documents (resumable), then
+    the leaderboard printed (and written with --out)."""
+    from .dataset import run
+    from .dataset.leaderboard import MIN_SEEDS, LeaderboardError, summarise
+    from .dataset.store import ResultStore
+    from .model.loading import load_dataset, load_model
+
+    if a.seeds < MIN_SEEDS:
+        raise LeaderboardError(f"--seeds must be at least {MIN_SEEDS}: random's floor is a mean ± sd over seeds")
+    methods = [m.strip() for m in a.methods.split(",") if m.strip()]
+    options = {"ig": {"n_steps": a.ig_steps}} if "ig" in methods else None
+    settings = run.leaderboard_settings(methods, a.target, max_tokens=a.max_tokens, seeds=range(a.seeds),
+                                        replacement=a.replacement, max_removed=a.max_removed, rank_by=a.rank_by,
+                                        options=options)
+    if a.threads:
+        import torch
+
+        torch.set_num_threads(a.threads)
+    model = load_model(a.model, device=a.device)
+    df = load_dataset(a.dataset, a.text_column, a.label_column, id2label=model.id2label)
+    local = a.store is None
+    out = run.local_store_dir(model, df, settings, a.cache_dir) if local else a.store
+    summary = run.precompute(model, df, out, "leaderboard", settings, limit=a.limit, show_bar=True,
+                             model_source=a.model, dataset_source=a.dataset, use_cache=local, cache_dir=a.cache_dir)
+    runs = ResultStore(out, a.limit).leaderboard_runs()
+    table = summarise(runs, settings.ks)
+    print(f"{runs['doc'].nunique()} documents ({summary.skipped['leaderboard']} found in the store {out})",
+          file=sys.stderr)
+    print(table[["method", "aopc", "aopc_sd", "lodds", "lodds_sd", "first_flip", "flip_rate", "seconds",
+                 "best"]].to_string(index=False))
+    if a.out:
+        table.to_csv(a.out, index=False)
+    if a.runs:
+        runs.to_csv(a.runs, index=False)
+    return 0
 
 
 def main(argv=None) -> int:
@@ -227,7 +314,7 @@ def main(argv=None) -> int:
         if argv[:1] == ["app"] and not {"-h", "--help"} & set(argv[1:2]):
             return _app(argv[1:])  # verbatim: streamlit's options and `-- app options` are not ours to parse
         a = parser.parse_args(argv)
-        return {"precompute": _precompute, "store-info": _store_info, "demo": _demo,
+        return {"precompute": _precompute, "store-info": _store_info, "prune-stores": _prune_stores, "demo": _demo,
                 "leaderboard": _leaderboard}[a.command](a)
     except (LongvizError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -7,11 +7,12 @@ import longviz_core as lv
 from longviz_core import attribution as attr
 from longviz_core import cache
 from longviz_core.dataset import leaderboard as lb
+from longviz_core.dataset import run
 from longviz_core.figures import agreement as fig_faith
 from longviz_core.figures import explainers as fig
 from longviz_core.progress import format_seconds
 from longviz_core.views import faithfulness as fa
-from pages._ui import common, export
+from pages._ui import common, dataset, export
 
 common.run_through_app()
 
@@ -19,7 +20,8 @@ K, P = common.K, "explainers"
 SCAN_LIMITS = {"100 % (every count)": 1.0, "50 %": 0.5, "20 %": 0.2, "10 %": 0.1}
 # On screen: the columns that fit at 1,024 px (random's spread is stated beside the table, the measured cost is
 # the seconds); the expander and the CSV have every column at full precision.
-FORMATS = {c: st.column_config.NumberColumn(c, format="%.3f", width="small") for c in ("AOPC", "LOdds", "first flip")}
+FORMATS = {c: st.column_config.NumberColumn(c, format="%.3f", width="small") for c in ("AOPC", "LOdds")}
+FORMATS["first flip"] = st.column_config.TextColumn("first flip", width="small", alignment="right")
 FORMATS["seconds"] = st.column_config.NumberColumn("seconds", format="%.2f", width="small")
 FORMATS.update({c: None for c in ("method", "AOPC sd (seeds)", "LOdds sd (seeds)", "flip rate", "peak MB", "cost")})
 
@@ -28,7 +30,7 @@ def stop_until_clicked(label: str, wanted) -> None:
     """Results stay on screen while other widgets change: the page stops until `label` is clicked for these
     settings (`wanted`, any value with a stable repr); other settings ask for a new click."""
     key = K.page(P, "computed")
-    if st.button(label, key=K.page(P, "run_dataset")):
+    if st.button(label, key=K.page(P, "run")):
         st.session_state[key] = repr(wanted)
     if st.session_state.get(key) != repr(wanted):
         st.stop()
@@ -45,8 +47,9 @@ st.markdown(
     "positions and masks kept) should hurt the prediction more than deleting random ones. **AOPC** = mean over "
     "k ∈ {1, 5, 10, 20, 50} % of p(y|x) − p(y|x without the top k %) (higher is better); **LOdds** = the mean of "
     "log p(y|x without the top k %) − log p(y|x) (lower is better); **first flip** = share of text tokens removed "
-    "when the predicted class first changes (exact scan; lower is better; blank = no flip). **Random**: mean ± sd "
-    "over its seeds, the floor to beat. Definitions: docs/methods.md, *Explainers*.")
+    "when the predicted class first changes (exact scan; lower is better; *no flip*: it did not change within the "
+    "scan limit). **Random**: mean ± sd over its seeds, the floor to beat. Definitions: docs/methods.md, "
+    "*Explainers*.")
 
 methods_all = list(lv.EXPLAINERS)
 c1, c2, c3 = st.columns(3)
@@ -148,18 +151,14 @@ else:
         df = common.current_dataset(model)
         if df is None:
             raise lv.DatasetError("The dataset leaderboard needs a dataset: choose one in the sidebar.")
-    count = st.slider("Documents (from the start of the dataset)", 1, len(df), min(10, len(df)), **K.option(P, "docs"))
-    texts = df["text"].iloc[:count]
-    st.info("Every uncached document runs each explainer and its deletion test (up to one forward per text token "
-            "and ranking); cached documents are instant, and an interrupted run resumes.")
-    meta = common.export_settings(model, description, scope=scope, documents=count, **settings)
-    stop_until_clicked("Compute the dataset leaderboard", (
-        model.fingerprint, lv.dataset_fingerprint(df), count, settings, common.max_tokens(model)))
+        store_settings = run.leaderboard_settings(methods, target, max_tokens=common.max_tokens(model), seeds=seeds,
+                                                  replacement=replacement, max_removed=max_removed, rank_by=rank_by,
+                                                  options=options)
+    store = dataset.store(model, df, P, "leaderboard", store_settings, "Compute the dataset leaderboard")
     with common.guard():
-        runs, hits = lb.leaderboard_runs(model, texts, methods, target, max_tokens=common.max_tokens(model),
-                                         seeds=seeds, replacement=replacement, max_removed=max_removed,
-                                         rank_by=rank_by, options=options, progress=common.progress_bar("Dataset"),
-                                         on_wait=common.queue_notice())
-    st.caption(f"{count} documents ({hits} from the disk cache); explainers: mean over documents (first flip over "
-               "those that flipped); random: each seed's mean over documents, then mean ± sd over seeds.")
+        runs = store.leaderboard_runs()
+    count = runs["doc"].nunique()
+    meta = common.export_settings(model, description, scope=scope, documents=count, **settings)
+    st.caption("Explainers: mean over documents (first flip over those that flipped); random: each seed's mean over "
+               "documents, then mean ± sd over seeds.")
     show_leaderboard(runs, meta, f"Leaderboard over {count} documents")

@@ -453,11 +453,12 @@ EXPLAINERS: dict[str, Explainer] = {e.name: e for e in (
 
 
 # ------------------------------------------------------------------------------------------ front door
-def explain(model: LoadedModel, analysis: DocumentAnalysis, method: str, target: int | None = None, *,
+def explain(model: LoadedModel, analysis: DocumentAnalysis, method: str, /, target: int | None = None, *,
             progress: Progress | None = None, on_wait=None, **options) -> Explanation:
     """Token scores of `method` (a key of EXPLAINERS) for `target` (default: the predicted class).
 
-    options: the method's own (EXPLAINERS[method].options; e.g. n_steps for ig, seed for random). The model must
+    options: the method's own (EXPLAINERS[method].options; e.g. n_steps and method for ig, seed for random; the
+    first three arguments are positional-only so that IG's `method` option can be given). The model must
     be the one the analysis was made with. Gradient explainers run one forward and one backward pass under
     COMPUTE; attention explainers read the analysis's bands only."""
     info = EXPLAINERS.get(method)

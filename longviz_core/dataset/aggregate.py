@@ -11,6 +11,8 @@ dataset_faithfulness) and the command line all read a store through these.
     faithfulness  per ranking: mean and sd over documents (summarise_faithfulness); flips over the documents that
                   flipped
     token counts  views.counts.dataset_type_counts (a view's own definition: sums over documents)
+    leaderboard   every document's runs with its `doc` (ResultStore.leaderboard_runs); dataset.leaderboard.summarise
+                  averages them (explainers: over documents; random: per seed over documents, then over seeds)
 """
 from __future__ import annotations
 

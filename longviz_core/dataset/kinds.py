@@ -16,6 +16,9 @@ Kinds and what they store per document:
     agreement        tables `rows` (Tables 1-2), `heads` (every head's agreement with |IG|), `sets` (top-5 % sets)
     faithfulness     table `rows`: AOPC / LOdds at each k and the first decision flip (exact scan) per ranking;
                      the random row: means and sds over its seeds
+    leaderboard      table `runs`: the explainer leaderboard's runs (dataset.leaderboard.document_leaderboard):
+                     one row per explainer, one per seed for random, with AOPC / LOdds at each k, the first flip and
+                     the explanation's cost (seconds, peak memory)
 Every option that changes a kind's numbers is a field of Settings and is recorded in the store's manifest (the
 kind's `settings`), so a store is only ever read for the settings it was made with.
 A kind whose module is not in this installation is reported by name instead of failing half-way.
@@ -36,11 +39,13 @@ from ..model.loading import LoadedModel
 from ..progress import Progress
 from .store import Record, doc_id_of, load_unit
 
-ALL_KINDS = ("attention", "attribution", "head-importance", "agreement", "faithfulness")  # dependency order
+ALL_KINDS = ("attention", "attribution", "head-importance", "agreement", "faithfulness",
+             "leaderboard")  # dependency order
 # The token counts the attention kind stores: the Token counts page's dataset scope shows them at these settings.
 COUNTS = {"k": 10, "rule": "paper", "by": "type", "layers": "all", "heads": "all"}
 _SEQUENCES = {"importance_values": lambda row: tuple(float(x) for x in row), "mask_kinds": str, "layer_range": int,
-              "rankings": str, "ks": float, "seeds": int, "faithfulness_layers": int}
+              "rankings": str, "ks": float, "seeds": int, "faithfulness_layers": int, "explainers": str,
+              "explainer_options": lambda t: (str(t[0]), str(t[1]), t[2])}
 
 
 @dataclass(frozen=True)
@@ -74,6 +79,11 @@ class Settings:
     max_removed: float = 1.0  # the flip scan's limit, a fraction of the removable tokens
     faithfulness_layers: tuple | None = None  # the attention ranking's layers (0-based); None = all
     faithfulness_scaled: bool = False  # the attention ranking scaled by the store's head importance
+    # the explainer leaderboard (also ks, seeds, replacement, max_removed, target; its IG: n_steps, ig_method,
+    # precision)
+    explainers: tuple | None = None  # methods of attribution.explainers.EXPLAINERS; None = all of them
+    rank_by: str = "signed"  # deletion order: "signed" (score, high to low) or "magnitude" (|score|)
+    explainer_options: tuple | None = None  # (method, option, value) triples for the explainers other than IG
 
     def __post_init__(self):
         for name, item in _SEQUENCES.items():  # lists (a command line, JSON, an array) kept as tuples: hashable
@@ -333,6 +343,55 @@ def _faithfulness_settings(s: Settings) -> dict:
             "scaled": bool(s.faithfulness_scaled)}
 
 
+def _leaderboard(job: Job, doc: Doc) -> Record:
+    from .leaderboard import document_leaderboard
+
+    cfg = _leaderboard_settings(job.settings)
+    a = doc.analysis
+    options = {m: dict(o) for m, o in cfg["options"].items()}
+    # IG is computed here rather than read from the attribution kind: its scores would be the same (attribution
+    # stores integrated_gradients' L2-normalised scores, which the 'ig' explainer returns), but the leaderboard's
+    # row holds IG's cost (seconds, peak memory), which an attribution unit does not record, and a leaderboard
+    # without IG must not need attention and attribution units. In-process runs share IG's per-document disk
+    # cache with the attribution kind (same key), so the app computes it once.
+    if cfg["ig"] is not None:
+        options["ig"] = {"n_steps": cfg["ig"]["n_steps"], "method": cfg["ig"]["method"],
+                         "precision": cfg["ig"]["precision"], "use_cache": job.use_cache, "cache_dir": job.cache_dir}
+    target = None if job.settings.target == "predicted" else _target(job, a)
+    runs = document_leaderboard(job.model, a, cfg["methods"], target, ks=cfg["ks"], seeds=cfg["seeds"] or (),
+                                replacement=cfg["replacement"], max_removed=cfg["max_removed"],
+                                rank_by=cfg["rank_by"], options=options, resume=job.use_cache,
+                                cache_dir=job.cache_dir, on_wait=job.on_wait)
+    return Record(tables={"runs": runs})
+
+
+def _leaderboard_settings(s: Settings) -> dict:
+    from ..attribution.explainers import EXPLAINERS
+    from ..views.faithfulness import DEFAULT_SEEDS, KS, check_ks, check_settings
+    from .leaderboard import check_methods
+
+    methods = list(EXPLAINERS if s.explainers is None else s.explainers)
+    options: dict = {}
+    for method, option, value in s.explainer_options or ():
+        options.setdefault(method, {})[option] = value
+    check_methods(methods, s.rank_by, s.replacement, options)
+    if "ig" in options:
+        raise ValueError("the leaderboard's IG takes the settings' n_steps, ig_method and precision, not "
+                         "explainer_options")
+    unknown = [f"{m}.{o}" for m, opts in options.items() for o in opts if o not in EXPLAINERS[m].options]
+    if unknown:
+        raise ValueError(f"unknown explainer option(s) {unknown}")
+    # the seeds change the numbers only when random is chosen (as IG's settings only when IG is)
+    seeds = (check_settings(["random"], None, DEFAULT_SEEDS if s.seeds is None else s.seeds, s.max_removed)
+             if "random" in methods else None)
+    ig = _attribution_settings(s) if "ig" in methods else None
+    return {"methods": methods, "target": str(s.target), "rank_by": s.rank_by,
+            "ks": list(check_ks(KS if s.ks is None else s.ks)), "replacement": s.replacement, "flip": "exact scan",
+            "max_removed": float(s.max_removed), "seeds": None if seeds is None else list(seeds),
+            "ig": None if ig is None else {k: ig[k] for k in ("n_steps", "method", "precision", "scores")},
+            "options": options}
+
+
 KINDS: dict[str, Kind] = {
     k.name: k
     for k in (
@@ -346,6 +405,8 @@ KINDS: dict[str, Kind] = {
              _agreement_settings, _agreement),
         Kind("faithfulness", ("views.faithfulness",), ("attention", "attribution"), _faithfulness_settings,
              _faithfulness),
+        Kind("leaderboard", ("dataset.leaderboard", "attribution.explainers", "views.faithfulness"), (),
+             _leaderboard_settings, _leaderboard),
     )
 }
 

@@ -8,8 +8,11 @@ a dataset.
                                                             inputs: the per-document unit a store kind can hold)
     summarise(runs)                                         runs of one or many documents -> the leaderboard:
                                                             one row per explainer, sorted by AOPC, best marked
-    leaderboard(model, texts, ...)                          the dataset leaderboard (per-document JSON cache,
-                                                            progress, resumable); leaderboard_runs for the runs
+    run.leaderboard(model, texts, ...)                      the dataset leaderboard (lv.leaderboard): the
+                                                            precompute's store kind 'leaderboard' (dataset.kinds)
+                                                            into the local store (progress, resumable), read back
+                                                            through ResultStore.leaderboard_runs;
+                                                            run.leaderboard_runs for the runs
     curves(runs)                                            AOPC / LOdds against the fraction removed (seed 003
                                                             Fig. 3), for figures.agreement.deletion_curves_chart
     agreement_matrix(explanations)                          Kendall tau / RBO between the explainers' rankings
@@ -27,20 +30,17 @@ explanation's wall time in seconds and its peak extra memory (explainers.Explana
 from __future__ import annotations
 
 import math
-import time
 from typing import Sequence
 
 import numpy as np
 import pandas as pd
 import scipy.stats
 
-from .._disk import JsonStore, bytes_digest, digest
 from ..attribution.explainers import EXPLAINERS, Explanation, explain
 from ..errors import LongvizError
-from ..model.analysis import DocumentAnalysis, analyze
-from ..model.encoding import DEFAULT_MAX_TOKENS
+from ..model.analysis import DocumentAnalysis
 from ..model.loading import LoadedModel
-from ..progress import Progress, eta_text, report
+from ..progress import Progress, report
 from ..views.faithfulness import DEFAULT_SEEDS, KS, REPLACEMENTS, faithfulness, removal_order
 from ..views.similarity import DEFAULT_P, rank_order, rbo_of_orders
 
@@ -49,7 +49,6 @@ RANK_BY = ("signed", "magnitude")
 # and the command line ask for no fewer. The functions take any number, for tests and notebooks.
 MIN_SEEDS = 5
 AGREEMENT_METRICS = {"kendall_tau": "Kendall τ-b", "rbo": "RBO (extrapolated)"}
-_CACHE_VERSION = 1
 
 
 class LeaderboardError(LongvizError, ValueError):
@@ -100,7 +99,7 @@ def document_leaderboard(
     faithfulness.faithfulness; resume keeps each flip scan's position on disk."""
     explanations = dict(explanations or {})
     methods = list(EXPLAINERS if methods is None else methods)
-    _check(methods, rank_by, replacement, explanations, options)
+    check_methods(methods, rank_by, replacement, options, explanations)
     options = options or {}
     seeds = tuple(int(s) for s in seeds)
     runs: list[dict] = []
@@ -157,7 +156,11 @@ def _label(method: str) -> str:
     return EXPLAINERS[method].label if method in EXPLAINERS else method
 
 
-def _check(methods, rank_by, replacement, explanations, options) -> None:
+def check_methods(methods, rank_by: str, replacement: str, options: dict | None = None,
+                  explanations: dict | None = None) -> None:
+    """Validates the leaderboard's explainers and options (LeaderboardError); `explanations` may name methods
+    outside EXPLAINERS."""
+    explanations = explanations or {}
     if not methods:
         raise LeaderboardError("choose at least one explainer")
     if len(set(methods)) != len(methods):
@@ -288,133 +291,5 @@ def _key(scores, rank_by: str) -> np.ndarray:
     return np.abs(s) if rank_by == "magnitude" else s
 
 
-# ------------------------------------------------------------------------------------------ dataset
-def leaderboard_runs(
-    model: LoadedModel,
-    texts,
-    methods: Sequence[str] | None = None,
-    target: int | None = None,
-    *,
-    max_tokens: int = DEFAULT_MAX_TOKENS,
-    ks: Sequence[float] = KS,
-    seeds: Sequence[int] = DEFAULT_SEEDS,
-    replacement: str = "mask",
-    max_removed: float = 1.0,
-    rank_by: str = "signed",
-    options: dict | None = None,
-    batch_size: int | None = None,
-    cache_dir=None,
-    progress: Progress | None = None,
-    on_wait=None,
-) -> tuple[pd.DataFrame, int]:
-    """document_leaderboard on every text (truncated to max_tokens), with a 'doc' column; (runs, documents read
-    from the disk cache). Each document's runs are kept on disk (LONGVIZ_CACHE_DIR/leaderboard/), keyed by the
-    model, the text and every setting, and the flip scans resume, so an interrupted run goes on where it stopped."""
-    texts = list(texts)
-    if not texts:
-        raise LeaderboardError("No documents to score.")
-    methods = list(EXPLAINERS if methods is None else methods)
-    _check(methods, rank_by, replacement, {}, options)
-    settings = {"v": _CACHE_VERSION, "model": model.fingerprint, "max_tokens": int(max_tokens), "methods": methods,
-                "target": None if target is None else int(target), "ks": [float(k) for k in ks],
-                "seeds": [int(s) for s in seeds], "replacement": replacement, "max_removed": float(max_removed),
-                "rank_by": rank_by, "options": digest({m: {k: repr(v) for k, v in o.items()}
-                                                       for m, o in (options or {}).items()})}
-    store = JsonStore("leaderboard", cache_dir)
-    frames, hits, started = [], 0, time.monotonic()
-    for i, text in enumerate(texts):
-        key = digest({**settings, "text": bytes_digest(str(text).encode())})
-        rows = store.get(key)
-        if rows is None:
-            eta = eta_text(started, i - hits, len(texts) - hits)
-
-            def sub(f, msg, i=i, eta=eta):
-                report(progress, (i + f) / len(texts), f"Document {i + 1}/{len(texts)}{eta}: {msg}")
-
-            analysis = analyze(model, text, max_tokens, on_wait=on_wait)
-            runs = document_leaderboard(model, analysis, methods, target, ks=ks, seeds=seeds, replacement=replacement,
-                                        max_removed=max_removed, rank_by=rank_by, options=options,
-                                        batch_size=batch_size, resume=True, cache_dir=cache_dir, progress=sub,
-                                        on_wait=on_wait)
-            rows = runs.to_dict("records")
-            store.put(key, rows)
-        else:
-            hits += 1
-        frames.append(pd.DataFrame(rows, columns=run_columns(ks)).assign(doc=i))
-        report(progress, (i + 1) / len(texts), f"Document {i + 1}/{len(texts)} done")
-    runs = pd.concat(frames, ignore_index=True)
-    return runs[["doc", *run_columns(ks)]], hits
-
-
-def leaderboard(model: LoadedModel, texts, methods: Sequence[str] | None = None, target: int | None = None, *,
-                max_tokens: int = DEFAULT_MAX_TOKENS, **settings) -> pd.DataFrame:
-    """The dataset leaderboard: one row per explainer (method, aopc, lodds, first_flip, seconds, then the sds,
-    flip rate, peak memory and every k), sorted by AOPC with the best marked; random's numbers are the mean
-    ± sd over its seeds. Settings as leaderboard_runs."""
-    runs, _ = leaderboard_runs(model, texts, methods, target, max_tokens=max_tokens, **settings)
-    return summarise(runs, settings.get("ks", KS))
-
-
-# ------------------------------------------------------------------------------------------ command line
-def add_arguments(p) -> None:
-    """The `python -m longviz_core leaderboard` options."""
-    p.add_argument("--model", required=True, help="'demo', a checkpoint directory or a Hub id")
-    p.add_argument("--dataset", required=True, help="'demo' or a CSV / Parquet / JSONL file")
-    p.add_argument("--text-column", default=None)
-    p.add_argument("--label-column", default=None)
-    p.add_argument("--limit", type=int, default=10, help="the first N documents (default 10)")
-    p.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS)
-    p.add_argument("--methods", default=",".join(EXPLAINERS), help="comma-separated explainers (default: all)")
-    p.add_argument("--target", type=int, default=None, help="class explained (default: each document's prediction)")
-    p.add_argument("--ig-steps", type=int, default=EXPLAINERS["ig"].options["n_steps"])
-    p.add_argument("--seeds", type=int, default=len(DEFAULT_SEEDS),
-                   help=f"random seeds 0 .. N-1 (default {len(DEFAULT_SEEDS)}, at least {MIN_SEEDS})")
-    p.add_argument("--replacement", default="mask", choices=REPLACEMENTS)
-    p.add_argument("--max-removed", type=float, default=1.0, help="the flip scan's limit, a fraction (default 1)")
-    p.add_argument("--rank-by", default="signed", choices=RANK_BY)
-    p.add_argument("--device", default=None, help="cpu / cuda (default: cuda when available)")
-    p.add_argument("--cache-dir", default=None,
-                   help="where each document's runs and the flip scans are kept (default: LONGVIZ_CACHE_DIR)")
-    p.add_argument("--out", default=None, help="write the leaderboard as CSV here")
-    p.add_argument("--runs", default=None, help="write every document's runs as CSV here")
-
-
-def run_cli(a) -> int:
-    """`python -m longviz_core leaderboard`: the dataset leaderboard printed (and written with --out)."""
-    import sys
-
-    from ..model.loading import load_dataset, load_model
-    from .run import tqdm_bar
-
-    if a.seeds < MIN_SEEDS:
-        raise LeaderboardError(f"--seeds must be at least {MIN_SEEDS}: random's floor is a mean ± sd over seeds")
-    model = load_model(a.model, device=a.device)
-    df = load_dataset(a.dataset, a.text_column, a.label_column, id2label=model.id2label)
-    methods = [m.strip() for m in a.methods.split(",") if m.strip()]
-    options = {"ig": {"n_steps": a.ig_steps}} if "ig" in methods else None
-    texts = df["text"].iloc[: a.limit]
-    bar = tqdm_bar(len(texts), "leaderboard")
-
-    def show(fraction: float, message: str) -> None:
-        bar.n = round(fraction * len(texts), 3)
-        bar.set_postfix_str(message[:80], refresh=True)
-
-    try:
-        runs, hits = leaderboard_runs(model, texts, methods, a.target, max_tokens=a.max_tokens, seeds=range(a.seeds),
-                                      replacement=a.replacement, max_removed=a.max_removed, rank_by=a.rank_by,
-                                      options=options, cache_dir=a.cache_dir, progress=show)
-    finally:
-        bar.close()
-    table = summarise(runs)
-    print(f"{runs['doc'].nunique()} documents ({hits} from the cache)", file=sys.stderr)
-    print(table[["method", "aopc", "aopc_sd", "lodds", "lodds_sd", "first_flip", "flip_rate", "seconds",
-                 "best"]].to_string(index=False))
-    if a.out:
-        table.to_csv(a.out, index=False)
-    if a.runs:
-        runs.to_csv(a.runs, index=False)
-    return 0
-
-
-__all__ = ["AGREEMENT_METRICS", "LeaderboardError", "MIN_SEEDS", "RANK_BY", "agreement_matrix", "curves",
-           "document_leaderboard", "flips", "leaderboard", "leaderboard_runs", "numbers", "run_columns", "summarise"]
+__all__ = ["AGREEMENT_METRICS", "LeaderboardError", "MIN_SEEDS", "RANK_BY", "agreement_matrix", "check_methods",
+           "curves", "document_leaderboard", "flips", "numbers", "run_columns", "summarise"]

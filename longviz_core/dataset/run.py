@@ -1,5 +1,5 @@
-"""Dataset-scale precompute: every document's attention, attribution, agreement and faithfulness results (the
-kinds of dataset.kinds), written into a ResultStore (dataset.store) one atomic unit at a time, resumable and
+"""Dataset-scale precompute: every document's attention, attribution, agreement, faithfulness and explainer
+leaderboard results (the kinds of dataset.kinds), written into a ResultStore (dataset.store) one atomic unit at a time, resumable and
 shardable (dataset.ray runs the shards on a cluster).
 
 The command line, Ray, the app's "compute for the dataset" buttons and the Python API's dataset functions all run
@@ -11,10 +11,12 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shutil
 import sys
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -22,6 +24,7 @@ import pandas as pd
 from .. import _disk
 from .._disk import digest, file_lock, package_versions
 from .._version import __version__
+from ..attribution.explainers import EXPLAINERS
 from ..errors import DatasetError, InputTextError, LongvizError
 from ..model.encoding import DEFAULT_MAX_TOKENS
 from ..model.loading import LoadedModel, dataset_fingerprint
@@ -29,6 +32,7 @@ from ..progress import Progress, format_seconds, report
 from ..views.agreement import MASK_KINDS
 from ..views.faithfulness import DEFAULT_SEEDS, KS, RANKINGS, check_settings
 from ..views.similarity import DEFAULT_P, DEFAULT_TOP
+from . import leaderboard as lb
 from .aggregate import DatasetAgreement, DatasetAttribution, DatasetFaithfulness
 from .kinds import ALL_KINDS, KINDS, Doc, Job, Settings, kind_names, resolve_kinds
 from .store import ResultStore, StoreWriter, open_manifest
@@ -261,8 +265,46 @@ def local_store_dir(model: LoadedModel, df: pd.DataFrame, settings: Settings = S
     (so settings that give the same numbers share one store, however they were written)."""
     settings = clamped(model, settings)
     key = digest([model.fingerprint, dataset_fingerprint(df), settings.max_tokens,
-                  {k: KINDS[k].settings(settings) for k in ALL_KINDS}], digest_size=10)
+                  {k: _key_settings(k, settings) for k in ALL_KINDS}], digest_size=10)
     return _disk.cache_folder("stores", cache_dir) / key
+
+
+def prune_local_stores(older_than_days: float, cache_dir=None, *, dry_run: bool = False,
+                       now: float | None = None) -> list[Path]:
+    """The in-process runs' local stores (local_store_dir's folder) not written for `older_than_days` days,
+    deleted (only listed with `dry_run`); returns them. A store was last written when its newest file was (a read
+    writes nothing). They are caches: a view computes again what it needs. A store being written has fresh files
+    and is kept."""
+    if not float(older_than_days) >= 0:
+        raise ValueError(f"older_than_days must be >= 0, got {older_than_days}")
+    root = _disk.cache_folder("stores", cache_dir)
+    if not root.is_dir():
+        return []
+    cutoff = (time.time() if now is None else now) - float(older_than_days) * 86400
+    old = [p for p in sorted(root.iterdir()) if p.is_dir() and _last_written(p) < cutoff]
+    if not dry_run:
+        for store in old:
+            shutil.rmtree(store)
+    return old
+
+
+def _last_written(folder: Path) -> float:
+    """The newest modification time in `folder` (itself included); now when a file vanishes while looking (a
+    writer is at work)."""
+    try:
+        return max([folder.stat().st_mtime, *(p.stat().st_mtime for p in folder.rglob("*"))])
+    except FileNotFoundError:
+        return time.time()
+
+
+def _key_settings(kind: str, settings: Settings):
+    """A kind's manifest settings for the local store's key, or why it rejects them: settings only another kind
+    uses may be invalid for this one (faithfulness without random may have no seeds; the leaderboard's default
+    explainers include random), and a run is refused only for the kinds it computes (build_manifest)."""
+    try:
+        return KINDS[kind].settings(settings)
+    except ValueError as exc:
+        return f"invalid: {exc}"
 
 
 def local_store(model: LoadedModel, df: pd.DataFrame, what, settings: Settings = Settings(),
@@ -456,7 +498,81 @@ def dataset_faithfulness(
     return replace(store.dataset_faithfulness(), from_cache=summary.skipped["faithfulness"])
 
 
+def leaderboard_settings(
+    methods: Sequence[str] | None = None,
+    target: int | None = None,
+    *,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    ks: Sequence[float] = KS,
+    seeds: Sequence[int] = DEFAULT_SEEDS,
+    replacement: str = "mask",
+    max_removed: float = 1.0,
+    rank_by: str = "signed",
+    options: dict | None = None,
+) -> Settings:
+    """The precompute settings of the store kind 'leaderboard' for these leaderboard options (as
+    leaderboard.document_leaderboard takes them). IG's options that
+    change its numbers (n_steps, method, precision) become the settings' IG fields; its cache options change
+    nothing and are left out; the other explainers' options become explainer_options."""
+    methods = list(EXPLAINERS if methods is None else methods)
+    lb.check_methods(methods, rank_by, replacement, options)
+    options = {m: dict(o) for m, o in (options or {}).items()}
+    ig = {**EXPLAINERS["ig"].options, **options.pop("ig", {})}
+    unknown = sorted(set(ig) - set(EXPLAINERS["ig"].options))
+    if unknown:
+        raise lb.LeaderboardError(f"ig has no option(s) {unknown}; its options are {sorted(EXPLAINERS['ig'].options)}")
+    others = tuple((m, k, v) for m, o in sorted(options.items()) for k, v in sorted(o.items()))
+    return Settings(max_tokens=int(max_tokens), n_steps=int(ig["n_steps"]), ig_method=ig["method"],
+                    precision=ig["precision"], target="predicted" if target is None else str(int(target)),
+                    ks=tuple(ks), seeds=tuple(seeds), replacement=replacement, max_removed=float(max_removed),
+                    explainers=tuple(methods), rank_by=rank_by, explainer_options=others or None)
+
+
+def leaderboard_runs(
+    model: LoadedModel,
+    texts,
+    methods: Sequence[str] | None = None,
+    target: int | None = None,
+    *,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    ks: Sequence[float] = KS,
+    seeds: Sequence[int] = DEFAULT_SEEDS,
+    replacement: str = "mask",
+    max_removed: float = 1.0,
+    rank_by: str = "signed",
+    options: dict | None = None,
+    batch_size: int | None = None,
+    cache_dir=None,
+    progress: Progress | None = None,
+    on_wait=None,
+) -> tuple[pd.DataFrame, int]:
+    """leaderboard.document_leaderboard on every text (truncated to max_tokens), with a 'doc' column; (runs, documents found
+    in the store). The precompute's "leaderboard" kind into the local store for these texts and settings
+    (run.local_store: resumable, a later call with the same texts and settings computes nothing, progress after
+    every document with the time left), then the store's aggregation (ResultStore.leaderboard_runs).
+    `batch_size` is checked but the run scores copies in the deletion test's default batches (batching changes
+    the cost, not the numbers)."""
+    texts = list(texts)
+    if not texts:
+        raise lb.LeaderboardError("No documents to score.")
+    if batch_size is not None and int(batch_size) < 1:
+        raise lb.LeaderboardError(f"batch_size must be at least 1, got {batch_size}")
+    settings = leaderboard_settings(methods, target, max_tokens=max_tokens, ks=ks, seeds=seeds,
+                                    replacement=replacement, max_removed=max_removed, rank_by=rank_by,
+                                    options=options)
+    store, summary = _local_run(model, _texts_frame(texts), "leaderboard", settings, progress, cache_dir, on_wait)
+    return store.leaderboard_runs(), summary.skipped["leaderboard"]
+
+
+def leaderboard(model: LoadedModel, texts, methods: Sequence[str] | None = None, target: int | None = None, *,
+                max_tokens: int = DEFAULT_MAX_TOKENS, **settings) -> pd.DataFrame:
+    """The dataset leaderboard (leaderboard.summarise of leaderboard_runs): one row per explainer (method, aopc,
+    lodds, first_flip, seconds, then the sds, flip rate, peak memory and every k), sorted by AOPC with the best
+    marked; random's numbers are the mean ± sd over its seeds. Settings as leaderboard_runs."""
+    runs, _ = leaderboard_runs(model, texts, methods, target, max_tokens=max_tokens, **settings)
+    return lb.summarise(runs, settings.get("ks", KS))
+
 __all__ = ["RunSummary", "Settings", "build_manifest", "clamped", "dataset_agreement", "dataset_attributions",
-           "dataset_faithfulness", "documents_done", "find_store", "find_stores", "local_store", "local_store_dir",
-           "manifest_versions", "parse_shard", "precompute", "read_logs", "run_kinds", "seconds_per_document",
+           "dataset_faithfulness", "documents_done", "find_store", "find_stores", "leaderboard", "leaderboard_runs",
+           "leaderboard_settings", "local_store", "local_store_dir", "manifest_versions", "prune_local_stores", "parse_shard", "precompute", "read_logs", "run_kinds", "seconds_per_document",
            "serves_view", "shard_rows", "tqdm_bar"]

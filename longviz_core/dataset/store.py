@@ -682,6 +682,17 @@ class ResultStore:
         n = rows["doc_id"].nunique()
         return DatasetFaithfulness(per_doc, summarise_faithfulness(per_doc, ks), n, n, ks)
 
+    def leaderboard_runs(self) -> pd.DataFrame:
+        """Every document's explainer leaderboard runs (dataset.leaderboard.run_columns at the store's ks) with the
+        dataset row `doc` first: what dataset.leaderboard.summarise, curves and flips take. The runs were made
+        with the settings in the manifest's leaderboard entry."""
+        from .aggregate import with_doc
+
+        rows = self.table("leaderboard", "runs")
+        if rows.empty:
+            raise StoreError("The store has no leaderboard results.")
+        return with_doc(rows)
+
 
 # ================================================================================================== workers
 def _write_error(root: Path, what: str, exc: OSError) -> StoreError:

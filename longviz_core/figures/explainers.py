@@ -23,9 +23,10 @@ _HEADER_STYLE = "font-family:ui-sans-serif,system-ui,sans-serif;font-size:0.8rem
 
 def leaderboard_view(table: pd.DataFrame) -> pd.DataFrame:
     """leaderboard.summarise's table for display: explainer (★ on the best AOPC), AOPC and LOdds with their sd
-    over random seeds (blank for the deterministic explainers), first flip (NaN: no flip) and flip rate, seconds
-    per explanation, peak extra memory in MB, and the cost class. Numbers keep full precision (format them in
-    the widget), so a displayed table equals the exported one."""
+    over random seeds (blank for the deterministic explainers), first flip (flip_text: "no flip" where the
+    decision never changed within the scan limit) and flip rate, seconds per explanation, peak extra memory in
+    MB, and the cost class. The other numbers keep full precision (format them in the widget), so a displayed
+    table equals the exported one."""
     missing = [c for c in ("method", "label", "aopc", "aopc_sd", "lodds", "lodds_sd", "first_flip", "flip_rate",
                            "seconds", "peak_bytes", "cost", "best") if c not in table]
     if missing:
@@ -37,12 +38,21 @@ def leaderboard_view(table: pd.DataFrame) -> pd.DataFrame:
         "AOPC sd (seeds)": table["aopc_sd"].to_numpy(),
         "LOdds": table["lodds"].to_numpy(),
         "LOdds sd (seeds)": table["lodds_sd"].to_numpy(),
-        "first flip": table["first_flip"].to_numpy(),
+        "first flip": [flip_text(v) for v in table["first_flip"]],
         "flip rate": table["flip_rate"].to_numpy(),
         "seconds": table["seconds"].to_numpy(),
         "peak MB": table["peak_bytes"].to_numpy() / 2**20,
         "cost": table["cost"].to_numpy(),
     })
+
+
+NO_FLIP = "no flip"
+
+
+def flip_text(fraction) -> str:
+    """A first flip as shown: the fraction of text tokens removed to 4 decimals (one token of a 4,096-token
+    document is 0.0002), or NO_FLIP for NaN (no flip within the scan limit)."""
+    return NO_FLIP if fraction is None or np.isnan(fraction) else f"{float(fraction):.4f}"
 
 
 def random_floor(view: pd.DataFrame) -> str:
@@ -52,7 +62,8 @@ def random_floor(view: pd.DataFrame) -> str:
         return "Random was not run: there is no floor to compare with."
     r = rows.iloc[0]
     return (f"Random, the floor to beat (mean ± sd over seeds): AOPC {r['AOPC']:.3f} ± {r['AOPC sd (seeds)']:.3f}, "
-            f"LOdds {r['LOdds']:.3f} ± {r['LOdds sd (seeds)']:.3f}, first flip {r['first flip']:.3f}. Peak memory, "
+            f"LOdds {r['LOdds']:.3f} ± {r['LOdds sd (seeds)']:.3f}, "
+            f"{'no flip' if r['first flip'] == NO_FLIP else 'first flip ' + r['first flip']}. Peak memory, "
             "flip rates and every sd: 'Every number' below and the CSV.")
 
 

@@ -1,10 +1,11 @@
 """The explainer leaderboard: its deletion numbers against brute-force forwards and the Faithfulness page's own
 deletion test, its summary against hand computation, random averaged over seeds, the agreement matrix against
-scipy / rbo, the disk cache, and explainers that know the answer ranking above random on the demo."""
+scipy / rbo, the store kind 'leaderboard' (its runs, the local store, settings, resume), and explainers that know the answer ranking above random on the demo."""
 from __future__ import annotations
 
 import math
 import warnings
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -16,9 +17,13 @@ import torch
 import longviz_core as lv
 from longviz_core.cli import main
 from longviz_core.dataset import leaderboard as lb
+from longviz_core.dataset import run
+from longviz_core.dataset.kinds import KINDS
+from longviz_core.dataset.store import ResultStore, doc_id_of
 from longviz_core.figures import explainers as fig
 from longviz_core.figures.agreement import deletion_curves_chart, flip_chart
 from longviz_core.views import faithfulness as fa
+from support.oracles import assert_stores_equal
 from tiny import text_of
 
 SEEDS = (0, 1, 2, 3, 4)
@@ -128,21 +133,120 @@ def test_summarise_against_hand_computation():
     assert list(ordered["best"]) == [True, False]
 
 
-def test_dataset_leaderboard_cache_and_contract(tiny_longformer, tmp_path):
-    texts = [text_of(30), text_of(45)]
-    kwargs = dict(max_tokens=64, seeds=(0, 1, 2), max_removed=0.5, cache_dir=tmp_path)
-    runs, hits = lb.leaderboard_runs(tiny_longformer, texts, ["grad_x_input", "gae", "random"], **kwargs)
-    assert hits == 0 and set(runs["doc"]) == {0, 1} and len(runs) == 2 * (2 + 3)
-    again, hits = lb.leaderboard_runs(tiny_longformer, texts, ["grad_x_input", "gae", "random"], **kwargs)
-    assert hits == 2
-    pd.testing.assert_frame_equal(runs.drop(columns=["seconds", "peak_bytes"]),
-                                  again.drop(columns=["seconds", "peak_bytes"]))
-    table = lv.leaderboard(tiny_longformer, texts, ["grad_x_input", "gae", "random"], **kwargs)
-    assert list(table.columns[:6]) == ["method", "label", "aopc", "lodds", "first_flip", "seconds"]
-    pd.testing.assert_frame_equal(table, lb.summarise(runs))
-    _, hits = lb.leaderboard_runs(tiny_longformer, texts, ["grad_x_input", "gae", "random"],
-                                  **{**kwargs, "seeds": (0, 1)})
-    assert hits == 0  # the seeds are part of the key
+TEXTS = [text_of(30), text_of(45), text_of(23)]
+METHODS = ["ig", "grad_x_input", "gae", "random"]
+OPTIONS = {"ig": {"n_steps": 4}}
+
+
+def _settings(**changes):
+    kwargs = dict(max_tokens=64, seeds=(0, 1, 2), max_removed=0.5, options=OPTIONS)
+    return run.leaderboard_settings(METHODS, **{**kwargs, **changes})
+
+
+def _cost_free(runs: pd.DataFrame) -> pd.DataFrame:
+    return runs.drop(columns=["seconds", "peak_bytes"])
+
+
+def test_store_kind_holds_document_leaderboard(tiny_longformer, tmp_path):
+    """The store kind 'leaderboard': each document's runs are document_leaderboard's on that document (computed
+    here directly, IG afresh), its manifest records every setting, and the store's aggregation is every run
+    with its doc."""
+    df = pd.DataFrame({"text": TEXTS})
+    settings = _settings()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        summary = run.precompute(tiny_longformer, df, tmp_path / "store", "leaderboard", settings)
+    assert summary.kinds == ("leaderboard",) and summary.computed == {"leaderboard": 3}
+    store = ResultStore(tmp_path / "store")
+    recorded = store.settings("leaderboard")
+    assert recorded["methods"] == METHODS and recorded["seeds"] == [0, 1, 2] and recorded["max_removed"] == 0.5
+    assert recorded["ig"]["n_steps"] == 4 and recorded["rank_by"] == "signed" and recorded["target"] == "predicted"
+    runs = store.leaderboard_runs()
+    assert list(runs.columns) == ["doc", *lb.run_columns()] and list(runs["doc"].unique()) == [0, 1, 2]
+    for i, text in enumerate(TEXTS):
+        analysis = lv.analyze(tiny_longformer, text, 64)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ref = lb.document_leaderboard(tiny_longformer, analysis, METHODS, seeds=(0, 1, 2), max_removed=0.5,
+                                          options={"ig": {"n_steps": 4, "use_cache": False}})
+        got = runs[runs["doc"] == i].drop(columns="doc").reset_index(drop=True)
+        assert len(got) == 3 + 3 and got["n"].iloc[0] == analysis.n
+        pd.testing.assert_frame_equal(_cost_free(got), _cost_free(ref), rtol=1e-9, atol=1e-12)
+        assert (got["seconds"] >= 0).all()
+
+
+def test_dataset_leaderboard_through_the_local_store(tiny_longformer, tmp_path):
+    """run.leaderboard_runs / lv.leaderboard: the kind into the local store (a second call computes nothing), the
+    front door's columns, the summary of the store's runs; other settings make another store."""
+    kwargs = dict(max_tokens=64, seeds=(0, 1, 2), max_removed=0.5, options=OPTIONS, cache_dir=tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        runs, found = run.leaderboard_runs(tiny_longformer, TEXTS[:2], METHODS, **kwargs)
+        assert found == 0 and set(runs["doc"]) == {0, 1} and len(runs) == 2 * (3 + 3)
+        again, found = run.leaderboard_runs(tiny_longformer, TEXTS[:2], METHODS, **kwargs)
+        assert found == 2
+        pd.testing.assert_frame_equal(runs, again)  # read from the store: the cost too
+        table = lv.leaderboard(tiny_longformer, TEXTS[:2], METHODS, **kwargs)
+        assert list(table.columns[:6]) == ["method", "label", "aopc", "lodds", "first_flip", "seconds"]
+        pd.testing.assert_frame_equal(table, lb.summarise(runs))
+        _, found = run.leaderboard_runs(tiny_longformer, TEXTS[:2], METHODS, **{**kwargs, "seeds": (0, 1)})
+    assert found == 0  # the seeds are part of the store's settings
+    assert len(list((tmp_path / "stores").iterdir())) == 2
+
+
+def test_store_with_other_settings_is_not_served(tiny_longformer, tmp_path):
+    df = pd.DataFrame({"text": TEXTS[:1]})
+    settings = _settings()
+    run.precompute(tiny_longformer, df, tmp_path / "store", "leaderboard", settings)
+    store = ResultStore(tmp_path / "store")
+    assert run.serves_view(store, "leaderboard", settings)
+    for changes in [dict(seeds=(0, 1)), dict(max_removed=0.2), dict(rank_by="magnitude"), dict(replacement="pad"),
+                    dict(options={"ig": {"n_steps": 6}}), dict(ks=(0.1, 0.5)), dict(target=0)]:
+        assert not run.serves_view(store, "leaderboard", _settings(**changes)), changes
+    assert not run.serves_view(store, "leaderboard", run.leaderboard_settings(["gae", "random"], max_tokens=64,
+                                                                              seeds=(0, 1, 2), max_removed=0.5))
+    with pytest.raises(lv.ManifestMismatchError):
+        run.precompute(tiny_longformer, df, tmp_path / "store", "leaderboard", _settings(seeds=(0, 1)))
+    without_ig = run.leaderboard_settings(["gae", "random"], max_tokens=64, seeds=(0, 1, 2))
+    # IG's steps change nothing when IG is not chosen, nor the seeds when random is not
+    assert KINDS["leaderboard"].settings(without_ig) == KINDS["leaderboard"].settings(replace(without_ig, n_steps=9))
+    gae = run.leaderboard_settings(["gae"], max_tokens=64)
+    assert KINDS["leaderboard"].settings(gae) == KINDS["leaderboard"].settings(replace(gae, seeds=()))
+
+
+def test_settings_only_another_kind_uses(tiny_longformer, tmp_path):
+    """Faithfulness without random takes no seeds, which the leaderboard's default explainers (random among them)
+    reject: its local store is still found; a leaderboard run with them is refused before a manifest is written."""
+    df = pd.DataFrame({"text": TEXTS[:1]})
+    no_seeds = run.Settings(max_tokens=64, rankings=("ig",), seeds=())
+    assert run.local_store_dir(tiny_longformer, df, no_seeds, tmp_path) != run.local_store_dir(
+        tiny_longformer, df, run.Settings(max_tokens=64, rankings=("ig",)), tmp_path)
+    with pytest.raises(ValueError, match="seed"):
+        run.precompute(tiny_longformer, df, tmp_path / "store", "leaderboard", no_seeds)
+    assert not (tmp_path / "store" / "manifest.json").exists()
+
+
+def test_a_stopped_leaderboard_resumes_to_the_uninterrupted_store(tiny_longformer, tmp_path):
+    """Stopped after the second document (the progress callback raises, as the app's Stop does), then run again:
+    the store of one uninterrupted run, each document computed once."""
+    df = pd.DataFrame({"text": TEXTS})
+    settings = _settings(options={"ig": {"n_steps": 2}})
+
+    class Stop(Exception):
+        pass
+
+    def stop_after_two(fraction, message):
+        if message.startswith("document 2/"):
+            raise Stop
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(Stop):
+            run.local_store(tiny_longformer, df, "leaderboard", settings, progress=stop_after_two, cache_dir=tmp_path)
+        done = run.local_store(tiny_longformer, df, "leaderboard", settings, cache_dir=tmp_path)
+        assert sorted(run.read_logs(done.root)["doc_id"]) == [doc_id_of(r) for r in range(3)]
+        run.precompute(tiny_longformer, df, tmp_path / "whole", "leaderboard", settings)
+    assert_stores_equal(done.root, tmp_path / "whole", rtol=1e-9, atol=1e-12)
 
 
 def test_agreement_matrix_against_scipy_and_rbo(tiny_longformer, doc):
@@ -179,6 +283,10 @@ def test_figures_from_runs(tiny_longformer, doc):
     assert f"AOPC {seeds['aopc'].mean():.3f} ± {seeds['aopc'].std(ddof=0):.3f}" in floor
     assert f"LOdds {seeds['lodds'].mean():.3f} ± {seeds['lodds'].std(ddof=0):.3f}" in floor
     assert "not run" in fig.random_floor(view[view["method"] != "random"])
+    # a first flip shows as its fraction to 4 decimals, a method that never flips as "no flip" (never None / NaN)
+    table = lb.summarise(runs).assign(first_flip=[0.123456, math.nan])
+    assert list(fig.leaderboard_view(table)["first flip"]) == ["0.1235", fig.NO_FLIP]
+    assert "no flip. Peak" in fig.random_floor(fig.leaderboard_view(table.assign(method=["gae", "random"])))
     scores = fig.scores_table(doc.tokens, {"gae": lv.explain(tiny_longformer, doc, "gae")})
     assert list(scores.columns) == ["position", "token", "gae"] and len(scores) == doc.n
     header = fig.explainer_header_html("GAE", "Chefer et al.", "class_1", "class_0", 0.7, None)

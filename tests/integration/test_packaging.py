@@ -21,7 +21,7 @@ from longviz_core import cli
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 PROJECT = PYPROJECT["project"]
-COMMANDS = ("app", "demo", "precompute", "store-info", "leaderboard")
+COMMANDS = ("app", "demo", "precompute", "store-info", "prune-stores", "leaderboard")
 # requirements.txt installs the test tools too (README's second command runs the tests); the package puts them
 # in [dev], and Ray in [ray].
 EXTRAS_ONLY = {"pytest", "selenium", "hypothesis", "ray"}

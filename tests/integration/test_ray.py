@@ -1,5 +1,5 @@
 """The --ray path on a local Ray instance on CPU: two shards as Ray tasks on the demo give the store an
-in-process single-shard run gives."""
+in-process single-shard run gives (the explainer leaderboard's kind included, with no special case)."""
 from __future__ import annotations
 
 import pytest
@@ -14,8 +14,9 @@ from support.oracles import assert_stores_equal
 ray = pytest.importorskip("ray")  # the [ray] extra
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
-SETTINGS = Settings(max_tokens=512, n_steps=2)
-WHAT, LIMIT = "attention,attribution", 3
+# the leaderboard kind kept cheap: two explainers, two random seeds, the flip scan over the first 5 %
+SETTINGS = Settings(max_tokens=512, n_steps=2, explainers=("grad_x_input", "random"), seeds=(0, 1), max_removed=0.05)
+WHAT, LIMIT = "attention,attribution,leaderboard", 3
 
 
 def test_ray_shards_equal_a_single_run(demo, demo_model, demo_dataset, tmp_path):
@@ -26,6 +27,7 @@ def test_ray_shards_equal_a_single_run(demo, demo_model, demo_dataset, tmp_path)
         ray.shutdown()
     assert sorted(s.shard for s in summaries) == [(0, 2), (1, 2)]
     assert sorted(s.computed["attention"] for s in summaries) == [1, 2]
+    assert sorted(s.computed["leaderboard"] for s in summaries) == [1, 2]
     assert {p.name for p in (tmp_path / "ray" / "index").glob("*.sqlite")} >= {"shard-0-of-2.sqlite",
                                                                               "shard-1-of-2.sqlite"}
     before = torch.get_num_threads()

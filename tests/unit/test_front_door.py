@@ -38,11 +38,11 @@ PUBLIC = {
     "views.faithfulness": ["FaithfulnessError", "FaithfulnessResult", "RankingCurve"],
     "views.attribution_tables": ["attribution_by_token", "top_attributions"],
     "dataset.run": ["dataset_agreement", "dataset_attributions", "dataset_faithfulness", "find_store",
-                    "local_store", "precompute"],
+                    "leaderboard", "local_store", "precompute"],
     "dataset.ray": ["run_on_ray"],
     "dataset.store": ["Record", "ResultStore"],
     "dataset.aggregate": ["DatasetAgreement", "DatasetAttribution", "DatasetFaithfulness"],
-    "dataset.leaderboard": ["LeaderboardError", "document_leaderboard", "leaderboard"],
+    "dataset.leaderboard": ["LeaderboardError", "document_leaderboard"],
 }
 
 

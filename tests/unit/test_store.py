@@ -323,3 +323,36 @@ def test_serves_checks_the_kind_and_its_dependencies_settings(store_dir):
     assert not store.serves("agreement", n_steps=50) and not store.serves("agreement", p=0.9)
     assert not store.serves("agreement", mask=["special"]) and not store.serves("agreement", colour="red")
     assert not store.serves("attribution", n_steps=4)  # in the manifest, but no document computed
+
+
+def test_prune_stores_deletes_only_local_stores_not_written_for_days(tmp_path, capsys):
+    """`longviz prune-stores --older-than DAYS`: a store whose newest file is older goes; one with any newer file
+    (a store still written to) stays; --dry-run only lists."""
+    import os
+    import time
+
+    from longviz_core.cli import main
+
+    now, day = time.time(), 86400
+    stores = tmp_path / "stores"
+    ages = {"old": [10, 9], "recent": [10, 1], "fresh": [0]}  # each file's age in days
+    for name, files in ages.items():
+        for i, age in enumerate(files):
+            f = stores / name / "docs" / f"{i}.npy"
+            f.parent.mkdir(parents=True, exist_ok=True)
+            f.write_bytes(b"x")
+            os.utime(f, (now - age * day, now - age * day))
+        for folder in (stores / name / "docs", stores / name):
+            os.utime(folder, (now - 20 * day, now - 20 * day))
+    args = ["prune-stores", "--older-than", "7", "--cache-dir", str(tmp_path)]
+    assert main([*args, "--dry-run"]) == 0
+    assert capsys.readouterr().out.split() == [str(stores / "old")]
+    assert sorted(p.name for p in stores.iterdir()) == ["fresh", "old", "recent"]
+    assert main(args) == 0
+    assert sorted(p.name for p in stores.iterdir()) == ["fresh", "recent"]
+    assert main(["prune-stores", "--older-than", "0.5", "--cache-dir", str(tmp_path)]) == 0
+    assert sorted(p.name for p in stores.iterdir()) == ["fresh"]
+    assert main(["prune-stores", "--older-than", "-1", "--cache-dir", str(tmp_path)]) == 2
+    assert "older_than_days" in capsys.readouterr().err
+    assert main(["prune-stores", "--older-than", "1", "--cache-dir", str(tmp_path / "none")]) == 0
+
