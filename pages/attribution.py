@@ -82,8 +82,9 @@ pos = state.selected_token(st, P, analysis.n, int(attr.scores.argmax()))
 values = pd.DataFrame({"position": np.arange(analysis.n), "token": [token_label(t) for t in analysis.tokens],
                        shown.column: shown.scores, "masked": mask if mask is not None else np.zeros(analysis.n, bool)})
 export.overlay(token_overlay_html(analysis.tokens, shown.scores, mask=mask, vmax=vmax, selected=int(pos)), values,
-               shown.name, model, {**meta, "masked": masked, "explainer": shown.method}, height=460,
-               header_html=shown.header, legend_html=legend_html("diverging", vmax=vmax, label=shown.legend))
+               shown.name, model, {**meta, "masked": masked, "explainer": shown.method}, header_html=shown.header,
+               legend_html=legend_html("diverging", vmax=vmax, label=shown.legend), selected=int(pos),
+               on_pick=lambda position: state.pick(P, position))  # a click on a token selects it
 
 # ---- the selected token
 d = tables.token_detail(analysis, attr, int(pos))
