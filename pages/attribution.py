@@ -50,10 +50,10 @@ with common.guard():
 
 # ---- header row (Fig 9)
 h = st.columns(5)
-h[0].metric("True label", name(label) if label is not None else "—")
-h[1].metric("Predicted label", name(analysis.predicted), f"p = {analysis.probs[analysis.predicted]:.3f}",
-            **common.NO_ARROW)
-h[2].metric("Attribution label", name(attr.target))
+h[0].metric("True label", common.wrappable(name(label)) if label is not None else "—")
+h[1].metric("Predicted label", common.wrappable(name(analysis.predicted)),
+            f"p = {analysis.probs[analysis.predicted]:.3f}", **common.NO_ARROW)
+h[2].metric("Attribution label", common.wrappable(name(attr.target)))
 h[3].metric("Attribution score", f"{attr.total:+.3f}",
             help="Sum of the L2-normalised token scores (paper §2, captum's summarize_attributions and "
                  "VisualizationDataRecord.attr_score).")

@@ -120,7 +120,7 @@ def test_dataset_wide_table(demo, calls):
     assert len(tables) == 2 and (tables[0]["n_docs"] >= 1).all()
     assert list(tables[0].columns) == ["token", "mean_attribution", "n_docs", "occurrences", "mean_per_occurrence",
                                        "total_attribution"]
-    class_name = _metric(at, "Attribution label").value
+    class_name = _metric(at, "Attribution label").value.replace("\u200b", "")  # the tile's wrap points out
     title = f"Dataset-wide attribution for class '{class_name}' (IG, L2-normalised per document)"
     assert sum(title in m.value for m in at.markdown) == 2  # the positive and the negative table
     shown_first = tables[0].reset_index(drop=True)

@@ -71,7 +71,8 @@ def test_new_document_resets_target_and_selection(at):
     at.number_input(key=K.page(P, "pos")).set_value(top_1 + 1).run()
     _ok(at)
     assert _target(at)[0] == other and _pos(at) == top_1 + 1
-    assert any(m.label == "Attribution label" and m.value == box.format_func(other) for m in at.metric)
+    assert any(m.label == "Attribution label" and m.value == common.wrappable(box.format_func(other))
+               for m in at.metric)
     _doc(at, 1)
     assert _target(at) == predicted_1 and _pos(at) == top_1
     _doc(at, 0)

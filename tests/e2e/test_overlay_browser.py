@@ -1,6 +1,7 @@
 """The attribution overlay in a real browser (issue 15): a click on a token selects it (number box, address bar,
 outline), and a position chosen elsewhere far down the document (number box, link) scrolls into view inside the
-overlay's own box. Screenshots at 1,440 and 1,024 px after the click go to $LONGVIZ_SCREENSHOTS when it is set."""
+overlay's own box. Screenshots at 1,440 and 1,024 px after the click go to $LONGVIZ_SCREENSHOTS when it is set.
+The navigation's icons draw without a network or an emoji font."""
 from __future__ import annotations
 
 import os
@@ -79,3 +80,19 @@ def test_click_selects_and_selection_scrolls_into_view(app_server, browser):
     assert _number(browser) == str(linked) and _selected(browser) == [str(linked)]
     assert opened["box"][0] <= opened["token"][0] and opened["token"][1] <= opened["box"][1], opened
     assert "Traceback" not in log.read_text()
+
+
+def test_navigation_icons_render_offline(app_server, browser):
+    """The navigation's icons are Material Symbols from Streamlit's own static files (the browser here has no
+    network and no emoji font): every link has one, drawn in that font, and the font has loaded."""
+    base, _ = app_server
+    browser.get(base)
+    wait_idle(browser)
+    icons = browser.execute_script(
+        "return [...document.querySelectorAll('[data-testid=stSidebarNav] a')].map(a => {"
+        "const i = a.querySelector('[data-testid=stIconMaterial]');"
+        "return i ? [i.textContent, getComputedStyle(i).fontFamily] : null; });")
+    assert icons and all(i and "Material Symbols" in i[1] for i in icons), icons
+    assert browser.execute_script("return document.fonts.check('16px \"Material Symbols Rounded\"')")
+    assert browser.execute_script(
+        "return [...document.fonts].some(f => f.family.includes('Material Symbols') && f.status === 'loaded')")
