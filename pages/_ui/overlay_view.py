@@ -20,13 +20,14 @@ _CSS = """
 """
 
 # Called on every run that sends new data: the HTML is set only when it changed (keeps the box's scroll), the
-# outline follows `selected`, and the box scrolls only when `selected` differs from what it showed last (a
-# click's own rerun does not scroll; a number typed, a table row or a link does).
+# outline follows `selected`, and after new HTML or a new selection (a number typed, a table row, a link, another
+# document) the box scrolls to the selected token if it is out of view (a clicked token is in view already).
 _JS = """
 export default function ({ data, parentElement, setTriggerValue }) {
   const box = parentElement.querySelector(".lv-box");
   box.style.maxHeight = `${data.height}px`;
-  if (box.lvHtml !== data.html) {
+  const fresh = box.lvHtml !== data.html;
+  if (fresh) {
     box.innerHTML = data.html;
     box.lvHtml = data.html;
   }
@@ -37,7 +38,7 @@ export default function ({ data, parentElement, setTriggerValue }) {
     return el;
   };
   const el = mark(data.selected);
-  if (el && box.lvShown !== data.selected) {
+  if (el && (fresh || box.lvShown !== data.selected)) {
     requestAnimationFrame(() => {
       const r = el.getBoundingClientRect(), b = box.getBoundingClientRect();
       if (r.top < b.top || r.bottom > b.bottom) {
