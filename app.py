@@ -5,18 +5,18 @@ import streamlit as st
 
 from pages._ui import common, hosting, links
 
-st.set_page_config(page_title="longviz", page_icon="🔎", layout="wide")
+st.set_page_config(page_title="longviz", page_icon=":material/search:", layout="wide")
 common.page_style()
 HERE = Path(__file__).parent
-PAGES = [  # (file, title, icon)
-    ("pages/document.py", "Document", "📄"),
-    ("pages/heatmap_grid.py", "Heatmap grid", "🟥"),
-    ("pages/token_counts.py", "Token counts", "📊"),
-    ("pages/attention_overlay.py", "Attention overlay", "🖍️"),
-    ("pages/attribution.py", "Attribution", "🟩"),
-    ("pages/similarity.py", "Agreement", "🤝"),
-    ("pages/faithfulness.py", "Faithfulness", "✂️"),
-    ("pages/explainers.py", "Explainers", "🏆"),
+PAGES = [  # (file, title, icon): Material Symbols, a font Streamlit serves itself (emoji need a system font)
+    ("pages/document.py", "Document", ":material/description:"),
+    ("pages/heatmap_grid.py", "Heatmap grid", ":material/grid_on:"),
+    ("pages/token_counts.py", "Token counts", ":material/bar_chart:"),
+    ("pages/attention_overlay.py", "Attention overlay", ":material/format_color_text:"),
+    ("pages/attribution.py", "Attribution", ":material/insights:"),
+    ("pages/similarity.py", "Agreement", ":material/compare_arrows:"),
+    ("pages/faithfulness.py", "Faithfulness", ":material/content_cut:"),
+    ("pages/explainers.py", "Explainers", ":material/leaderboard:"),
 ]
 pages = [
     st.Page(str(HERE / f), title=title, icon=icon, default=(i == 0), url_path=Path(f).stem)

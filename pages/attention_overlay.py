@@ -55,9 +55,9 @@ settings = common.export_settings(model, description, heads=preset, layers=layer
 values_df = pd.DataFrame({"position": np.arange(analysis.n), "token": [token_label(t) for t in analysis.tokens],
                           "received": values, "masked": mask if mask is not None else np.zeros(analysis.n, bool)})
 scale_note = "" if mask is not None else " (special tokens outside the scale, drawn at its top)"
-export.overlay(legend_html("sequential", vmax=vmax, label=f"received attention per head{scale_note}")
-               + token_overlay_html(analysis.tokens, values, mode="sequential", mask=mask, vmax=vmax),
-               values_df, "summed attention", model, settings)
+export.overlay(token_overlay_html(analysis.tokens, values, mode="sequential", mask=mask, vmax=vmax), values_df,
+               "summed attention", model, settings,
+               legend_html=legend_html("sequential", vmax=vmax, label=f"received attention per head{scale_note}"))
 if mask is not None:
     st.caption(f"{int(mask.sum()):,} masked tokens shown in grey.")
 if importance is not None:

@@ -50,10 +50,10 @@ with common.guard():
 
 # ---- header row (Fig 9)
 h = st.columns(5)
-h[0].metric("True label", name(label) if label is not None else "—")
-h[1].metric("Predicted label", name(analysis.predicted), f"p = {analysis.probs[analysis.predicted]:.3f}",
-            **common.NO_ARROW)
-h[2].metric("Attribution label", name(attr.target))
+h[0].metric("True label", common.wrappable(name(label)) if label is not None else "—")
+h[1].metric("Predicted label", common.wrappable(name(analysis.predicted)),
+            f"p = {analysis.probs[analysis.predicted]:.3f}", **common.NO_ARROW)
+h[2].metric("Attribution label", common.wrappable(name(attr.target)))
 h[3].metric("Attribution score", f"{attr.total:+.3f}",
             help="Sum of the L2-normalised token scores (paper §2, captum's summarize_attributions and "
                  "VisualizationDataRecord.attr_score).")
@@ -82,8 +82,9 @@ pos = state.selected_token(st, P, analysis.n, int(attr.scores.argmax()))
 values = pd.DataFrame({"position": np.arange(analysis.n), "token": [token_label(t) for t in analysis.tokens],
                        shown.column: shown.scores, "masked": mask if mask is not None else np.zeros(analysis.n, bool)})
 export.overlay(token_overlay_html(analysis.tokens, shown.scores, mask=mask, vmax=vmax, selected=int(pos)), values,
-               shown.name, model, {**meta, "masked": masked, "explainer": shown.method}, height=460,
-               header_html=shown.header, legend_html=legend_html("diverging", vmax=vmax, label=shown.legend))
+               shown.name, model, {**meta, "masked": masked, "explainer": shown.method}, header_html=shown.header,
+               legend_html=legend_html("diverging", vmax=vmax, label=shown.legend), selected=int(pos),
+               on_pick=lambda position: state.pick(P, position))  # a click on a token selects it
 
 # ---- the selected token
 d = tables.token_detail(analysis, attr, int(pos))

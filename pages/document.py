@@ -12,9 +12,9 @@ with common.guard():
 
 enc = analysis.encoded
 cols = st.columns(4)
-cols[0].metric("True label", analysis.label_name(label) if label is not None else "—")
-cols[1].metric("Predicted", analysis.label_name(analysis.predicted), f"p = {analysis.probs[analysis.predicted]:.3f}",
-               **common.NO_ARROW)
+cols[0].metric("True label", common.wrappable(analysis.label_name(label)) if label is not None else "—")
+cols[1].metric("Predicted", common.wrappable(analysis.label_name(analysis.predicted)),
+               f"p = {analysis.probs[analysis.predicted]:.3f}", **common.NO_ARROW)
 cols[2].metric("Tokens analysed", f"{enc.n:,}")
 cols[3].metric("Text tokens", f"{enc.n_text_tokens_original:,}")
 st.caption(f"{description} · model {model.source} · fingerprint {model.fingerprint}")

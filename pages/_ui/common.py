@@ -77,11 +77,20 @@ def table(df, name: str, model: lv.LoadedModel | None = None, settings: dict | N
 
 NO_ARROW = {"delta_color": "off", "delta_arrow": "off"}  # st.metric deltas that are notes, not a direction
 
-# Metric tiles wrap their value instead of cutting a long class name with an ellipsis.
+
+def wrappable(name: str) -> str:
+    """A class name for a metric tile: a zero-width space after every underscore, so a long name such as
+    `artificial_intelligence` wraps between its words, never inside one (display only: never a key or a link)."""
+    return name.replace("_", "_\u200b")
+
+# Metric tiles wrap their label, value and note between words (see wrappable) instead of cutting a long class
+# name with an ellipsis; the value's font shrinks with a narrow tile (1,024 px, five tiles a row) so a word fits
+# its line.
 PAGE_STYLE = ('<style>[data-testid="stMetricValue"] > div, [data-testid="stMetricValue"] p, '
-              '[data-testid="stMetricLabel"] p {white-space: normal !important; overflow: visible !important; '
-              'text-overflow: clip !important; overflow-wrap: anywhere;} '
-              '[data-testid="stMetricValue"] {font-size: 1.6rem;}</style>')
+              '[data-testid="stMetricLabel"] p, [data-testid="stMetricDelta"] p {white-space: normal !important; '
+              'overflow: visible !important; text-overflow: clip !important; overflow-wrap: break-word;} '
+              '[data-testid="stMetric"] {container-type: inline-size;} '
+              '[data-testid="stMetricValue"] {font-size: clamp(1rem, 14cqi, 1.6rem);}</style>')
 
 
 def page_style() -> None:

@@ -8,11 +8,15 @@ vl-convert on every rerun. File names must be unique on a page: they key the but
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
+from typing import Callable
+
 import streamlit as st
 
 import longviz_core as lv
 from longviz_core import export
 from pages._ui import hosting as _hosting
+from pages._ui import overlay_view
 from pages._ui.keys import K
 
 
@@ -40,16 +44,20 @@ def image(picture, name: str, model: lv.LoadedModel | None = None, settings: dic
 
 
 def overlay(body_html: str, values_df, name: str, model: lv.LoadedModel | None = None,
-            settings: dict | None = None, *, where=st, height: int | None = None, legend_html: str = "",
-            header_html: str = "") -> None:
-    """Show a coloured-text overlay (in a scrolling box `height` pixels high when given, under its legend) with
-    a standalone HTML file of it and its per-token values as CSV. `header_html` heads the HTML file only (the
-    page shows its header with widgets of its own)."""
-    if legend_html:
-        where.html(legend_html)
-    (where.container(height=height) if height else where).html(body_html)
-    body_html = header_html + legend_html + body_html
+            settings: dict | None = None, *, where=st, height: int = overlay_view.HEIGHT, legend_html: str = "",
+            header_html: str = "", selected: int | None = None, on_pick: Callable[[int], None] | None = None) -> None:
+    """Show a coloured-text overlay (in a box `height` pixels high at most that scrolls, under its legend) with
+    a standalone HTML file of it and its per-token values (`values_df`, one row per token in order) as CSV.
+    `selected` is outlined and scrolled into view; with `on_pick`, a click on a token calls it with the token's
+    position (pages/_ui/overlay_view.py). `header_html` heads the HTML file only (the page shows its header
+    with widgets of its own)."""
     stem = export.safe_filename(name)
+    with nullcontext() if where is st else where:
+        if legend_html:
+            st.html(legend_html)
+        overlay_view.show(body_html, key=K.page("overlay", stem), n=len(values_df), selected=selected,
+                          on_pick=on_pick, height=height)
+    body_html = header_html + legend_html + body_html
     buttons = [("HTML", lambda: export.standalone_html(body_html, title=name), f"{stem}.html", "text/html"),
                ("CSV", lambda: export.table_csv(values_df), f"{stem}.csv", "text/csv")]
     _row(stem, buttons, model, settings, where)

@@ -71,7 +71,7 @@ def _table(page: str, df: pd.DataFrame, title: str, file: str, model, meta: dict
     if selected is None:
         common.table(df, file, model, meta)
         return
-    key = K.page(page, "t_" + file)  # a click on a row picks that token (st.html overlays cannot report clicks)
+    key = K.page(page, "t_" + file)  # a click on a row picks that token
     state.table_selection(key, df["position"], selected)
 
     def pick_row() -> None:

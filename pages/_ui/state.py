@@ -1,6 +1,7 @@
 """Page state that follows the document: the class an explanation is for and the selected token reset when the
 document changes (unless the class is pinned), the address bar carries both (`target` = the class's name,
-`token` = a position) so a copied link reopens them, and the token tables and the overlay share one selection.
+`token` = a position) so a copied link reopens them, and the token tables and the clickable overlay share one
+selection.
 """
 from __future__ import annotations
 
@@ -60,13 +61,13 @@ def selected_token(where, page: str, n: int, default: int) -> int:
         ss[key] = int(linked) if linked.isdigit() and int(linked) < n else default
     elif not 0 <= ss[key] < n:
         ss[key] = default
-    pos = int(where.number_input("Token position (or click a row of the top-10 tables)", 0, n - 1, key=key))
+    pos = int(where.number_input("Token position (or click a token or a table row)", 0, n - 1, key=key))
     st.query_params[TOKEN_PARAM] = str(pos)
     return pos
 
 
 def pick(page: str, position: int) -> None:
-    """Select `position` (a table row's on_select callback)."""
+    """Select `position` (the callback of a table row or of a token clicked in the overlay)."""
     st.session_state[K.page(page, "pos")] = int(position)
 
 

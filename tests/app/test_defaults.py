@@ -10,7 +10,7 @@ import pytest
 from longviz_core import cache
 from longviz_core.views.masking import build_mask
 from pages._ui.common import K
-from tests.support.apps import app_test, page
+from tests.support.apps import app_test, overlay_html, page
 
 PAGES = ("document", "heatmap_grid", "token_counts", "attention_overlay")
 MAX_TOKENS = 128
@@ -42,7 +42,7 @@ def test_every_page_says_the_text_was_truncated(demo, name):
 
 
 def _masked(at) -> np.ndarray:
-    body = next(h.proto.body for h in at.get("html") if "data-pos" in h.proto.body)
+    body = overlay_html(at)
     spans = re.findall(r'data-pos="(\d+)" title="[^"]*?(\(masked\))?"', body)
     out = np.zeros(len(spans), bool)
     for pos, masked in spans:

@@ -7,7 +7,7 @@ import pytest
 
 from longviz_core.views import counts as tc
 from longviz_core.views.importance import METHOD_NAMES
-from pages._ui import labels
+from pages._ui import common, labels
 from pages._ui.common import K
 from tests.support.apps import ROOT, app_test, page
 
@@ -112,3 +112,10 @@ def test_faithfulness_names_class_and_importance(demo):
     _labelled(at, "Class explained: the predicted class", "faithfulness")
     at.checkbox(key=K.page("faithfulness", "scale")).check().run()
     _labelled(at, f"Head importance: {METHOD_NAMES['t3vis']}", "importance")
+
+
+def test_a_class_name_wraps_only_between_its_words():
+    assert common.wrappable("long_class_name") == "long_\u200bclass_\u200bname"
+    assert common.wrappable("positive review") == "positive review"  # a space is a wrap point already
+    assert common.wrappable("_x__y_") == "_\u200bx_\u200b_\u200by_\u200b"
+    assert common.wrappable("long_class_name").replace("\u200b", "") == "long_class_name"

@@ -1,13 +1,14 @@
 """State that follows the document (issue 15): the attribution target and the selected token reset on a new
-document (the target unless pinned), both round-trip through the URL, the mask toggle keeps the selection,
-and no notice or progress bar outlives its job."""
+document (the target unless pinned), both round-trip through the URL, the mask toggle keeps the selection, a
+click on a token of the overlay selects it everywhere (number box, tables, URL, outline), and no notice or
+progress bar outlives its job."""
 from __future__ import annotations
 
 import pytest
 
-from pages._ui import common, state
+from pages._ui import common, overlay_view, state
 from pages._ui.common import K
-from tests.support.apps import app_test, page
+from tests.support.apps import app_test, click_token, overlay_html, overlays, page
 
 P = "attribution"
 MAX_TOKENS, STEPS = 128, 2
@@ -70,7 +71,8 @@ def test_new_document_resets_target_and_selection(at):
     at.number_input(key=K.page(P, "pos")).set_value(top_1 + 1).run()
     _ok(at)
     assert _target(at)[0] == other and _pos(at) == top_1 + 1
-    assert any(m.label == "Attribution label" and m.value == box.format_func(other) for m in at.metric)
+    assert any(m.label == "Attribution label" and m.value == common.wrappable(box.format_func(other))
+               for m in at.metric)
     _doc(at, 1)
     assert _target(at) == predicted_1 and _pos(at) == top_1
     _doc(at, 0)
@@ -113,8 +115,43 @@ def test_mask_toggle_keeps_the_selection(at):
         positions = at.dataframe[0].value["position"].tolist()
         rows = at.session_state[table]["selection"]["rows"]
         assert [positions[r] for r in rows] == ([chosen] if chosen in positions else [])
-        overlay = next(h.proto.body for h in at.get("html") if "data-pos" in h.proto.body)
-        assert f'lv-sel" data-pos="{chosen}"' in overlay
+        assert f'lv-sel" data-pos="{chosen}"' in overlay_html(at) and overlays(at)[0]["selected"] == chosen
+
+
+def _selected_rows(at, table: str) -> list[int]:
+    """The token positions of the rows table `table` shows selected."""
+    positions = next(d.value["position"].tolist() for d in at.dataframe if d.key == K.page(P, table))
+    return [positions[r] for r in at.session_state[K.page(P, table)]["selection"]["rows"]]
+
+
+def test_a_click_on_the_overlay_selects_the_token_everywhere(at):
+    (shown,) = overlays(at)
+    assert shown["clickable"] and shown["selected"] == _pos(at)
+    top = at.dataframe[0].value["position"].tolist()  # the top-10 positive tokens
+    chosen, elsewhere = top[2], next(p for p in range(MAX_TOKENS) if p not in top and p != _pos(at))
+    click_token(at, chosen)
+    _ok(at)
+    assert _pos(at) == chosen and at.query_params[state.TOKEN_PARAM] == str(chosen)
+    assert _selected_rows(at, "t_tokens_positive") == [chosen] and _selected_rows(at, "t_tokens_negative") == []
+    assert overlays(at)[0]["selected"] == chosen and f'lv-sel" data-pos="{chosen}"' in overlay_html(at)
+    token = next(m for m in at.metric if m.label == "Token")
+    assert f"position {chosen:,} of {MAX_TOKENS:,}" in token.delta
+    click_token(at, elsewhere)  # a token in no table: the number box takes it, no row stays selected
+    _ok(at)
+    assert _pos(at) == elsewhere and _selected_rows(at, "t_tokens_positive") == []
+    for masked in (True, False):  # the mask toggle keeps the clicked token
+        at.toggle(key=K.page(P, "mask")).set_value(masked).run()
+        _ok(at)
+        assert _pos(at) == elsewhere and overlays(at)[0]["selected"] == elsewhere
+    for bad in (MAX_TOKENS, -1, "3", True, 2.5, None):  # what no token of this overlay sends: ignored
+        click_token(at, bad)
+        _ok(at)
+        assert _pos(at) == elsewhere
+
+
+def test_clicked_position_accepts_only_a_position_of_the_overlay():
+    assert [overlay_view.clicked_position(v, 10) for v in (0, 9, 10, -1, "3", True, 2.5, None)] == [
+        0, 9, None, None, None, None, None, None]
 
 
 def test_no_notice_or_progress_bar_outlives_its_job(demo, monkeypatch):

@@ -1,8 +1,12 @@
-"""AppTest helpers: app.py through a wrapper (keeps the sidebar between runs) and page paths."""
+"""AppTest helpers: app.py through a wrapper (keeps the sidebar between runs), page paths, and the clickable
+token overlay (pages/_ui/overlay_view.py): what it was given, and a click on one of its tokens."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+from streamlit.components.v2.bidi_component.main import _make_trigger_id
+from streamlit.proto.WidgetStates_pb2 import WidgetState
 from streamlit.testing.v1 import AppTest
 
 TIMEOUT = 300
@@ -35,3 +39,26 @@ def local_app(monkeypatch, max_tokens: int) -> AppTest:
     at.number_input(key=K.MAX_TOKENS).set_value(max_tokens).run()
     assert not at.exception and not at.error
     return at
+
+
+def overlays(at: AppTest) -> list[dict]:
+    """The data of every token overlay the last run drew (AppTest knows the component as an unknown element):
+    its HTML, the selected position, whether a click selects."""
+    return [json.loads(e.proto.json) for e in at.get("bidi_component")]
+
+
+def overlay_html(at: AppTest) -> str:
+    """The HTML of the page's (only) token overlay."""
+    (shown,) = overlays(at)
+    return shown["html"]
+
+
+def click_token(at: AppTest, value, index: int = 0) -> AppTest:
+    """Rerun as the browser does after a click on a token of overlay `index`: every widget's state plus the
+    component's trigger event carrying `value` (the token's position, as the component's script sends it).
+    AppTest cannot click inside a component, so the event goes in by hand."""
+    component = at.get("bidi_component")[index].proto
+    states = at._tree.get_widget_states()
+    event = json.dumps([{"event": "pick", "value": value}])
+    states.widgets.append(WidgetState(id=_make_trigger_id(component.id, "events"), json_trigger_value=event))
+    return at._run(states)

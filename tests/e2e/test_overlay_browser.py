@@ -1,0 +1,98 @@
+"""The attribution overlay in a real browser (issue 15): a click on a token selects it (number box, address bar,
+outline), and a position chosen elsewhere far down the document (number box, link) scrolls into view inside the
+overlay's own box. Screenshots at 1,440 and 1,024 px after the click go to $LONGVIZ_SCREENSHOTS when it is set.
+The navigation's icons draw without a network or an emoji font."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from support.browser import click_run_buttons, full_page_screenshot, problems, set_number, wait_idle
+
+pytestmark = pytest.mark.browser
+
+MAX_TOKENS = 512  # long enough to scroll in the overlay's box, quick for IG on a CPU
+LABEL = "Token position (or click a token or a table row)"
+HOST = '[data-testid="stBidiComponentIsolated"]'  # the component's shadow host (components v2, no iframe)
+# the token's and the box's rectangles, in the viewport
+RECTS_JS = """
+const box = document.querySelector(arguments[0]).shadowRoot.querySelector('.lv-box');
+const el = box.querySelector(`[data-pos="${arguments[1]}"]`);
+const r = el.getBoundingClientRect(), b = box.getBoundingClientRect();
+return {token: [r.top, r.bottom], box: [b.top, b.bottom], scrolled: box.scrollTop, height: b.height};
+"""
+
+
+def _overlay(driver):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    host = WebDriverWait(driver, 30).until(lambda d: d.find_elements("css selector", HOST))[0]
+    return host.shadow_root
+
+
+def _selected(driver) -> list[str]:
+    return [e.get_attribute("data-pos") for e in _overlay(driver).find_elements("css selector", ".lv-sel")]
+
+
+def _number(driver) -> str:
+    return driver.find_element("css selector", f'input[aria-label="{LABEL}"]').get_attribute("value")
+
+
+def test_click_selects_and_selection_scrolls_into_view(app_server, browser):
+    base, log = app_server
+    browser.set_window_size(1440, 1400)
+    browser.get(f"{base}/attribution?max_tokens={MAX_TOKENS}")
+    wait_idle(browser)
+    click_run_buttons(browser)
+    assert not problems(browser), problems(browser)
+    shown = _selected(browser)
+    assert len(shown) == 1 and _number(browser) == shown[0]  # the top token, outlined
+
+    chosen = next(str(p) for p in range(20, 40) if str(p) != shown[0])  # near the top: visible without scrolling
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center'});",
+                           browser.find_element("css selector", HOST))
+    _overlay(browser).find_element("css selector", f'[data-pos="{chosen}"]').click()
+    wait_idle(browser)
+    assert _number(browser) == chosen and f"token={chosen}" in browser.current_url
+    assert _selected(browser) == [chosen]
+    folder = os.environ.get("LONGVIZ_SCREENSHOTS")
+    if folder:
+        for width in (1440, 1024):
+            full_page_screenshot(browser, Path(folder) / f"attribution-click-{width}.png", width)
+        browser.set_window_size(1440, 1400)
+
+    far = MAX_TOKENS - 3  # the last text token: below the box's fold
+    before = browser.execute_script(RECTS_JS, HOST, far)
+    assert before["token"][0] > before["box"][1] and before["height"] <= 481  # hidden below, box ~480 px
+    set_number(browser, LABEL, far)
+    wait_idle(browser)
+    after = browser.execute_script(RECTS_JS, HOST, far)
+    assert _selected(browser) == [str(far)] and f"token={far}" in browser.current_url
+    assert after["box"][0] <= after["token"][0] and after["token"][1] <= after["box"][1], after
+    assert after["scrolled"] > 0 and not problems(browser)
+
+    linked = far - 40  # a link's token: in view when the page opens
+    browser.get(f"{base}/attribution?max_tokens={MAX_TOKENS}&token={linked}")
+    wait_idle(browser)
+    opened = browser.execute_script(RECTS_JS, HOST, linked)
+    assert _number(browser) == str(linked) and _selected(browser) == [str(linked)]
+    assert opened["box"][0] <= opened["token"][0] and opened["token"][1] <= opened["box"][1], opened
+    assert "Traceback" not in log.read_text()
+
+
+def test_navigation_icons_render_offline(app_server, browser):
+    """The navigation's icons are Material Symbols from Streamlit's own static files (the browser here has no
+    network and no emoji font): every link has one, drawn in that font, and the font has loaded."""
+    base, _ = app_server
+    browser.get(base)
+    wait_idle(browser)
+    icons = browser.execute_script(
+        "return [...document.querySelectorAll('[data-testid=stSidebarNav] a')].map(a => {"
+        "const i = a.querySelector('[data-testid=stIconMaterial]');"
+        "return i ? [i.textContent, getComputedStyle(i).fontFamily] : null; });")
+    assert icons and all(i and "Material Symbols" in i[1] for i in icons), icons
+    assert browser.execute_script("return document.fonts.check('16px \"Material Symbols Rounded\"')")
+    assert browser.execute_script(
+        "return [...document.fonts].some(f => f.family.includes('Material Symbols') && f.status === 'loaded')")
