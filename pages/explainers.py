@@ -83,6 +83,11 @@ settings = dict(methods=methods, target=target, rank_by=rank_by, replacement=rep
                 seeds=seeds, ig_steps=steps)
 
 
+def flips_in_words(df):
+    """The table as shown: "no flip" where first_flip is NaN rather than an empty cell."""
+    return df.assign(first_flip=[fig.flip_text(v) for v in df["first_flip"]])
+
+
 def show_leaderboard(runs, meta, title):
     table = lb.summarise(runs)
     st.subheader(title)
@@ -90,7 +95,7 @@ def show_leaderboard(runs, meta, title):
     common.table(view, "explainer leaderboard", model, meta, column_config=FORMATS)
     st.caption(fig.random_floor(view))
     with st.expander("Every number (AOPC and LOdds at each k, sds)"):
-        export.table(table, "explainer leaderboard every number", model, meta)
+        common.table(flips_in_words(table), "explainer leaderboard every number", model, meta, download=table)
     tabs = st.tabs(["AOPC", "LOdds", "first flip (exact scan)", "runs"])
     curves = lb.curves(runs)
     for tab, metric in zip(tabs, ("aopc", "lodds")):
@@ -99,7 +104,8 @@ def show_leaderboard(runs, meta, title):
     export.chart(fig_faith.flip_chart(lb.flips(runs), max_removed=max_removed), "explainer decision flips", model,
                  meta, where=tabs[2])
     shown = ["doc"] * ("doc" in runs) + ["label", "seed", "aopc", "lodds", "first_flip", "seconds"]
-    common.table(runs[shown], "explainer runs", model, meta, where=tabs[3], download=runs)  # every column in the CSV
+    common.table(flips_in_words(runs[shown]), "explainer runs", model, meta, where=tabs[3],
+                 download=runs)  # every column, NaN for no flip, in the CSV
 
 
 if scope == "this document":

@@ -62,7 +62,8 @@ def store(model: lv.LoadedModel, df, page: str, kind: str, settings: lv.Precompu
 
 def _time_left(model, df, out, kind, settings, left: int) -> str:
     """What the other documents will take: from the seconds measured per document in this store, else (before
-    its first document) Integrated Gradients' estimate at max tokens when the view needs IG."""
+    its first document) Integrated Gradients' estimate at max tokens when the view needs IG (the attribution kinds,
+    a leaderboard that scores IG)."""
     from longviz_core.attribution import estimate_ig_seconds
 
     kinds = run.run_kinds(df, kind, settings)
@@ -70,7 +71,8 @@ def _time_left(model, df, out, kind, settings, left: int) -> str:
     if per_doc:
         return (f"The other {left} take about {format_seconds(per_doc * left)} ({format_seconds(per_doc)} per "
                 "document measured so far).")
-    if "attribution" in kinds:
+    leaderboard_ig = "leaderboard" in kinds and "ig" in (settings.explainers or ("ig",))  # None: every explainer
+    if "attribution" in kinds or leaderboard_ig:
         ig = estimate_ig_seconds(model, settings.max_tokens, settings.n_steps, settings.precision,
                                  on_wait=common.queue_notice())
         return (f"Integrated Gradients alone takes up to about {format_seconds(ig * left)} for the other {left} "

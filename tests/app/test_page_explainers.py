@@ -18,7 +18,7 @@ import longviz_core as lv
 from longviz_core import _disk
 from longviz_core.dataset import leaderboard as lb
 from longviz_core.dataset.store import ResultStore
-from longviz_core.figures.explainers import NO_FLIP
+from longviz_core.figures.explainers import NO_FLIP, flip_text
 from pages._ui import common
 from pages._ui.common import K
 from support.apps import ROOT, app_test, page
@@ -100,7 +100,12 @@ def test_document_leaderboard_equals_the_command_line(demo, private_cache, tmp_p
     at = _open(P, **_state("this document"))
     at.button(key=K.page(P, "run")).click().run()
     _ok(at)
-    _same(at.dataframe[0].value, _leaderboard_cli(tmp_path, 1))
+    cli = _leaderboard_cli(tmp_path, 1)
+    _same(at.dataframe[0].value, cli)
+    every = at.dataframe[1].value.set_index("method")  # the "Every number" table: no empty cell for "no flip"
+    assert list(every.loc[cli.index, "first_flip"]) == [flip_text(v) for v in cli["first_flip"]]
+    runs = at.dataframe[2].value["first_flip"]  # the runs tab: a number or "no flip", never blank
+    assert runs.notna().all() and (pd.to_numeric(runs, errors="coerce").notna() | (runs == NO_FLIP)).all()
     assert any(s.value.startswith("Leaderboard") for s in at.subheader)
     assert any("agree" in s.value for s in at.subheader)
 
@@ -113,7 +118,8 @@ def test_dataset_leaderboard_through_the_dataset_buttons_equals_the_command_line
     leaderboard`) holds document_leaderboard's runs on each document, is then served as it is, and not for other
     settings."""
     at = _open(P, **_state("dataset"))
-    assert any("0 of the first 2 documents" in i.value for i in at.info), [i.value for i in at.info]
+    assert any("0 of the first 2 documents" in i.value and "Integrated Gradients alone takes up to about" in i.value
+               for i in at.info), [i.value for i in at.info]  # IG is among METHODS: its estimate before any run
     at.button(key=K.page(P, "run_dataset")).click().run()
     _ok(at)
     assert any(f"{DOCS} of the first {DOCS} documents" in c.value and "local result store" in c.value
