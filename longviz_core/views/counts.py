@@ -438,8 +438,8 @@ def token_counts(
     `topk` / `tallies`: the document's precomputed lists (`topk_indices`) / the lists ready for this mask
     (`tally`); computed here when not given (the app caches both, so its reruns only re-count the lists).
     Returns only tokens with a positive count: columns token, count (by="type"), word, count (by="word") or
-    position, token, count (by="position"), sorted by count descending, ties by (first) position ascending. The rule is kept in
-    `frame.attrs["count_rule"]`."""
+    position, token, count (by="position"), sorted by count descending, ties by (first) position ascending. The
+    rule is kept in `frame.attrs["count_rule"]`."""
     _check_choice(by, BYS, "by")
     tallies = _tallies_for(analysis, k, mask, topk, tallies)
     positions, groups = _counts(tallies, k, direction, layers, heads, rule, "word" if by == "word" else "type")
