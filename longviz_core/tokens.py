@@ -279,8 +279,7 @@ def word_spans(tokens: Sequence[str], scheme: Scheme | None = None) -> Words:
     starts = inside[first]
     stops = np.append(inside[np.flatnonzero(first)[1:] - 1] + 1, inside[-1] + 1) if len(inside) else inside
     text = tuple(_join(tokens[a:b], scheme) for a, b in zip(starts, stops))
-    types = tuple(t.strip().lower().replace("’", "'") or visible_whitespace("".join(tokens[a:b]))
-                  for t, a, b in zip(text, starts, stops))
+    types = tuple(t.strip().lower().replace("’", "'") or _whitespace_type(t) for t in text)
     return Words(word_of, starts.astype(np.int64), stops.astype(np.int64), text, types)
 
 
@@ -339,8 +338,16 @@ def _byte_level_starts(tokens: list[str]) -> list[bool]:
 
 
 def _join(pieces: list[str], scheme: Scheme) -> str:
-    """A word's readable text: byte-level pieces decoded together (a character cut across pieces comes whole),
-    the others piece by piece."""
+    """A word's readable text: byte-level pieces decoded together (a character cut across pieces comes whole;
+    bytes of a character cut by truncation show as '\ufffd'), the others piece by piece."""
     if scheme == "byte_level":
-        return readable_token("".join(pieces))
+        joined = "".join(pieces)
+        text = decode_byte_level(joined, errors="replace")
+        return readable_token(joined) if text is None else text
     return "".join(readable_token(p) for p in pieces)
+
+
+def _whitespace_type(text: str) -> str:
+    """A whitespace-only word's type: each space '␣', newline '↵', tab '⇥', carriage return '␍' shown, so
+    different whitespace words stay different types."""
+    return "".join({"\n": "↵", "\t": "⇥", "\r": "␍"}.get(c, "␣") for c in text) or "␣"
