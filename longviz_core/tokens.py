@@ -211,11 +211,6 @@ class Words:
         """Number of tokens."""
         return len(self.word_of_token)
 
-    @property
-    def labels(self) -> list[str]:
-        """One-line labels for tables and hover text, as `token_label` for a token."""
-        return [text_label(t) for t in self.text]
-
     def sums(self, values) -> np.ndarray:
         """(words,) float64: per word the sum of its pieces' `values` ((n,) one per token). Summing is how IG
         attributions add up (completeness is a sum over tokens) and how received attention adds up (a word
@@ -233,12 +228,6 @@ class Words:
         kept = np.bincount(self.word_of_token[inside], weights=~mask[inside], minlength=len(self))
         return kept == 0
 
-    def first_token(self, position: int) -> int:
-        """The first token of the word `position` belongs to (the position itself for a special token): the
-        position a word stands for in the overlays, tables and selections."""
-        word = int(self.word_of_token[int(position)])
-        return int(position) if word < 0 else int(self.starts[word])
-
     def _per_token(self, values, what: str) -> np.ndarray:
         a = np.asarray(values).reshape(-1)
         if a.shape[0] != self.n:
@@ -253,8 +242,8 @@ def word_spans(tokens: Sequence[str], scheme: Scheme | None = None) -> Words:
       (GPT-2's split: letters, digits, other symbols, whitespace runs and contractions are separate words; a word
       takes the one space before it). The tokens between special tokens are decoded back to text, that text is
       pre-tokenized by `tokenizers.pre_tokenizers.ByteLevel`, and each token belongs to the word its first byte
-      falls in (BPE never merges across the pre-tokenizer's words). Bytes that are not valid UTF-8 on their own
-      (a character cut by truncation) and tokens outside the byte alphabet (added tokens) are words of their own.
+      falls in (BPE never merges across the pre-tokenizer's words). Bytes that are not valid UTF-8 (a character
+      cut by truncation) and tokens outside the byte alphabet (added tokens) are words of their own.
     * wordpiece (BERT): a '##' piece continues the word before it; every other token starts a word.
     * sentencepiece: a '▁' piece starts a word; any other piece continues it.
 
@@ -262,6 +251,13 @@ def word_spans(tokens: Sequence[str], scheme: Scheme | None = None) -> Words:
     the tokenizer splits them out before pre-tokenizing. A text with no space at all detects as wordpiece (no
     marker to go by): pass scheme="byte_level" for it."""
     tokens, scheme = with_scheme(tokens, scheme)
+    return _word_spans(tuple(tokens), scheme)
+
+
+@functools.lru_cache(maxsize=8)
+def _word_spans(tokens: tuple[str, ...], scheme: Scheme) -> Words:
+    """word_spans, kept for the last few token lists: a page draws the overlay, its scale and its tables from
+    one document's words on every rerun (Words is read-only, so sharing it is safe)."""
     n = len(tokens)
     word_of = np.full(n, -1, dtype=np.int64)  # (n,)
     starts_word = _byte_level_starts(tokens) if scheme == "byte_level" else _marker_starts(tokens, scheme)
@@ -291,13 +287,13 @@ def text_label(text: str) -> str:
     return "↵" * text.count("\n") or "␣"
 
 
-def _marker_starts(tokens: list[str], scheme: Scheme) -> list[bool]:
+def _marker_starts(tokens: tuple[str, ...], scheme: Scheme) -> list[bool]:
     if scheme == "wordpiece":
         return [not (t.startswith("##") and len(t) > 2) for t in tokens]
     return [t.startswith("▁") for t in tokens]
 
 
-def _byte_level_starts(tokens: list[str]) -> list[bool]:
+def _byte_level_starts(tokens: tuple[str, ...]) -> list[bool]:
     """Whether each token starts a word of the ByteLevel pre-tokenizer (see word_spans)."""
     from tokenizers.pre_tokenizers import ByteLevel  # the tokenizer's own split, not a copy of its regex
 
@@ -313,15 +309,15 @@ def _byte_level_starts(tokens: list[str]) -> list[bool]:
         at = 0
         while at < len(data):
             try:
-                text, bad = data[at:].decode("utf-8"), len(data)
+                text, bad, bad_end = data[at:].decode("utf-8"), len(data), len(data)
             except UnicodeDecodeError as e:
-                text, bad = data[at:at + e.start].decode("utf-8"), at + e.start
+                text, bad, bad_end = data[at:at + e.start].decode("utf-8"), at + e.start, at + e.end
             for piece, _ in split.pre_tokenize_str(text):
                 bounds.add(at)
                 at += len(piece)  # a pre-token comes back in the byte alphabet: one character per byte
-            if bad < len(data):  # an invalid byte: a word of its own
+            if bad < len(data):  # bytes of no valid character (one cut by truncation): a word of their own
                 bounds.add(bad)
-                at = bad + 1
+                at = bad_end
         offset = 0
         for i in run:
             out[i] = offset in bounds
@@ -337,7 +333,7 @@ def _byte_level_starts(tokens: list[str]) -> list[bool]:
     return out
 
 
-def _join(pieces: list[str], scheme: Scheme) -> str:
+def _join(pieces: tuple[str, ...], scheme: Scheme) -> str:
     """A word's readable text: byte-level pieces decoded together (a character cut across pieces comes whole;
     bytes of a character cut by truncation show as '\ufffd'), the others piece by piece."""
     if scheme == "byte_level":

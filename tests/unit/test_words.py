@@ -80,7 +80,7 @@ def test_any_text_matches_word_ids(demo_tokenizer, text):
     assert_matches_oracle(demo_tokenizer, text)
 
 
-def test_text_type_sums_masked_and_first_token():
+def test_text_type_sums_and_masked():
     # <s> 'H' 'ell' 'o' ',' 'Ġwor' 'ld' 'ĠâĢ' 'ľ' 'Ġ' </s>: "Hello", ",", " world", " “", " "
     tokens = ["<s>", "H", "ell", "o", ",", "Ġwor", "ld", "ĠâĢ", "ľ", "Ġ", "</s>"]
     w = word_spans(tokens)
@@ -88,12 +88,10 @@ def test_text_type_sums_masked_and_first_token():
     assert w.starts.tolist() == [1, 4, 5, 7, 9] and w.stops.tolist() == [4, 5, 7, 9, 10]
     assert w.text == ("Hello", ",", " world", " “", " ")  # a quote cut into byte fragments comes whole
     assert w.type == ("hello", ",", "world", "“", "␣")
-    assert w.labels == ["Hello", ",", "world", "“", "␣"]
     values = np.array([9.0, 1.0, 2.0, 4.0, -1.0, 0.5, 0.25, 8.0, -8.0, 3.0, 9.0])
     assert w.sums(values).tolist() == [7.0, -1.0, 0.75, 0.0, 3.0]  # special tokens belong to no word
     mask = np.array([True, True, True, False, True, False, False, True, True, False, True])
     assert w.masked(mask).tolist() == [False, True, False, True, False]  # masked only if every piece is
-    assert [w.first_token(p) for p in range(11)] == [0, 1, 1, 1, 4, 5, 5, 7, 7, 9, 10]
     with pytest.raises(SettingsError, match="11 tokens but 3 values"):
         w.sums([1.0, 2.0, 3.0])
 
@@ -106,6 +104,8 @@ def test_special_and_added_tokens_and_a_truncated_character():
     assert w.type == ("ab", "cd", "end", "\ufffd")  # no text of its own
     assert build_mask(["<s>", "Ġab", "<pad>", "cd", "Ġend", "ðŁ"], scheme="byte_level").tolist() == [
         True, False, True, False, False, True]
+    # the same bytes in two tokens (one character's start, cut): one word
+    assert word_spans(["Ġend", "ð", "Ł"], "byte_level").word_of_token.tolist() == [0, 1, 1]
 
 
 def test_wordpiece_words_equal_word_ids(tmp_path):
