@@ -42,7 +42,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from longviz_core.model.bands import AttentionBands  # noqa: E402
 from longviz_core.views.counts import (  # noqa: E402
-    BYS,
     DIRECTIONS,
     count_intersection,
     tally,
@@ -93,11 +92,14 @@ def synthetic_tokens(n: int) -> list[str]:
     return ["<s>", *rng.choice(vocab, n - 2).tolist(), "</s>"]
 
 
+PAGE_BYS = ("type", "position")  # the page's default tables (grouped by word is the other choice)
+
+
 def count_tables(doc, tallies, k: int, mask=None) -> dict:
     """The token-counts page's tables: both directions by type and by position (paper's rule, all heads) and
     the two intersections."""
-    tables = {(d, by): token_counts(doc, k, d, by, mask=mask, tallies=tallies) for d in DIRECTIONS for by in BYS}
-    for by in BYS:
+    tables = {(d, by): token_counts(doc, k, d, by, mask=mask, tallies=tallies) for d in DIRECTIONS for by in PAGE_BYS}
+    for by in PAGE_BYS:
         count_intersection(tables["attended", by], tables["attending", by], 10)
     return tables
 

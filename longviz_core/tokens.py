@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
 import numpy as np
@@ -98,11 +99,7 @@ def readable_token(tok: str) -> str:
 def token_label(tok: str) -> str:
     """A one-line label for tables and hover text: the readable token without its word-start space, case kept;
     whitespace-only tokens as visible glyphs ('\n' -> '↵', ' ' -> '␣')."""
-    text = readable_token(tok)
-    core = text.strip()
-    if core:
-        return core.replace("\n", "↵")
-    return "↵" * text.count("\n") or "␣"
+    return text_label(readable_token(tok))
 
 
 # ------------------------------------------------------------------------------------------------ comparable form
@@ -187,3 +184,166 @@ def visible_whitespace(raw: str) -> str:
     carries shown (unlike token_label's one glyph), so different whitespace tokens stay different types."""
     shown = str(raw).replace("Ġ", "␣").replace("Ċ", "↵").replace("ĉ", "⇥").replace("▁", "␣").strip()
     return shown or "␣"
+
+
+# ------------------------------------------------------------------------------------------------ words
+@dataclass(frozen=True)
+class Words:
+    """The words of a token list: each word is a run of tokens (its pieces), special tokens belong to none.
+
+    Built by `word_spans`; the counts group by `type`, the overlays show `text`."""
+
+    word_of_token: np.ndarray  # (n,) int64: the word each token belongs to, -1 for special tokens
+    starts: np.ndarray  # (words,) int64: first token of each word
+    stops: np.ndarray  # (words,) int64: one past its last token
+    text: tuple[str, ...]  # (words,) the word's readable text joined from its pieces, leading whitespace kept
+    type: tuple[str, ...]  # (words,) the comparable form: stripped, lower-cased, apostrophes straightened
+
+    def __post_init__(self):
+        for a in (self.word_of_token, self.starts, self.stops):
+            a.setflags(write=False)  # shared through caches
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    @property
+    def n(self) -> int:
+        """Number of tokens."""
+        return len(self.word_of_token)
+
+    def sums(self, values) -> np.ndarray:
+        """(words,) float64: per word the sum of its pieces' `values` ((n,) one per token). Summing is how IG
+        attributions add up (completeness is a sum over tokens) and how received attention adds up (a word
+        receives what its pieces receive)."""
+        vals = self._per_token(values, "values").astype(np.float64)
+        inside = self.word_of_token >= 0
+        return np.bincount(self.word_of_token[inside], weights=vals[inside], minlength=len(self))
+
+    def masked(self, token_mask) -> np.ndarray:
+        """(words,) bool: a word is masked only if every piece is masked, so a word that keeps any piece (the
+        letters of a word whose byte fragments are masked) stays; views.masking masks a word's pieces together,
+        where the two rules agree."""
+        mask = self._per_token(token_mask, "mask").astype(bool)
+        inside = self.word_of_token >= 0
+        kept = np.bincount(self.word_of_token[inside], weights=~mask[inside], minlength=len(self))
+        return kept == 0
+
+    def _per_token(self, values, what: str) -> np.ndarray:
+        a = np.asarray(values).reshape(-1)
+        if a.shape[0] != self.n:
+            raise SettingsError(f"{self.n} tokens but {a.shape[0]} {what}: give one per token of these words.")
+        return a
+
+
+def word_spans(tokens: Sequence[str], scheme: Scheme | None = None) -> Words:
+    """The words of `tokens` (raw tokenizer strings), as the fast tokenizer's `encoding.word_ids()` numbers them:
+
+    * byte_level (RoBERTa, Longformer, the demo): the words of the tokenizers library's ByteLevel pre-tokenizer
+      (GPT-2's split: letters, digits, other symbols, whitespace runs and contractions are separate words; a word
+      takes the one space before it). The tokens between special tokens are decoded back to text, that text is
+      pre-tokenized by `tokenizers.pre_tokenizers.ByteLevel`, and each token belongs to the word its first byte
+      falls in (BPE never merges across the pre-tokenizer's words). Bytes that are not valid UTF-8 (a character
+      cut by truncation) and tokens outside the byte alphabet (added tokens) are words of their own.
+    * wordpiece (BERT): a '##' piece continues the word before it; every other token starts a word.
+    * sentencepiece: a '▁' piece starts a word; any other piece continues it.
+
+    Special tokens (`is_special_token`: <s>, </s>, <pad>, [CLS], ...) belong to no word and split the text, as
+    the tokenizer splits them out before pre-tokenizing. A text with no space at all detects as wordpiece (no
+    marker to go by): pass scheme="byte_level" for it."""
+    tokens, scheme = with_scheme(tokens, scheme)
+    return _word_spans(tuple(tokens), scheme)
+
+
+@functools.lru_cache(maxsize=8)
+def _word_spans(tokens: tuple[str, ...], scheme: Scheme) -> Words:
+    """word_spans, kept for the last few token lists: a page draws the overlay, its scale and its tables from
+    one document's words on every rerun (Words is read-only, so sharing it is safe)."""
+    n = len(tokens)
+    word_of = np.full(n, -1, dtype=np.int64)  # (n,)
+    starts_word = _byte_level_starts(tokens) if scheme == "byte_level" else _marker_starts(tokens, scheme)
+    special = [is_special_token(t) for t in tokens]
+    word = -1
+    for i in range(n):
+        if special[i]:
+            continue
+        if starts_word[i] or word < 0 or special[i - 1]:
+            word += 1
+        word_of[i] = word
+    inside = np.flatnonzero(word_of >= 0)
+    first = np.ones(len(inside), dtype=bool)
+    first[1:] = word_of[inside[1:]] != word_of[inside[:-1]]
+    starts = inside[first]
+    stops = np.append(inside[np.flatnonzero(first)[1:] - 1] + 1, inside[-1] + 1) if len(inside) else inside
+    text = tuple(_join(tokens[a:b], scheme) for a, b in zip(starts, stops))
+    types = tuple(t.strip().lower().replace("’", "'") or _whitespace_type(t) for t in text)
+    return Words(word_of, starts.astype(np.int64), stops.astype(np.int64), text, types)
+
+
+def text_label(text: str) -> str:
+    """A one-line label of readable text: stripped, line breaks as '↵', whitespace-only text as glyphs."""
+    core = text.strip()
+    if core:
+        return core.replace("\n", "↵")
+    return "↵" * text.count("\n") or "␣"
+
+
+def _marker_starts(tokens: tuple[str, ...], scheme: Scheme) -> list[bool]:
+    if scheme == "wordpiece":
+        return [not (t.startswith("##") and len(t) > 2) for t in tokens]
+    return [t.startswith("▁") for t in tokens]
+
+
+def _byte_level_starts(tokens: tuple[str, ...]) -> list[bool]:
+    """Whether each token starts a word of the ByteLevel pre-tokenizer (see word_spans)."""
+    from tokenizers.pre_tokenizers import ByteLevel  # the tokenizer's own split, not a copy of its regex
+
+    split = ByteLevel(add_prefix_space=False, use_regex=True)
+    out = [True] * len(tokens)
+    run: list[int] = []  # a run of byte-alphabet tokens between special and added tokens
+
+    def close() -> None:
+        if not run:
+            return
+        data = b"".join(bytes(byte_decoder()[c] for c in tokens[i]) for i in run)
+        bounds = set()  # byte offsets where a word starts
+        at = 0
+        while at < len(data):
+            try:
+                text, bad, bad_end = data[at:].decode("utf-8"), len(data), len(data)
+            except UnicodeDecodeError as e:
+                text, bad, bad_end = data[at:at + e.start].decode("utf-8"), at + e.start, at + e.end
+            for piece, _ in split.pre_tokenize_str(text):
+                bounds.add(at)
+                at += len(piece)  # a pre-token comes back in the byte alphabet: one character per byte
+            if bad < len(data):  # bytes of no valid character (one cut by truncation): a word of their own
+                bounds.add(bad)
+                at = bad_end
+        offset = 0
+        for i in run:
+            out[i] = offset in bounds
+            offset += len(tokens[i])
+        run.clear()
+
+    for i, t in enumerate(tokens):
+        if t and not is_special_token(t) and decode_byte_level(t, errors="ignore") is not None:
+            run.append(i)
+        else:
+            close()
+    close()
+    return out
+
+
+def _join(pieces: tuple[str, ...], scheme: Scheme) -> str:
+    """A word's readable text: byte-level pieces decoded together (a character cut across pieces comes whole;
+    bytes of a character cut by truncation show as '\ufffd'), the others piece by piece."""
+    if scheme == "byte_level":
+        joined = "".join(pieces)
+        text = decode_byte_level(joined, errors="replace")
+        return readable_token(joined) if text is None else text
+    return "".join(readable_token(p) for p in pieces)
+
+
+def _whitespace_type(text: str) -> str:
+    """A whitespace-only word's type: each space '␣', newline '↵', tab '⇥', carriage return '␍' shown, so
+    different whitespace words stay different types."""
+    return "".join({"\n": "↵", "\t": "⇥", "\r": "␍"}.get(c, "␣") for c in text) or "␣"

@@ -1,13 +1,12 @@
 """The document's text coloured by the attention each token receives, summed over the chosen layers and heads
 (paper §3.1.3, Algorithm 4, Fig. 8)."""
 import numpy as np
-import pandas as pd
 import streamlit as st
 
 from longviz_core.figures.text import legend_html, scale_max, token_overlay_html
-from longviz_core.tokens import token_label
 from longviz_core.views.masking import build_mask
-from pages._ui import common, export, labels
+from longviz_core.views.units import overlay_table
+from pages._ui import common, export, labels, overlay
 
 common.run_through_app()
 
@@ -27,6 +26,7 @@ scale = c2.checkbox("Scale by head importance", **K.option(P, "scale"))
 masked = c3.toggle("Mask (§3.4)", value=True, **K.option(P, "mask"),  # short: a column is narrow at 1,024 px
                    help="Special tokens, punctuation and stopwords shown grey and left out of the colour scale. On "
                         "by default, as the paper shows it.")
+unit = overlay.unit_picker(c3, P)
 layers, heads = None, None
 if preset == PRESETS[0]:
     layers = [L - 1]
@@ -47,22 +47,22 @@ with common.guard():
     values = values / n_heads  # averaged over the chosen heads; the colours are relative anyway
     mask = build_mask(analysis.tokens, **common.mask_options()) if masked else None
 
-live = values if mask is None else np.where(mask, np.nan, values)
-vmax = scale_max(analysis.tokens, values, mask)
+vmax = scale_max(analysis.tokens, values, mask, unit)
 settings = common.export_settings(model, description, heads=preset, layers=layers, head_indices=heads,
                                   scaled_by_head_importance=importance is not None, masked=masked,
-                                  head_importance=None if importance is None else importance.name)
-values_df = pd.DataFrame({"position": np.arange(analysis.n), "token": [token_label(t) for t in analysis.tokens],
-                          "received": values, "masked": mask if mask is not None else np.zeros(analysis.n, bool)})
+                                  head_importance=None if importance is None else importance.name, unit=unit)
+values_df = overlay_table(analysis.tokens, values, "received", mask, unit)  # a word receives what its pieces do
+live = values_df["received"].where(~values_df["masked"]).to_numpy()
 scale_note = "" if mask is not None else " (special tokens outside the scale, drawn at its top)"
-export.overlay(token_overlay_html(analysis.tokens, values, mode="sequential", mask=mask, vmax=vmax), values_df,
-               "summed attention", model, settings,
+export.overlay(token_overlay_html(analysis.tokens, values, mode="sequential", mask=mask, vmax=vmax, unit=unit),
+               values_df, "summed attention", model, settings, n=analysis.n,
                legend_html=legend_html("sequential", vmax=vmax, label=f"received attention per head{scale_note}"))
 if mask is not None:
     st.caption(f"{int(mask.sum()):,} masked tokens shown in grey.")
 if importance is not None:
     labels.caption(labels.importance(importance), "heads weighted by it", sections=("importance",))
 
-with st.expander("Tokens receiving the most attention"):
+with st.expander(f"{overlay.UNIT_NAMES[unit].capitalize()} receiving the most attention"):
     order = np.argsort(-np.nan_to_num(live, nan=-np.inf), kind="stable")[:25]
-    common.table(values_df.iloc[order][["position", "token", "received"]], "most attended tokens", model, settings)
+    common.table(values_df.iloc[order][["position", unit, "received"]], f"most attended {overlay.UNIT_NAMES[unit]}",
+                 model, settings)

@@ -1,5 +1,4 @@
 """Attribution (paper Figs 9-10): Integrated Gradients overlay with the paper's header, token details, tables."""
-import numpy as np
 import pandas as pd
 import streamlit as st
 
@@ -7,9 +6,9 @@ from longviz_core import attribution as ig
 from longviz_core import cache
 from longviz_core.figures.text import legend_html, scale_max, token_overlay_html
 from longviz_core.progress import format_seconds
-from longviz_core.tokens import token_label
 from longviz_core.views import attribution_tables as tables
 from longviz_core.views.masking import build_mask
+from longviz_core.views.units import overlay_table, unit_start, units
 from pages._ui import common, dataset, export, labels, overlay, state
 from pages._ui.common import K
 
@@ -73,18 +72,20 @@ if attr.warning:
     st.warning(attr.warning)
 
 labels.caption(labels.explained(name(attr.target)), labels.scores(), sections=("class", "scores"))
-masked = st.toggle("Mask special tokens, punctuation and stopwords", **K.option(P, "mask"))
+m1, m2 = st.columns([3, 1])
+masked = m1.toggle("Mask special tokens, punctuation and stopwords", **K.option(P, "mask"))
+unit = overlay.unit_picker(m2, P)
 mask = build_mask(analysis.tokens, **common.mask_options()) if masked else None
 # ---- the overlay: Integrated Gradients, or any explainer of the Explainers page for the same class
 shown = overlay.overlay_scores(P, model, analysis, attr, label)
-vmax = scale_max(analysis.tokens, shown.scores, mask)
+vmax = scale_max(analysis.tokens, shown.scores, mask, unit)
 pos = state.selected_token(st, P, analysis.n, int(attr.scores.argmax()))
-values = pd.DataFrame({"position": np.arange(analysis.n), "token": [token_label(t) for t in analysis.tokens],
-                       shown.column: shown.scores, "masked": mask if mask is not None else np.zeros(analysis.n, bool)})
-export.overlay(token_overlay_html(analysis.tokens, shown.scores, mask=mask, vmax=vmax, selected=int(pos)), values,
-               shown.name, model, {**meta, "masked": masked, "explainer": shown.method}, header_html=shown.header,
-               legend_html=legend_html("diverging", vmax=vmax, label=shown.legend), selected=int(pos),
-               on_pick=lambda position: state.pick(P, position))  # a click on a token selects it
+box = unit_start(units(analysis.tokens, shown.scores, mask, unit), int(pos))  # a word's box: its first token
+values = overlay_table(analysis.tokens, shown.scores, shown.column, mask, unit)
+export.overlay(token_overlay_html(analysis.tokens, shown.scores, mask=mask, vmax=vmax, selected=int(pos), unit=unit),
+               values, shown.name, model, {**meta, "masked": masked, "explainer": shown.method, "unit": unit},
+               header_html=shown.header, legend_html=legend_html("diverging", vmax=vmax, label=shown.legend),
+               selected=box, on_pick=lambda position: state.pick(P, position), n=analysis.n)  # a click selects
 
 # ---- the selected token
 d = tables.token_detail(analysis, attr, int(pos))
@@ -97,10 +98,11 @@ t[3].metric("Received attention (all layers, heads)", f"{d['received_attention']
 
 # ---- tables (Fig 10)
 labels.caption(labels.explained(name(attr.target)), labels.scores(), "tables below", sections=("tables", "scores"))
-ranked = tables.top_attributions(analysis.tokens, attr.scores, analysis.n, "positive", mask)
-negative = tables.top_attributions(analysis.tokens, attr.scores, analysis.n, "negative", mask)
-overlay.token_table_pair(P, pd.concat([ranked, negative.iloc[::-1]], ignore_index=True), "attribution", "Tokens",
-                         "tokens", model, meta, selected=int(pos))
+ranked = tables.top_attributions(analysis.tokens, attr.scores, analysis.n, "positive", mask, unit)
+negative = tables.top_attributions(analysis.tokens, attr.scores, analysis.n, "negative", mask, unit)
+overlay.token_table_pair(P, pd.concat([ranked, negative.iloc[::-1]], ignore_index=True), "attribution",
+                         overlay.UNIT_NAMES[unit].capitalize(), overlay.UNIT_NAMES[unit], model, meta,
+                         selected=box)
 overlay.token_table_pair(P, tables.attribution_by_token(analysis.tokens, attr.scores, mask), "attribution",
                          "Token types (sum over the document)", "token_types", model, meta)
 

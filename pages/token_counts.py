@@ -15,6 +15,9 @@ common.run_through_app()
 K, P = common.K, "counts"
 SCOPES = ("all layers and heads", "one layer", "one head")
 SHORT_NAMES = {"count_attended": "attended", "count_attending": "attending"}
+GROUP_NAMES = {"type": "token type", "word": "word"}
+GROUP_HELP = ("Token type: the lower-cased token, so the pieces of a cut word count apart. Word: a word counts when "
+              "any of its pieces is listed, once per token (or head list); masked only if all its pieces are. ")
 
 
 def dataset_counts() -> None:
@@ -24,6 +27,9 @@ def dataset_counts() -> None:
     top_n = c1.slider("N (bars shown)", 3, 50, 10, **K.option(P, "n"))
     masked = c2.toggle("Mask special tokens, punctuation and stopwords (§3.4)", **K.option(P, "mask"))
     k, rule = COUNTS["k"], COUNTS["rule"]
+    st.radio("Group by", tc.GROUPS, format_func=GROUP_NAMES.get, horizontal=True, disabled=True,
+             key=K.page(P, "ds_group"), help=GROUP_HELP + labels.doc_link("words"))
+    st.caption("By word is for one document: the dataset's store keeps each document's counts by token type.")
     st.caption(f"Fixed for the dataset: k = {k}, all layers and heads, counted {tc.COUNT_RULES[rule]}, by token type. "
                "A type's count is the sum over the documents of its count in each; `documents`: how many count it.")
     with common.guard():
@@ -59,6 +65,9 @@ st.caption(f"{description} · {analysis.n:,} tokens. For every token and head: i
 over = st.radio("Counted over", ("this document", "dataset"), horizontal=True, **K.option(P, "over"))
 if over == "dataset":
     dataset_counts()
+group = st.radio("Group by", tc.GROUPS, format_func=GROUP_NAMES.get, horizontal=True, **K.option(P, "group"),
+                 help=GROUP_HELP + labels.doc_link("words"))
+bys = (group, "position")
 c1, c2, c3, c4 = st.columns(4)
 k = c1.slider("k (list length)", 1, tc.TOPK_MAX, 10, **K.option(P, "k"))
 top_n = c2.slider("N (bars shown)", 3, 50, 10, **K.option(P, "n"))
@@ -87,22 +96,22 @@ with common.guard():
             topk, a.tokens, build_mask(a.tokens, **options) if masked else None), masked=masked, **options)
     mask = tallies.mask
     tables = {(d, by): tc.token_counts(analysis, k, d, by, layers, heads, mask, tallies=tallies, rule=rule)
-              for d in tc.DIRECTIONS for by in tc.BYS}
+              for d in tc.DIRECTIONS for by in dict.fromkeys((*bys, "type"))}  # by type also for the instances
 
 where = "all layers and heads" if layers is None else f"layer {layers[0] + 1}" + (
     "" if heads is None else f", head {heads[0] + 1}")
 settings = common.export_settings(model, description, k=k, bars=top_n, scope=where, masked=masked,
-                                  count=tc.COUNT_RULES[rule])
+                                  count=tc.COUNT_RULES[rule], group_by=GROUP_NAMES[group])
 st.subheader(f"Top {top_n} by {tc.COUNT_MEANINGS[rule].replace('top-k', f'top-{k}')} — {where}")
 labels.caption(labels.count_rule(rule), sections=("count",))
 for d, colour in zip(tc.DIRECTIONS, ("#2171b5", "#cb181d")):
     cols = st.columns(2)
-    for col, by in zip(cols, tc.BYS):
+    for col, by in zip(cols, bys):
         export.chart(fig.counts_bar_chart(tables[d, by], f"{d} · by {by}", top_n, colour, rule=rule),
                      f"{d} by {by}", model, settings, where=col)
 
 st.subheader("Both attended and attending (Fig. 7)")
-for by in tc.BYS:  # one under the other: side by side, the position table's columns are cut at 1,024 px
+for by in bys:  # one under the other: side by side, the position table's columns are cut at 1,024 px
     col = st.container()
     both = tc.count_intersection(tables["attended", by], tables["attending", by], top_n)
     col.markdown(f"**By {by}**: {len(both)} of the top {top_n} in common (counted {tc.COUNT_RULES[rule]})")
@@ -126,6 +135,7 @@ export.chart(fig.instances_chart(inst, f"'{token}': {len(inst)} instances, {dire
              f"instances of {token} {direction}", model, {**settings, "token": token, "lists": direction})
 labels.caption(labels.count_rule(rule), sections=("count",))
 with st.expander(f"All counts (tables; count = {tc.COUNT_MEANINGS[rule]})"):
-    tabs = st.tabs([f"{d} by {by}" for d, by in tables])
-    for tab, ((d, by), table) in zip(tabs, tables.items()):
+    shown = {(d, by): tables[d, by] for d in tc.DIRECTIONS for by in bys}
+    tabs = st.tabs([f"{d} by {by}" for d, by in shown])
+    for tab, ((d, by), table) in zip(tabs, shown.items()):
         common.table(table, f"{d} counts by {by}", model, settings, where=tab)

@@ -140,20 +140,21 @@ def head_zoom_chart(cells: np.ndarray, edges: np.ndarray, scale: str = "linear",
 
 def counts_bar_chart(frame: pd.DataFrame, title: str = "", top_n: int = 10, colour: str = "#2171b5",
                      rule: str | None = None) -> alt.Chart:
-    """Horizontal bars of the `top_n` first rows of a token_counts table (by type or by position), in the
-    table's order (most counted on top), one BAR_STEP-pixel row per bar so every label shows, never cut. The
-    axis says what a count is under the table's counting rule (`rule`, else the table's `attrs["count_rule"]`,
-    else the paper's) and the subtitle names the rule."""
-    if "count" not in frame.columns or "token" not in frame.columns:
-        raise ValueError("expected a token_counts table (columns token, count[, position])")
+    """Horizontal bars of the `top_n` first rows of a token_counts table (by type, word or position), in the
+    table's order (most counted on top), labelled by the token (type) or the word, one BAR_STEP-pixel row per bar
+    so every label shows, never cut. The axis says what a count is under the table's counting rule (`rule`, else
+    the table's `attrs["count_rule"]`, else the paper's) and the subtitle names the rule."""
+    name = "word" if "word" in frame.columns else "token"
+    if "count" not in frame.columns or name not in frame.columns:
+        raise ValueError("expected a token_counts table (columns token or word, count[, position])")
     rule = _count_rule(frame, rule)
     top = frame.head(int(top_n)).copy()
     if "position" in top.columns:
-        top["label"] = top["token"].astype(str) + " @" + top["position"].astype(str)
-        tooltip = ["token", "position", "count"]
+        top["label"] = top[name].astype(str) + " @" + top["position"].astype(str)
+        tooltip = [name, "position", "count"]
     else:
-        top["label"] = top["token"].astype(str)
-        tooltip = ["token", "count"]
+        top["label"] = top[name].astype(str)
+        tooltip = [name, "count"]
     top["rank"] = np.arange(len(top))
     tooltip = [*tooltip[:-1], alt.Tooltip("count:Q", title=f"count ({COUNT_MEANINGS[rule]})")]
     return alt.Chart(top, title=_rule_title(title, rule)).mark_bar(color=colour).encode(

@@ -7,7 +7,8 @@ string: every piece of text is escaped, so a document containing markup shows as
 Readability: tokens are decoded by `longviz_core.tokens` (byte-level BPE markers become what they encode, 'Ġ'
 -> space, 'Ċ' -> line break), subword pieces are joined without a space, and the space that starts a word is
 placed *between* boxes so a word reads as one unit. Special tokens (<s>, </s>, [CLS], ...) appear as small grey
-tags.
+tags. With unit="word" a word cut into pieces by the tokenizer is one box (`tokens.word_spans`), its value the sum
+of its pieces' (docs/methods.md, "Words").
 
 `attribution_header_html` is the attribution overlay's header row (paper Fig 9), with F(x) − F(baseline).
 """
@@ -18,7 +19,7 @@ import math
 
 import numpy as np
 
-from ..tokens import detect_scheme, is_special_token, readable_token, token_label
+from ..views.units import Unit, unit_start, units
 
 _MODES = ("diverging", "sequential")
 # Hue and lightness follow captum's visualisation (hsl(120|0, 75%, 100 - 50 * |x|)): white at 0,
@@ -65,40 +66,37 @@ def token_overlay_html(
     title: str | None = None,
     positions: bool = True,
     selected: int | None = None,
+    unit: Unit = "token",
 ) -> str:
     """HTML for the tokens coloured by `values` (one per token).
 
     mode: "diverging" (green > 0, red < 0, saturation |v| / vmax) or "sequential" (white -> red, v / vmax).
     mask: optional booleans, True = masked: shown greyed, uncoloured and left out of the automatic vmax.
-    vmax: value of full saturation; default the largest |value| among unmasked tokens.
-    title: optional heading above the text. positions: include the position in each token's hover text.
-    selected: a position to outline (the token picked in the UI)."""
+    vmax: value of full saturation; default the largest |value| among unmasked units.
+    title: optional heading above the text. positions: include the position in each unit's hover text.
+    selected: a token position to outline (the token picked in the UI): with words, the word containing it.
+    unit: "token" (one box per token, the paper's view) or "word" (one box per word of `tokens.word_spans`,
+    coloured by the sum of its pieces' values, masked only if all its pieces are; its data-pos is its first
+    token, so a click on a word selects that token)."""
     if mode not in _MODES:
         raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
-    tokens = [str(t) for t in tokens]
-    vals = np.asarray(values, dtype=np.float64).reshape(-1)  # (n,)
-    n = len(tokens)
-    if vals.shape[0] != n:
-        raise ValueError(f"{n} tokens but {vals.shape[0]} values")
-    masked = np.zeros(n, dtype=bool) if mask is None else np.asarray(mask, dtype=bool).reshape(-1)
-    if masked.shape[0] != n:
-        raise ValueError(f"{n} tokens but a mask of {masked.shape[0]}")
+    shown = units(tokens, values, mask, unit)
     if vmax is None:
-        live = np.abs(vals[~masked & np.isfinite(vals)])
+        live = np.abs(shown.values[~shown.masked & np.isfinite(shown.values)])
         vmax = float(live.max()) if live.size else 0.0
     vmax = float(vmax)
     if not math.isfinite(vmax) or vmax < 0:
         raise ValueError(f"vmax must be a finite non-negative number, got {vmax}")
     scale = vmax if vmax > 0 else 1.0
-    # byte-level BPE and SentencePiece carry the space in the token; WordPiece needs one before every token
-    # except '##' continuations
-    space_in_token = detect_scheme(tokens) != "wordpiece"
+    if selected is not None:
+        selected = unit_start(shown, int(selected))
 
     out = [_STYLE, '<div class="lv-ov">']
     if title:
         out.append(f'<div style="font-weight:600;margin-bottom:4px">{html.escape(title)}</div>')
-    for i, (tok, v, m) in enumerate(zip(tokens, vals, masked)):
-        hover = (f"#{i} " if positions else "") + f"{token_label(tok)}: {_fmt(v)}" + (" (masked)" if m else "")
+    for i, raw, text, label, v, m, sp in zip(shown.positions, shown.raw, shown.text, shown.labels, shown.values,
+                                            shown.masked, shown.special):
+        hover = (f"#{i} " if positions else "") + f"{label}: {_fmt(v)}" + (" (masked)" if m else "")
         attrs = f'data-pos="{i}" title="{html.escape(hover, quote=True)}"'
         sel = " lv-sel" if selected is not None and i == selected else ""
         if m:
@@ -107,17 +105,14 @@ def token_overlay_html(
             x = v / scale if mode == "diverging" else max(v, 0.0) / scale
             cls, style = "lv-t", _colour(x, mode)
         style_attr = f' style="{style}"' if style else ""
-        if is_special_token(tok):
-            out.append(f' <span class="{cls} lv-sp{sel}" {attrs}{style_attr}>{html.escape(tok)}</span> ')
+        if sp:
+            out.append(f' <span class="{cls} lv-sp{sel}" {attrs}{style_attr}>{html.escape(raw)}</span> ')
             continue
-        text = readable_token(tok)
-        if not space_in_token and not tok.startswith("##") and i > 0:
-            text = " " + text
         core = text.strip()
         if core:
             lead, trail = text[: len(text) - len(text.lstrip())], text[len(text.rstrip()):]
             body = "<br>".join(html.escape(part) for part in core.split("\n"))
-        else:  # a token that is only whitespace still carries a value: show a glyph, then its line breaks
+        else:  # a unit that is only whitespace still carries a value: show a glyph, then its line breaks
             lead, trail = "", "\n" * text.count("\n")
             body = '<span class="lv-ws">' + ("↵" * text.count("\n") or "␣") + "</span>"
         out.append(_whitespace_html(lead))
@@ -127,14 +122,14 @@ def token_overlay_html(
     return "".join(out)
 
 
-def scale_max(tokens, values, mask=None) -> float:
-    """The value of full saturation: the largest |value| among tokens that are neither masked nor special.
-    <s> gathers most of the attention (hundreds of times a word's) and would take the whole colour scale, so
-    special tokens stay out of it even unmasked; their colour saturates. 0.0 when no token qualifies."""
-    vals = np.abs(np.asarray(values, dtype=np.float64).reshape(-1))  # (n,)
-    live = np.array([not is_special_token(str(t)) for t in tokens], dtype=bool) & np.isfinite(vals)
-    if mask is not None:
-        live &= ~np.asarray(mask, dtype=bool).reshape(-1)
+def scale_max(tokens, values, mask=None, unit: Unit = "token") -> float:
+    """The value of full saturation: the largest |value| among units (tokens, or words with their pieces'
+    values summed, as token_overlay_html shows them) that are neither masked nor special. <s> gathers most of
+    the attention (hundreds of times a word's) and would take the whole colour scale, so special tokens stay
+    out of it even unmasked; their colour saturates. 0.0 when no unit qualifies."""
+    shown = units(tokens, values, mask, unit)
+    vals = np.abs(shown.values)  # (units,)
+    live = ~shown.special & ~shown.masked & np.isfinite(vals)
     return float(vals[live].max()) if live.any() else 0.0
 
 

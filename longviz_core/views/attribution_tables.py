@@ -16,19 +16,24 @@ from ..errors import AttributionError, SelectionError, SettingsError
 from ..model.analysis import DocumentAnalysis
 from ..tokens import token_label
 from .masking import build_mask, special_mask
+from .units import Unit, units
 
 
-def top_attributions(tokens, scores, k: int = 10, sign: str = "positive", mask=None) -> pd.DataFrame:
-    """The k most positive (or negative) single tokens: columns token, position, attribution (Fig 10a/b)."""
+def top_attributions(tokens, scores, k: int = 10, sign: str = "positive", mask=None, unit: Unit = "token"
+                     ) -> pd.DataFrame:
+    """The k most positive (or negative) single tokens: columns token, position, attribution (Fig 10a/b). With
+    unit="word", words (views.units: a word's attribution is the sum of its pieces', a word is left out only if
+    all its pieces are masked): columns word, position (its first token), attribution."""
     if sign not in ("positive", "negative"):
         raise SettingsError(f"sign must be 'positive' or 'negative', got {sign!r}.")
     scores = _scores(tokens, scores)
-    keep = _keep(len(scores), mask)
-    pos = np.flatnonzero(keep & (scores > 0 if sign == "positive" else scores < 0))
-    order = pos[np.argsort(-scores[pos] if sign == "positive" else scores[pos], kind="stable")][:k]
+    shown = units(tokens, scores, ~_keep(len(scores), mask), unit)
+    vals = shown.values  # (units,)
+    pos = np.flatnonzero(~shown.masked & (vals > 0 if sign == "positive" else vals < 0))
+    order = pos[np.argsort(-vals[pos] if sign == "positive" else vals[pos], kind="stable")][:k]
     return pd.DataFrame(
-        {"token": [token_label(tokens[i]) for i in order], "position": order.astype(np.int64),
-         "attribution": scores[order]}
+        {unit: [shown.labels[i] for i in order], "position": shown.positions[order].astype(np.int64),
+         "attribution": vals[order]}
     )
 
 

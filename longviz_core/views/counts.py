@@ -24,6 +24,10 @@ Conventions (the paper leaves them open; these are ours):
 - Token type = the normalised token (`tokens.type_labels`: markers removed, byte-level text decoded,
   lower-cased), so 'Ġtraining', 'training' and 'ĠTraining' are one type; tokens that normalise to nothing
   (whitespace, byte fragments) keep a visible form of the raw token.
+- By word (by="word"): the groups are word types (`tokens.word_spans`' `type`, the lower-cased word), so a word
+  the tokenizer cuts into pieces counts once per owner (per (owner, head) list under "per_head") when any of its
+  pieces is listed; special tokens, in no word, are groups of their own (their type label). A word is masked
+  (neither counted nor counting for its pieces) only if all its pieces are masked. The owners stay tokens.
 
 Everything is computed from the attention bands, in compiled loops (`longviz_core.model._kernels`): no n x n matrix
 is built and the band is never transposed or copied ("attending" reads each key's column in place). The lists
@@ -47,13 +51,14 @@ from ..errors import LongvizError
 from ..model import _kernels
 from ..model.bands import AttentionBands, selection
 from ..progress import Progress, report
-from ..tokens import type_labels
+from ..tokens import type_labels, word_spans
 
 TOPK_MAX = 64  # lists the app computes once per document; the k slider re-counts their prefixes
 Direction = Literal["attended", "attending"]
-By = Literal["type", "position"]
+By = Literal["type", "word", "position"]
 DIRECTIONS: tuple[str, ...] = ("attended", "attending")
-BYS: tuple[str, ...] = ("type", "position")
+BYS: tuple[str, ...] = ("type", "word", "position")
+GROUPS: tuple[str, ...] = ("type", "word")  # what a count groups positions by (BYS less "position")
 
 
 class CountsError(LongvizError, ValueError):
@@ -243,7 +248,8 @@ COUNT_MEANINGS: dict[str, str] = {
 
 @dataclass(frozen=True)
 class Tallies:
-    """One document's top-k lists made ready to count under one mask: each position's token type and the mask.
+    """One document's top-k lists made ready to count under one mask: each position's token type (and, made on
+    first use, its word type) and the mask.
 
     Any count (scope, k <= `k`, direction, rule) is then one compiled pass over the lists, so the app's toggles
     re-count cached lists; a new mask needs new tallies (cheap: the types and the mask)."""
@@ -252,6 +258,7 @@ class Tallies:
     labels: tuple  # (types,) type labels, numbered by first appearance in the document
     type_ids: np.ndarray  # (n,) int64 type number of each position
     mask: np.ndarray | None  # (n,) bool, True = masked; None = nothing masked
+    tokens: tuple = field(default=(), repr=False)  # (n,) raw tokens: the word groups are made from them
     # the last few counts made, so that a page's tables by type and by position share one pass
     _recent: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -280,6 +287,25 @@ class Tallies:
         """(n,) int64: the type bin of each position; masked ones in a last bin (types), dropped."""
         return self.type_ids if self.mask is None else np.where(self.mask, len(self.labels), self.type_ids)
 
+    @functools.cached_property
+    def words(self) -> tuple[tuple, np.ndarray]:
+        """(word labels (groups,), the word bin of each position (n,) int64): word types numbered by first
+        appearance, special tokens under their type label; a position of a masked word (all its pieces masked,
+        or a masked special token) in a last bin (groups), dropped. Made on first use: most counts are by type."""
+        if len(self.tokens) != len(self.type_ids):
+            raise CountsError("these tallies were made without the tokens: tally(topk, tokens, mask) to count by word")
+        words = word_spans(self.tokens)
+        inside = words.word_of_token >= 0
+        labels = np.asarray(self.labels, dtype=object)[self.type_ids]  # (n,) specials keep their type label
+        labels[inside] = np.asarray(words.type, dtype=object)[words.word_of_token[inside]]
+        ids, names, _ = _number_by_first(labels)
+        if self.mask is not None:
+            dropped = self.mask.copy()  # a special token's own mask
+            dropped[inside] = words.masked(self.mask)[words.word_of_token[inside]]
+            ids = np.where(dropped, len(names), ids)
+        ids.setflags(write=False)
+        return tuple(names), ids
+
     @property
     def nbytes(self) -> int:
         """Including the lists it holds (also cached on their own: a cache budget counts them twice, not never)."""
@@ -302,7 +328,7 @@ def tally(topk: TopK, tokens, mask: np.ndarray | None = None) -> Tallies:
         raise CountsError(f"{len(tokens)} tokens for lists over {n} positions")
     mask = None if mask is None else _check_mask(mask, n).copy()
     type_ids, labels, _ = token_types(tokens)
-    return Tallies(topk, tuple(labels), type_ids, mask)
+    return Tallies(topk, tuple(labels), type_ids, mask, tuple(tokens))
 
 
 def position_counts(tallies: Tallies, k: int = 10, direction: Direction = "attended", layers=None, heads=None,
@@ -319,9 +345,10 @@ def type_counts(tallies: Tallies, k: int = 10, direction: Direction = "attended"
     return _counts(tallies, k, direction, layers, heads, rule)[1].copy()
 
 
-def _counts(tallies, k, direction, layers, heads, rule) -> tuple[np.ndarray, np.ndarray]:
-    """(positions (n,), types (T,)), read-only, from one compiled pass over the owners' lists, the owners split
-    between up to two threads (each with its own stamps and counts, added at the end); the last few are kept."""
+def _counts(tallies, k, direction, layers, heads, rule, group: str = "type") -> tuple[np.ndarray, np.ndarray]:
+    """(positions (n,), groups (T,)), read-only, from one compiled pass over the owners' lists, the owners split
+    between up to two threads (each with its own stamps and counts, added at the end); the last few are kept.
+    `group`: "type" (groups = tallies.labels) or "word" (groups = tallies.words' labels)."""
     if not isinstance(tallies, Tallies):
         raise CountsError(f"expected Tallies, got {type(tallies).__name__}")
     _check_choice(direction, DIRECTIONS, "direction")
@@ -335,11 +362,15 @@ def _counts(tallies, k, direction, layers, heads, rule) -> tuple[np.ndarray, np.
         sel_l, sel_h = selection(layers, L, "layer"), selection(heads, H, "head")
     except ValueError as exc:
         raise CountsError(str(exc)) from None
-    key = (k, direction, tuple(sel_l.tolist()), tuple(sel_h.tolist()), rule)
+    key = (k, direction, tuple(sel_l.tolist()), tuple(sel_h.tolist()), rule, group)
     recent = tallies._recent.get(key)
     if recent is not None:
         return recent
-    T = len(tallies.labels)
+    if group == "word":
+        names, group_bin = tallies.words
+    else:
+        names, group_bin = tallies.labels, tallies.type_bin
+    T = len(names)
     parts = 2 if n * len(sel_l) * len(sel_h) * k >= _SPLIT_STEPS else 1
     bounds = np.linspace(0, n, parts + 1).round().astype(np.int64)
     out = [(np.zeros(n + 1, np.int64), np.zeros(T + 1, np.int64)) for _ in range(parts)]  # last bins: masked
@@ -347,7 +378,7 @@ def _counts(tallies, k, direction, layers, heads, rule) -> tuple[np.ndarray, np.
     by_owner = np.moveaxis(lists, 2, 0)  # (n, layers, heads, k): contiguous for the lists of `topk_indices`
 
     def one(part):
-        _kernels.count_sets(by_owner, sel_l, sel_h, k, tallies.owners, tallies.pos_bin, tallies.type_bin,
+        _kernels.count_sets(by_owner, sel_l, sel_h, k, tallies.owners, tallies.pos_bin, group_bin,
                             rule == "per_head", bounds[part], bounds[part + 1], *out[part])
 
     if parts == 1:
@@ -365,15 +396,20 @@ def _counts(tallies, k, direction, layers, heads, rule) -> tuple[np.ndarray, np.
 
 
 _SPLIT_STEPS = 2_000_000  # owners x heads x k above which the owners are split between two threads
-_RECENT = 8  # counts kept per Tallies: a page's two directions and rules
+_RECENT = 8  # counts kept per Tallies: a page's two directions and rules (by type or by word)
 
 
 # ---------------------------------------------------------------------------------------------- tables
 def token_types(tokens) -> tuple[np.ndarray, list[str], np.ndarray]:
     """(type id per position (n,), type labels, first position of each type): types numbered by first
     appearance, so sorting ties by type id is sorting by first position."""
-    labels = type_labels(tokens)
-    uniq, first, inverse = np.unique(np.asarray(labels, dtype=object), return_index=True, return_inverse=True)
+    return _number_by_first(np.asarray(type_labels(tokens), dtype=object))
+
+
+def _number_by_first(labels: np.ndarray) -> tuple[np.ndarray, list[str], np.ndarray]:
+    """(id per position (n,), distinct labels, first position of each) for `labels` (n,) object, numbered by
+    first appearance."""
+    uniq, first, inverse = np.unique(labels, return_index=True, return_inverse=True)
     order = np.argsort(first, kind="stable")
     rank = np.empty_like(order)
     rank[order] = np.arange(len(order))
@@ -392,27 +428,30 @@ def token_counts(
     tallies: Tallies | None = None,
     rule: Rule = "paper",
 ) -> pd.DataFrame:
-    """Algorithm 2 (3 for "attending"): per token type (or position), the number of tokens whose top-k attended
-    (attending) lists over the scope's heads contain it (rule "paper"), or the number of (token, head) lists
-    that contain it (rule "per_head").
+    """Algorithm 2 (3 for "attending"): per token type (or word, or position), the number of tokens whose top-k
+    attended (attending) lists over the scope's heads contain it (rule "paper"), or the number of (token, head)
+    lists that contain it (rule "per_head"). By word, a word counts when any of its pieces is listed (see the
+    module's notes).
 
     `analysis`: a DocumentAnalysis. `layers`/`heads`: indices (None = all); the scope is their product.
     `mask` (n,) bool, True = masked: masked tokens neither count nor are counted.
     `topk` / `tallies`: the document's precomputed lists (`topk_indices`) / the lists ready for this mask
     (`tally`); computed here when not given (the app caches both, so its reruns only re-count the lists).
-    Returns only tokens with a positive count: columns token, count (by="type") or position, token, count
-    (by="position"), sorted by count descending, ties by (first) position ascending. The rule is kept in
-    `frame.attrs["count_rule"]`."""
+    Returns only tokens with a positive count: columns token, count (by="type"), word, count (by="word") or
+    position, token, count (by="position"), sorted by count descending, ties by (first) position ascending. The
+    rule is kept in `frame.attrs["count_rule"]`."""
     _check_choice(by, BYS, "by")
     tallies = _tallies_for(analysis, k, mask, topk, tallies)
-    positions, types = _counts(tallies, k, direction, layers, heads, rule)
+    positions, groups = _counts(tallies, k, direction, layers, heads, rule, "word" if by == "word" else "type")
     if by == "position":
         labels = np.asarray(tallies.labels, dtype=object)[tallies.type_ids]
         frame = pd.DataFrame({"position": np.arange(len(positions)), "token": labels, "count": positions})
         frame = frame[frame["count"] > 0]
         frame = frame.sort_values(["count", "position"], ascending=[False, True], kind="stable")
     else:
-        frame = pd.DataFrame({"token": tallies.labels, "count": types})  # rows already in first-position order
+        names = tallies.words[0] if by == "word" else tallies.labels
+        column = "word" if by == "word" else "token"
+        frame = pd.DataFrame({column: names, "count": groups})  # rows already in first-position order
         frame = frame[frame["count"] > 0].sort_values("count", ascending=False, kind="stable")
     frame = frame.reset_index(drop=True)
     frame.attrs["count_rule"] = rule
@@ -420,20 +459,20 @@ def token_counts(
 
 
 def count_intersection(attended: pd.DataFrame, attending: pd.DataFrame, top_n: int = 10) -> pd.DataFrame:
-    """Tokens (or positions) in both the top-`top_n` attended and the top-`top_n` attending (paper Fig. 7):
-    columns token [position], count_attended, count_attending, in the attended table's order. Both tables
-    must come from the same counting rule."""
+    """Tokens (or words, or positions) in both the top-`top_n` attended and the top-`top_n` attending (paper
+    Fig. 7): columns token [position] (word, for tables by word), count_attended, count_attending, in the attended
+    table's order. Both tables must come from the same counting rule."""
     top_n = int(top_n)
     if top_n < 1:
         raise CountsError(f"top_n must be at least 1, got {top_n}")
-    key = "position" if "position" in attended.columns else "token"
-    if key not in attending.columns:
-        raise CountsError("both tables must count by the same thing (type or position)")
+    key = next(c for c in ("position", "word", "token") if c in attended.columns)
+    if key not in attending.columns or ("word" in attending.columns) != ("word" in attended.columns):
+        raise CountsError("both tables must count by the same thing (type, word or position)")
     rule = _same_rule([attended, attending])
     left = attended.head(top_n).rename(columns={"count": "count_attended"})
     right = attending.head(top_n)[[key, "count"]].rename(columns={"count": "count_attending"})
     both = left.merge(right, on=key, how="inner", sort=False)
-    cols = ["token", "position"] if key == "position" else ["token"]
+    cols = ["token", "position"] if key == "position" else [key]
     both = both[[*cols, "count_attended", "count_attending"]].reset_index(drop=True)
     if rule is not None:
         both.attrs["count_rule"] = rule

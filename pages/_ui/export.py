@@ -45,18 +45,20 @@ def image(picture, name: str, model: lv.LoadedModel | None = None, settings: dic
 
 def overlay(body_html: str, values_df, name: str, model: lv.LoadedModel | None = None,
             settings: dict | None = None, *, where=st, height: int = overlay_view.HEIGHT, legend_html: str = "",
-            header_html: str = "", selected: int | None = None, on_pick: Callable[[int], None] | None = None) -> None:
+            header_html: str = "", selected: int | None = None, on_pick: Callable[[int], None] | None = None,
+            n: int | None = None) -> None:
     """Show a coloured-text overlay (in a box `height` pixels high at most that scrolls, under its legend) with
-    a standalone HTML file of it and its per-token values (`values_df`, one row per token in order) as CSV.
-    `selected` is outlined and scrolled into view; with `on_pick`, a click on a token calls it with the token's
-    position (pages/_ui/overlay_view.py). `header_html` heads the HTML file only (the page shows its header
-    with widgets of its own)."""
+    a standalone HTML file of it and its values (`values_df`, one row per unit, token or word, in order) as CSV.
+    `selected` (the position of a box: a word's is its first token) is outlined and scrolled into view; with
+    `on_pick`, a click on a box calls it with that position (pages/_ui/overlay_view.py), one of `n` token
+    positions (default: one per row of `values_df`). `header_html` heads the HTML file only (the page shows its
+    header with widgets of its own)."""
     stem = export.safe_filename(name)
     with nullcontext() if where is st else where:
         if legend_html:
             st.html(legend_html)
-        overlay_view.show(body_html, key=K.page("overlay", stem), n=len(values_df), selected=selected,
-                          on_pick=on_pick, height=height)
+        overlay_view.show(body_html, key=K.page("overlay", stem), n=len(values_df) if n is None else n,
+                          selected=selected, on_pick=on_pick, height=height)
     body_html = header_html + legend_html + body_html
     buttons = [("HTML", lambda: export.standalone_html(body_html, title=name), f"{stem}.html", "text/html"),
                ("CSV", lambda: export.table_csv(values_df), f"{stem}.csv", "text/csv")]

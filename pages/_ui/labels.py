@@ -17,6 +17,7 @@ SECTIONS = {
     "tables": "Attribution tables",
     "agreement": "Agreement metrics",
     "faithfulness": "Faithfulness",
+    "words": "Words",
 }
 NORMALISED = "L2-normalised over tokens, sign kept (paper §2)"
 RAW = "raw sums over the embedding dimension (they add up to F(x) − F(baseline))"

@@ -1,5 +1,6 @@
-"""The attribution page's shared pieces: the overlay's scores (Integrated Gradients', or any explainer's for the
-same class, with the header naming it) and the top-10 token tables whose rows select a token."""
+"""The overlay pages' shared pieces: the unit shown (tokens or words), the overlay's scores (Integrated
+Gradients', or any explainer's for the same class, with the header naming it) and the top-10 token tables whose
+rows select a token."""
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -12,8 +13,18 @@ import longviz_core as lv
 from longviz_core import cache
 from longviz_core.figures.explainers import explainer_header_html
 from longviz_core.figures.text import attribution_header_html
-from pages._ui import common, export, state
+from longviz_core.views.units import UNITS
+from pages._ui import common, export, labels, state
 from pages._ui.keys import K
+
+UNIT_NAMES = {"token": "tokens", "word": "words"}
+
+
+def unit_picker(where, page: str) -> str:
+    """"Show: tokens | words": the overlay's (and its tables') unit; tokens by default, the paper's view."""
+    return where.radio("Show", UNITS, format_func=UNIT_NAMES.get, horizontal=True, **K.option(page, "unit"),
+                       help="Words: a word the tokenizer cut into pieces is one box, its value the sum of its "
+                            "pieces'; a click on it selects its first token. " + labels.doc_link("words"))
 
 
 class OverlayScores(NamedTuple):

@@ -11,10 +11,12 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from longviz_core import _disk, load_model
+from longviz_core import _disk, analyze, load_model
 from longviz_core.attribution import ig as A
+from longviz_core.tokens import word_spans
+from longviz_core.views.units import units
 from pages._ui.common import K
-from tests.support.apps import overlay_html
+from tests.support.apps import click_token, overlay_html, overlays
 
 TIMEOUT = 300
 pytestmark = pytest.mark.filterwarnings("ignore::longviz_core.attribution.ConvergenceWarning")
@@ -37,9 +39,11 @@ def calls(tmp_path, monkeypatch):
     return seen
 
 
-def _open(max_tokens=200, steps=4, **state):
-    """The page on its own (switch_page runs it without app.py's sidebar: settings go in session state)."""
+def _open(max_tokens=200, steps=4, link=None, **state):
+    """The page on its own (switch_page runs it without app.py's sidebar: settings go in session state), opened
+    from a `link`'s query parameters if given."""
     at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.query_params = dict(link or {})
     at.session_state[K.MAX_TOKENS] = max_tokens
     for key, value in state.items():
         at.session_state[key] = value
@@ -98,6 +102,46 @@ def test_overlay_tables_toggles_and_cache(demo, calls):
     assert any("loaded from cache" in c.value for c in again.caption)
 
 
+def test_words_overlay_tables_and_one_selection(demo, calls):
+    # words outside the demo's corpus: its tokenizer cuts them into pieces
+    text = ("Unforeseen hyperparameters destabilised Longformer's convolutional embeddings; Smith et al. (2021) "
+            "reported naïve “reproducibility” gains. ") * 3
+    at = _open(**{K.DOC_MODE: "pasted text", K.PASTED: text})
+    at.button(key=K.page(P, "run")).click().run()
+    assert at.radio(key=K.page(P, "unit")).value == "token" and calls == [4]  # the paper's view by default
+    model = load_model("demo")
+    analysis = analyze(model, text, 200)
+    attr = A.cached_attribution(model, analysis, n_steps=4)
+    words = word_spans(analysis.tokens)
+    assert len(words) < analysis.n - 30  # many words in pieces
+    at.radio(key=K.page(P, "unit")).set_value("word").run()
+    assert not at.exception and calls == [4]  # the same attributions, grouped
+    overlay = overlay_html(at)
+    assert overlay.count("data-pos=") == len(words) + 2  # and <s>, </s>
+    shown = units(analysis.tokens, attr.scores, unit="word")
+    top = at.dataframe[0].value
+    assert list(top.columns) == ["word", "position", "attribution"]
+    assert top["attribution"].iloc[0] == pytest.approx(shown.values.max())  # a word's sum of its pieces
+    assert top["position"].iloc[0] == shown.positions[shown.values.argmax()]
+    # one selection: a piece chosen in the number box outlines its word; a click on a word picks its first token
+    mid = next(p for p in range(analysis.n) if words.word_of_token[p] >= 0 and p not in words.starts)
+    first = int(words.starts[words.word_of_token[mid]])
+    at.number_input(key=K.page(P, "pos")).set_value(mid).run()
+    assert overlays(at)[0]["selected"] == first
+    assert f'lv-sel" data-pos="{first}"' in overlay_html(at)
+    assert f"position {mid:,} of" in _metric(at, "Token").delta  # the token itself stays selected
+    word = int(words.starts[len(words) // 2])
+    click_token(at, word)
+    assert not at.exception and at.number_input(key=K.page(P, "pos")).value == word
+    assert overlays(at)[0]["selected"] == word and calls == [4]
+    # a link opens the words view
+    linked = _open(link={K.page(P, "unit"): "words"},  # a radio carries its label
+                   **{K.DOC_MODE: "pasted text", K.PASTED: text})
+    assert linked.radio(key=K.page(P, "unit")).value == "word"
+    unselected = lambda t: overlay_html(t).replace(" lv-sel", "")  # noqa: E731 (a new session selects the top)
+    assert unselected(linked) == unselected(at)
+
+
 def test_dataset_wide_table(demo, calls):
     """The table is the local store's aggregation, computed on a click for the first N documents; its numbers
     equal lv.dataset_attributions for the class shown (another store: IG of that class, not of the predicted
@@ -154,8 +198,6 @@ def test_dataset_wide_table(demo, calls):
 def _current(at):
     """The model and analysis the page shows by default: document 0 of the demo dataset (loaded afresh: the
     cache keys are content fingerprints, so an equal copy finds the page's entries)."""
-    from longviz_core import analyze
-
     model = load_model("demo")
     return model, analyze(model, _demo_texts(1)[0], 200)
 

@@ -150,3 +150,75 @@ def test_overlay_every_toggle(demo):
     at.multiselect(key=K.page("overlay", "heads")).set_value([]).run()
     assert not at.exception
     assert any("at least one" in i.value for i in at.info)
+
+
+# words outside the demo's corpus: its tokenizer cuts them into pieces
+PIECES = ("Unforeseen hyperparameters destabilised Longformer's convolutional embeddings; Smith et al. (2021) "
+          "reported naïve “reproducibility” gains. ") * 4
+
+
+def _open_pasted(page: str) -> AppTest:
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at.session_state[K.DOC_MODE], at.session_state[K.PASTED] = "pasted text", PIECES
+    at.run()
+    at.number_input(key=K.MAX_TOKENS).set_value(MAX_TOKENS).run()
+    at.switch_page(f"pages/{page}.py").run()
+    _ok(at)
+    return at
+
+
+@pytest.fixture(scope="module")
+def pieces_doc(demo):
+    from longviz_core import analyze, load_model
+    from longviz_core.tokens import word_spans
+
+    model = load_model("demo")
+    analysis = analyze(model, PIECES, MAX_TOKENS)
+    words = word_spans(analysis.tokens)
+    assert len(words) < analysis.n - 30  # many words in pieces
+    return model, analysis, words
+
+
+def test_overlay_shows_words(pieces_doc):
+    from longviz_core.views.masking import build_mask
+    from longviz_core.views.units import overlay_table
+
+    model, analysis, words = pieces_doc
+    at = _open_pasted("attention_overlay")
+    assert at.radio(key=K.page("overlay", "unit")).value == "token"
+    assert overlay_html(at).count("data-pos=") == analysis.n
+    at.radio(key=K.page("overlay", "unit")).set_value("word").run()
+    _ok(at)
+    assert overlay_html(at).count("data-pos=") == len(words) + 2  # and <s>, </s>
+    # the last layer's received attention per head, summed over each word's pieces, masked words left out
+    values = analysis.attention.received([model.num_layers - 1]) / model.num_heads
+    expected = overlay_table(analysis.tokens, values, "received", build_mask(analysis.tokens), "word")
+    expected = expected[~expected["masked"]].sort_values("received", ascending=False, kind="stable")
+    (table,) = [d.value for d in at.dataframe if "word" in d.value.columns]
+    assert list(table.columns) == ["position", "word", "received"]
+    assert table["word"].tolist() == expected["word"].head(25).tolist()
+    assert table["received"].to_numpy() == pytest.approx(expected["received"].head(25).to_numpy(), rel=1e-5)
+
+
+def test_token_counts_group_by_word(pieces_doc):
+    from longviz_core.views import counts as tc
+
+    model, analysis, words = pieces_doc
+    at = _open_pasted("token_counts")
+    group = at.radio(key=K.page("counts", "group"))
+    assert group.value == "type" and group.options == ["token type", "word"]
+    at.radio(key=K.page("counts", "group")).set_value("word").run()
+    _ok(at)
+    tables = [d.value for d in at.dataframe]
+    assert len(tables) == 6 and not any(list(t.columns) == ["token", "count"] for t in tables)
+    by_word = [t for t in tables if list(t.columns) == ["word", "count"]]
+    assert len(by_word) == 2  # attended and attending, in the expander
+    expected = tc.token_counts(analysis, 10, "attended", "word")
+    assert by_word[0].to_dict("list") == expected.to_dict("list")
+    assert any(list(t.columns) == ["word", "count_attended", "count_attending"] for t in tables)
+    # the dataset's store counts by token type only: the choice is shown, disabled, and says why
+    at.radio(key=K.page("counts", "over")).set_value("dataset").run()
+    assert not at.exception
+    frozen = at.radio(key=K.page("counts", "ds_group"))
+    assert frozen.disabled and frozen.value == "type"
+    assert any("store keeps each document's counts by token type" in c.value for c in at.caption)

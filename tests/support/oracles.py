@@ -138,3 +138,20 @@ def _numbers(kind: str, table: pd.DataFrame) -> pd.DataFrame:
     peak memory differ from run to run)."""
     return table.drop(columns=["seconds", "peak_bytes"]) if kind == "leaderboard" else table
 
+
+
+# ------------------------------------------------------------------------------------------ words
+def encoding_words(tokenizer, text: str) -> tuple[list[str], list[int], list[str]]:
+    """The fast tokenizer's own word numbering of `text` with its special tokens, as the model sees it:
+    (tokens, word id per token with -1 for a special token (word_ids() None), each word's text taken from the
+    original `text` by the tokens' character offsets, stripped and lower-cased)."""
+    enc = tokenizer(text, return_offsets_mapping=True)
+    tokens = tokenizer.convert_ids_to_tokens(enc["input_ids"])
+    ids = [-1 if w is None else w for w in enc.word_ids()]
+    spans: dict[int, list[int]] = {}
+    for w, (start, stop) in zip(ids, enc["offset_mapping"]):
+        if w >= 0:
+            spans.setdefault(w, [start, stop])
+            spans[w] = [min(spans[w][0], start), max(spans[w][1], stop)]
+    texts = [text[spans[w][0]:spans[w][1]].strip().lower() for w in sorted(spans)]
+    return tokens, ids, texts

@@ -11,9 +11,12 @@ import pytest
 from longviz_core.figures.text import (
     attribution_header_html,
     legend_html,
+    scale_max,
     token_overlay_html,
 )
 from longviz_core.tokens import readable_token, token_label
+from longviz_core.views.attribution_tables import top_attributions
+from longviz_core.views.units import overlay_table, unit_start, units
 
 
 class _Spans(HTMLParser):
@@ -204,3 +207,76 @@ def test_attribution_header_shows_captums_columns_and_the_output_difference():
     assert len(cells.note) == 1 and "p(baseline) = 0.9966" in cells.note[0] and "no flip" in cells.note[0]
     plain = attribution_header_html(None, "other", 0.6, "AI", -0.1, 0.4, 0.2)
     assert "lv-note" not in plain.split("</style>")[1] and ">—<" in plain and "0.4000 − 0.2000 = +0.2000" in plain
+
+
+# ------------------------------------------------------------------------------------------ unit="word"
+WORD_TOKENS = ["<s>", "ĠH", "ell", "o", ",", "Ġwor", "ld", "ĠâĢ", "ľ", "</s>"]  # " Hello", ",", " world", " “"
+WORD_VALUES = np.array([5.0, 0.25, 0.25, -0.1, -0.2, 0.5, -1.5, 0.1, 0.1, 0.0])
+
+
+def test_word_unit_is_one_box_per_word_valued_by_its_pieces_sum():
+    p = _parse(token_overlay_html(WORD_TOKENS, WORD_VALUES, unit="word"))
+    assert sorted(p.spans) == [0, 1, 4, 5, 7, 9]  # each word at its first token, special tokens their own
+    assert [p.spans[i]["text"] for i in (1, 4, 5, 7)] == ["Hello", ",", "world", "“"]
+    assert "Hello, world “" in "".join(p.text)
+    assert "#1 Hello: +0.4" in p.spans[1]["attrs"]["title"] and "#5 world: -1" in p.spans[5]["attrs"]["title"]
+    # the default vmax: the largest |value| of any unmasked unit, here <s>'s 5.0 (pages pass scale_max instead)
+    hue_l = {i: _lightness(p.spans[i]["attrs"].get("style")) for i in (1, 4, 5, 7)}
+    sums = {1: 0.4, 4: -0.2, 5: -1.0, 7: 0.2}
+    for i, total in sums.items():
+        assert hue_l[i] == (120 if total > 0 else 0, pytest.approx(100 - 50 * abs(total) / 5.0, abs=0.06))
+
+
+def test_word_unit_masks_a_word_only_when_all_its_pieces_are():
+    mask = np.array([True, True, False, False, True, True, True, False, False, True])
+    p = _parse(token_overlay_html(WORD_TOKENS, WORD_VALUES, mask=mask, unit="word"))
+    assert "lv-m" not in p.spans[1]["attrs"]["class"]  # 'Hello' keeps two of its pieces
+    assert "lv-m" in p.spans[5]["attrs"]["class"] and "(masked)" in p.spans[5]["attrs"]["title"]
+    assert "lv-m" in p.spans[4]["attrs"]["class"] and "lv-m" not in p.spans[7]["attrs"]["class"]
+    # the automatic scale: the unmasked words, 'Hello' (0.4) and '“' (0.2)
+    assert _lightness(p.spans[1]["attrs"]["style"])[1] == pytest.approx(50.0)
+    assert _lightness(p.spans[7]["attrs"]["style"])[1] == pytest.approx(75.0)
+
+
+def test_scale_max_by_word_leaves_special_and_masked_words_out():
+    assert scale_max(WORD_TOKENS, WORD_VALUES) == pytest.approx(1.5)  # tokens: |ld| = 1.5
+    assert scale_max(WORD_TOKENS, WORD_VALUES, unit="word") == pytest.approx(1.0)  # 'world' = 0.5 - 1.5
+    mask = np.zeros(10, dtype=bool)
+    mask[[5, 6]] = True
+    assert scale_max(WORD_TOKENS, WORD_VALUES, mask, unit="word") == pytest.approx(0.4)
+    mask[5] = False  # 'world' keeps a piece: in the scale again
+    assert scale_max(WORD_TOKENS, WORD_VALUES, mask, unit="word") == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="unit must be one of"):
+        scale_max(WORD_TOKENS, WORD_VALUES, unit="sentence")
+
+
+def test_a_selected_piece_outlines_its_word():
+    for selected, outlined in ((2, 1), (3, 1), (1, 1), (6, 5), (8, 7), (0, 0), (9, 9)):
+        p = _parse(token_overlay_html(WORD_TOKENS, WORD_VALUES, unit="word", selected=selected))
+        assert [i for i, s in p.spans.items() if "lv-sel" in s["attrs"]["class"]] == [outlined], selected
+        assert unit_start(units(WORD_TOKENS, WORD_VALUES, unit="word"), selected) == outlined
+    assert unit_start(units(WORD_TOKENS, WORD_VALUES), 3) == 3  # tokens: itself
+
+
+def test_overlay_table_and_top_attributions_list_words():
+    mask = np.zeros(10, dtype=bool)
+    mask[4] = True
+    table = overlay_table(WORD_TOKENS, WORD_VALUES, "attribution", mask, unit="word")
+    assert table["position"].tolist() == [0, 1, 4, 5, 7, 9]
+    assert table["word"].tolist() == ["<s>", "Hello", ",", "world", "“", "</s>"]
+    assert table["attribution"].tolist() == pytest.approx([5.0, 0.4, -0.2, -1.0, 0.2, 0.0])
+    assert table["masked"].tolist() == [False, False, True, False, False, False]
+    top = top_attributions(WORD_TOKENS, WORD_VALUES, 3, "positive", mask, unit="word")
+    assert top.to_dict("list") == {"word": ["<s>", "Hello", "“"], "position": [0, 1, 7],
+                                   "attribution": pytest.approx([5.0, 0.4, 0.2])}
+    neg = top_attributions(WORD_TOKENS, WORD_VALUES, 3, "negative", mask, unit="word")
+    assert neg["word"].tolist() == ["world"]  # ',' is masked
+    tokens = overlay_table(WORD_TOKENS, WORD_VALUES, "attribution")
+    assert tokens["token"].tolist()[:4] == ["<s>", "H", "ell", "o"] and len(tokens) == 10
+
+
+def test_wordpiece_words_are_spaced_as_words():
+    p = _parse(token_overlay_html(["[CLS]", "the", "un", "##aff", "##able", "cat", "[SEP]"],
+                                  [0, 1, 1, 1, 1, 1, 0], unit="word"))
+    assert sorted(p.spans) == [0, 1, 2, 5, 6]
+    assert p.spans[2]["text"] == "unaffable" and "the unaffable cat" in "".join(p.text)

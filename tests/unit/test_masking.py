@@ -108,7 +108,10 @@ def test_nonalnum_mask():
 
 def test_nonalnum_other_schemes():
     assert masking.nonalnum_mask(["▁", "▁,", "▁U.S.", "s"]).tolist() == [True, True, False, False]
-    assert masking.nonalnum_mask(["[CLS]", "the", ",", "##s", "'"]).tolist() == [False, False, True, False, True]
+    # a '##' piece belongs to the word before it (BERT never puts one after punctuation, its own word)
+    assert masking.nonalnum_mask(["[CLS]", "the", ",", "cat", "##s", "'"]).tolist() == [False, False, True, False,
+                                                                                      False, True]
+    assert masking.nonalnum_mask(["[CLS]", ",", "##s"]).tolist() == [False, False, False]  # one word, ',s'
 
 
 def test_stopword_mask_byte_level_words(byte_level_tokens):
