@@ -240,12 +240,18 @@ def _attribution(job: Job, doc: Doc) -> Record:
                   scalars={"target": attr.target, "delta": attr.delta})
 
 
+def _mask_rule() -> str:
+    from ..views.masking import RULE
+
+    return RULE
+
+
 def _attribution_settings(s: Settings) -> dict:
     from ..attribution.ig import DELTA_WARN, SCORE_SCALE, validate_settings
 
     validate_settings(int(s.n_steps), s.ig_method, s.precision, None, DELTA_WARN, int(s.n_steps))  # before a manifest
     return {"n_steps": s.n_steps, "method": s.ig_method, "target": str(s.target), "precision": s.precision,
-            "scores": SCORE_SCALE}
+            "scores": SCORE_SCALE, "mask_rule": _mask_rule()}
 
 
 def _head_importance(job: Job, progress: Progress | None) -> Record:
@@ -311,7 +317,7 @@ def _agreement_settings(s: Settings) -> dict:
         raise ValueError(f"unknown mask kind(s) {sorted(unknown)}; choose from {list(MASK_KINDS)}")
     return {"p": DEFAULT_P if s.rbo_p is None else float(s.rbo_p),
             "top": DEFAULT_TOP if s.top is None else float(s.top),
-            "mask": [k for k in MASK_KINDS if k in kinds],
+            "mask": [k for k in MASK_KINDS if k in kinds], "mask_rule": _mask_rule(),
             "layer_range": None if s.layer_range is None else list(s.layer_range)}
 
 
@@ -396,7 +402,8 @@ KINDS: dict[str, Kind] = {
     k.name: k
     for k in (
         Kind("attention", ("model.analysis", "views.pooling", "views.counts"), (),
-             lambda s: {"grid": s.grid, "pooling": "relative", "counts": dict(COUNTS)}, _attention),
+             lambda s: {"grid": s.grid, "pooling": "relative", "counts": dict(COUNTS), "mask_rule": _mask_rule()},
+             _attention),
         Kind("attribution", ("attribution.ig", "views.masking", "views.attribution_tables"), ("attention",),
              _attribution_settings, _attribution),
         Kind("head-importance", ("views.importance",), (), _importance_settings, _head_importance,

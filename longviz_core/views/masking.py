@@ -26,6 +26,10 @@ STOPWORD_FILE = resources.files("longviz_core") / "data" / "stopwords" / "englis
 
 _APOSTROPHES = "'’"
 
+# The masking rule's version, part of the settings of every store kind that keeps masked numbers: a store made
+# under an earlier rule (per token, before masks were judged on whole words) is then another store, never mixed in.
+RULE = "words"
+
 
 @functools.cache
 def english_stopwords() -> frozenset[str]:
