@@ -110,11 +110,16 @@ class TokenForm(NamedTuple):
 
 
 def detect_scheme(tokens: Sequence[str]) -> Scheme:
-    """Tokenization scheme from its markers: 'Ġ'-style -> byte_level, '▁' -> sentencepiece, else wordpiece."""
+    """Tokenization scheme from its markers: 'Ġ'-style -> byte_level, '▁' -> sentencepiece, '##' -> wordpiece.
+    A text without any marker (one word, no space) that carries RoBERTa's <s> / </s> is byte-level: a
+    SentencePiece model marks its first word with '▁' and BERT's specials are [CLS] / [SEP]. Else wordpiece,
+    also the reading of plain word lists."""
     if any(t.startswith(BYTE_LEVEL_WORD_START) for t in tokens):
         return "byte_level"
     if any(t.startswith("▁") for t in tokens):
         return "sentencepiece"
+    if not any(t.startswith("##") for t in tokens) and any(t in ("<s>", "</s>") for t in tokens):
+        return "byte_level"
     return "wordpiece"
 
 
@@ -248,8 +253,8 @@ def word_spans(tokens: Sequence[str], scheme: Scheme | None = None) -> Words:
     * sentencepiece: a '▁' piece starts a word; any other piece continues it.
 
     Special tokens (`is_special_token`: <s>, </s>, <pad>, [CLS], ...) belong to no word and split the text, as
-    the tokenizer splits them out before pre-tokenizing. A text with no space at all detects as wordpiece (no
-    marker to go by): pass scheme="byte_level" for it."""
+    the tokenizer splits them out before pre-tokenizing. A token list with no marker at all and no <s> / </s>
+    (pieces of one word cut out of a document) detects as wordpiece: pass scheme="byte_level" for it."""
     tokens, scheme = with_scheme(tokens, scheme)
     return _word_spans(tuple(tokens), scheme)
 

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from longviz_core.demo import SHIPPED
 from longviz_core.errors import SettingsError
-from longviz_core.tokens import word_spans
+from longviz_core.tokens import detect_scheme, word_spans
 from longviz_core.views.masking import build_mask, english_stopwords
 from support.oracles import encoding_words
 from tiny import WORDS, _bpe_tokenizer
@@ -122,6 +122,20 @@ def test_wordpiece_words_equal_word_ids(tmp_path):
     assert w.word_of_token.tolist() == ids
     assert list(w.type) == texts
     assert w.text[1] == "unaffable"
+    for one_word in ("cat", "unaffable"):  # no marker to go by: BERT's specials keep it WordPiece
+        tokens, ids, _ = encoding_words(tok, one_word)
+        assert detect_scheme(tokens) == "wordpiece" and word_spans(tokens).word_of_token.tolist() == ids
+
+
+@pytest.mark.parametrize("text", ["themselves", "x", "naïve", "2021"])
+def test_one_pasted_word_is_read_as_byte_level(demo_tokenizer, tiny_tokenizer, text):
+    """No space, so no 'Ġ': RoBERTa's <s> / </s> tell the scheme (a 'naïve' read as WordPiece would show its
+    byte-alphabet characters)."""
+    for tokenizer in (demo_tokenizer, tiny_tokenizer):
+        tokens, ids, texts = encoding_words(tokenizer, text)
+        assert detect_scheme(tokens) == "byte_level"
+        w = word_spans(tokens)
+        assert w.word_of_token.tolist() == ids and list(w.type) == texts == [text]
 
 
 def test_sentencepiece_words():
@@ -146,9 +160,11 @@ def test_masks_treat_the_pieces_of_a_word_alike(demo_tokenizer, tiny_tokenizer):
                 assert bool(mask[pieces[0]]) == bool(expected), (oracle, options)
     tokens = tiny_tokenizer.convert_ids_to_tokens(tiny_tokenizer(" themselves")["input_ids"])
     assert len(tokens) > 3 and build_mask(tokens).all()  # a stopword cut into pieces is masked whole
-    # with no space at all no marker tells byte-level pieces from plain tokens: each is a word unless told
+    # with no space at all no 'Ġ' marks the pieces as byte-level; RoBERTa's <s> / </s> do (one word, masked whole)
     tokens = tiny_tokenizer.convert_ids_to_tokens(tiny_tokenizer("themselves")["input_ids"])
-    assert build_mask(tokens, scheme="byte_level").all() and not build_mask(tokens).all()
+    assert len(word_spans(tokens)) == 1 and build_mask(tokens).all()
+    pieces = tokens[1:-1]  # without the specials nothing tells them from plain tokens: each is a word unless told
+    assert build_mask(pieces, scheme="byte_level").all() and not build_mask(pieces).all()
 
 
 def test_a_letter_cut_into_byte_fragments_is_not_punctuation():
