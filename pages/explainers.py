@@ -52,11 +52,12 @@ st.markdown(
     "*Explainers*.")
 
 methods_all = list(lv.EXPLAINERS)
+# pills, not a multiselect: all nine names stay in sight (a multiselect cuts its chips to one line)
+methods = st.pills("Explainers", methods_all, selection_mode="multi", default=methods_all,
+                   format_func=lambda m: lv.EXPLAINERS[m].label, **K.option(P, "methods"))
 c1, c2, c3 = st.columns(3)
 scope = c1.radio("Scope", ("this document", "dataset"), **K.option(P, "scope"), horizontal=True)
-methods = c2.multiselect("Explainers", methods_all, default=methods_all, format_func=lambda m: lv.EXPLAINERS[m].label,
-                         **K.option(P, "methods"))
-steps = common.ig_steps_picker(c3, P) if "ig" in methods else None
+steps = common.ig_steps_picker(c2, P) if "ig" in methods else None
 c1, c2, c3 = st.columns(3)
 target_choice = c1.selectbox("Class explained", ["predicted", *range(model.num_labels)], **K.option(P, "target"),
                              format_func=lambda t: "the predicted class" if t == "predicted" else name(t),
@@ -100,7 +101,7 @@ def show_leaderboard(runs, meta, title):
     curves = lb.curves(runs)
     for tab, metric in zip(tabs, ("aopc", "lodds")):
         export.chart(fig_faith.deletion_curves_chart(curves, metric), f"explainer deletion curve {metric}", model,
-                     meta, where=tab)
+                     meta, where=tab, width="content")  # the figure's fixed aspect, not stretched past the column
     export.chart(fig_faith.flip_chart(lb.flips(runs), max_removed=max_removed), "explainer decision flips", model,
                  meta, where=tabs[2])
     shown = ["doc"] * ("doc" in runs) + ["label", "seed", "aopc", "lodds", "first_flip", "seconds"]

@@ -1,6 +1,6 @@
 """The attribution overlay in a real browser (issue 15): a click on a token selects it (number box, address bar,
-outline), and a position chosen elsewhere far down the document (number box, link) scrolls into view inside the
-overlay's own box. Screenshots at 1,440 and 1,024 px after the click go to $LONGVIZ_SCREENSHOTS when it is set.
+outline), and a position chosen elsewhere far down the document (number box, link, a click on a table row)
+scrolls into view inside the overlay's own box. Screenshots at 1,440 and 1,024 px after the click go to $LONGVIZ_SCREENSHOTS when it is set.
 The navigation's icons draw without a network or an emoji font."""
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ pytestmark = pytest.mark.browser
 MAX_TOKENS = 512  # long enough to scroll in the overlay's box, quick for IG on a CPU
 LABEL = "Token position (or click a token or a table row)"
 HOST = '[data-testid="stBidiComponentIsolated"]'  # the component's shadow host (components v2, no iframe)
+GRID_ROW_PX = 35  # st.dataframe's row height (header included)
 # the token's and the box's rectangles, in the viewport
 RECTS_JS = """
 const box = document.querySelector(arguments[0]).shadowRoot.querySelector('.lv-box');
@@ -79,7 +80,36 @@ def test_click_selects_and_selection_scrolls_into_view(app_server, browser):
     opened = browser.execute_script(RECTS_JS, HOST, linked)
     assert _number(browser) == str(linked) and _selected(browser) == [str(linked)]
     assert opened["box"][0] <= opened["token"][0] and opened["token"][1] <= opened["box"][1], opened
-    assert "Traceback" not in log.read_text()
+
+    row = 2  # the third row of "top 10 negative": a click on its row marker picks that row's token
+    picked = _click_table_row(browser, table=1, row=row)
+    wait_idle(browser)
+    assert picked != str(linked) and _number(browser) == picked and f"token={picked}" in browser.current_url
+    assert _selected(browser) == [picked]
+    shown = browser.execute_script(RECTS_JS, HOST, int(picked))
+    assert shown["box"][0] <= shown["token"][0] and shown["token"][1] <= shown["box"][1], shown
+    assert not problems(browser) and "Traceback" not in log.read_text()
+
+
+def _click_table_row(driver, table: int, row: int) -> str:
+    """Click the row marker (the checkbox column) of a row of the main area's `table`-th data grid, drawn on a
+    canvas, and return that row's token position as the grid's accessibility table lists it."""
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    frame = driver.find_elements("css selector", '[data-testid="stMain"] [data-testid="stDataFrame"]')[table]
+    driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", frame)
+    cells = driver.execute_script("""
+        const grid = arguments[0].querySelector('[aria-rowcount]');
+        const text = tr => [...tr.querySelectorAll('th, td')].map(c => c.textContent.trim());
+        return {head: text(grid.querySelector('[aria-rowindex="1"]')),
+                row: text(grid.querySelector(`[aria-rowindex="${arguments[1] + 2}"]`))};""", frame, row)
+    position = cells["row"][cells["head"].index("position")]
+    canvas = frame.find_element("css selector", "canvas")
+    size = canvas.size
+    x, y = 12, GRID_ROW_PX * (row + 1) + GRID_ROW_PX // 2  # header row first, then `row` rows above it
+    ActionChains(driver).move_to_element_with_offset(canvas, x - size["width"] // 2,
+                                                     y - size["height"] // 2).click().perform()
+    return position
 
 
 def test_navigation_icons_render_offline(app_server, browser):

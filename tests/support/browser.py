@@ -169,6 +169,9 @@ const inside = (a, b) => a.left >= b.left - 4 && a.right <= b.right + 4
                          && a.top >= b.top - 4 && a.bottom <= b.bottom + 4;
 const meet = (a, b) => Math.min(a.right, b.right) - Math.max(a.left, b.left) > 1
                        && Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top) > 1;
+// the content column's right edge: the block container's box less its padding
+const column = main.querySelector('[data-testid="stMainBlockContainer"]') || main;
+const columnRight = column.getBoundingClientRect().right - parseFloat(getComputedStyle(column).paddingRight);
 const visibleText = t => t.textContent.trim() && t.getAttribute('opacity') !== '0' && shown(t);
 main.querySelectorAll('[data-testid="stVegaLiteChart"]').forEach((chart, i) => {
   const svg = chart.querySelector('svg.marks');
@@ -177,7 +180,7 @@ main.querySelectorAll('[data-testid="stVegaLiteChart"]').forEach((chart, i) => {
   const title = svg.querySelector('.role-title-text text');
   const name = `chart ${i} "${title ? title.textContent : ''}"`;
   if (box.width < 250 || box.height < 150) out.push(`${name}: ${Math.round(box.width)} x ${Math.round(box.height)} px`);
-  if (box.right > main.getBoundingClientRect().right + 1) out.push(`${name}: runs off the page's right edge`);
+  if (box.right > columnRight + 1) out.push(`${name}: runs past the content column`);
   let plot = null;
   svg.querySelectorAll('path.background').forEach(p => {
     if (p.closest('.role-axis, .role-legend, .role-title')) return;
