@@ -10,6 +10,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
+from ..errors import SettingsError
 from ..tokens import detect_scheme, is_special_token, readable_token, text_label, token_label, word_spans
 
 Unit = Literal["token", "word"]
@@ -35,7 +36,7 @@ def units(tokens, values, mask=None, unit: Unit = "token") -> Units:
     """`values` (n,) and `mask` (n,) (True = masked; None = nothing) per token, grouped by `unit`."""
     tokens, vals, masked = _per_token(tokens, values, mask)
     if unit not in UNITS:
-        raise ValueError(f"unit must be one of {UNITS}, got {unit!r}")
+        raise SettingsError(f"unit must be one of {UNITS}, got {unit!r}")
     special = np.array([is_special_token(t) for t in tokens], dtype=bool)  # (n,)
     # byte-level BPE and SentencePiece carry the space in the token; WordPiece needs one before every token
     # except '##' continuations (and so before every word)
@@ -69,10 +70,10 @@ def _per_token(tokens, values, mask) -> tuple[list[str], np.ndarray, np.ndarray]
     vals = np.asarray(values, dtype=np.float64).reshape(-1)  # (n,)
     n = len(tokens)
     if vals.shape[0] != n:
-        raise ValueError(f"{n} tokens but {vals.shape[0]} values")
+        raise SettingsError(f"{n} tokens but {vals.shape[0]} values")
     masked = np.zeros(n, dtype=bool) if mask is None else np.asarray(mask, dtype=bool).reshape(-1)  # (n,)
     if masked.shape[0] != n:
-        raise ValueError(f"{n} tokens but a mask of {masked.shape[0]}")
+        raise SettingsError(f"{n} tokens but a mask of {masked.shape[0]}")
     return tokens, vals, masked
 
 
