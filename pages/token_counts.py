@@ -20,35 +20,35 @@ GROUP_HELP = ("Token type: the lower-cased token, so the pieces of a cut word co
               "any of its pieces is listed, once per token (or head list); masked only if all its pieces are. ")
 
 
-def dataset_counts() -> None:
-    """The dataset scope: every document's paper-rule counts by type at the store's fixed settings (k = 10, all
-    layers and heads), summed over the documents (views.counts.dataset_type_counts, by the store)."""
+def dataset_counts(group: str) -> None:
+    """The dataset scope: every document's paper-rule counts by `group` (token type or word) at the store's fixed
+    settings (k = 10, all layers and heads), summed over the documents (views.counts.dataset_type_counts, by the
+    store)."""
     c1, c2 = st.columns(2)
     top_n = c1.slider("N (bars shown)", 3, 50, 10, **K.option(P, "n"))
     masked = c2.toggle("Mask special tokens, punctuation and stopwords (§3.4)", **K.option(P, "mask"))
-    k, rule = COUNTS["k"], COUNTS["rule"]
-    st.radio("Group by", tc.GROUPS, format_func=GROUP_NAMES.get, horizontal=True, disabled=True,
-             key=K.page(P, "ds_group"), help=GROUP_HELP + labels.doc_link("words"))
-    st.caption("By word is for one document: the dataset's store keeps each document's counts by token type.")
-    st.caption(f"Fixed for the dataset: k = {k}, all layers and heads, counted {tc.COUNT_RULES[rule]}, by token type. "
-               "A type's count is the sum over the documents of its count in each; `documents`: how many count it.")
+    k, rule, name = COUNTS["k"], COUNTS["rule"], GROUP_NAMES[group]
+    st.caption(f"Fixed for the dataset: k = {k}, all layers and heads, counted {tc.COUNT_RULES[rule]}. A {name}'s "
+               "count is the sum over the documents of its count in each; `documents`: how many count it.")
     with common.guard():
         df = common.current_dataset(model)
         if df is None:
             raise lv.DatasetError("Dataset-wide counts need a dataset: choose one in the sidebar.")
         store = dataset.store(model, df, P, "attention", dataset.settings(model), "Count over the dataset",
                               only=("counts",))
-        tables = {d: cache.memo(("store_counts", str(store.root), store.content_key(), d, masked),
-                                lambda d=d: store.type_counts(d, masked)) for d in tc.DIRECTIONS}
+        read = store.word_counts if group == "word" else store.type_counts
+        tables = {d: cache.memo(("store_counts", str(store.root), store.content_key(), group, d, masked),
+                                lambda d=d: read(d, masked)) for d in tc.DIRECTIONS}
     settings = common.export_settings(model, "dataset", documents=store.count("attention"), k=k, bars=top_n,
-                                      scope="all layers and heads", masked=masked, count=tc.COUNT_RULES[rule])
+                                      scope="all layers and heads", masked=masked, count=tc.COUNT_RULES[rule],
+                                      group_by=name)
     meaning = tc.COUNT_MEANINGS[rule].replace("top-k", f"top-{k}")
     st.subheader(f"Top {top_n} by {meaning}, summed over {store.count('attention')} documents")
     cols = st.columns(2)
     for col, d, colour in zip(cols, tc.DIRECTIONS, ("#2171b5", "#cb181d")):
-        export.chart(fig.counts_bar_chart(tables[d], f"{d} · by type, summed over documents", top_n, colour,
-                                          rule=rule), f"dataset {d} by type", model, settings, where=col)
-        export.table(tables[d], f"dataset {d} counts by type", model, settings, where=col)
+        export.chart(fig.counts_bar_chart(tables[d], f"{d} · by {group}, summed over documents", top_n, colour,
+                                          rule=rule), f"dataset {d} by {group}", model, settings, where=col)
+        export.table(tables[d], f"dataset {d} counts by {group}", model, settings, where=col)
     st.stop()
 
 
@@ -63,10 +63,10 @@ st.caption(f"{description} · {analysis.n:,} tokens. For every token and head: i
            "separately.")
 
 over = st.radio("Counted over", ("this document", "dataset"), horizontal=True, **K.option(P, "over"))
-if over == "dataset":
-    dataset_counts()
 group = st.radio("Group by", tc.GROUPS, format_func=GROUP_NAMES.get, horizontal=True, **K.option(P, "group"),
                  help=GROUP_HELP + labels.doc_link("words"))
+if over == "dataset":
+    dataset_counts(group)
 bys = (group, "position")
 c1, c2, c3, c4 = st.columns(4)
 k = c1.slider("k (list length)", 1, tc.TOPK_MAX, 10, **K.option(P, "k"))

@@ -6,7 +6,8 @@ Kinds and what they store per document:
                      pooled (layers, heads, g, g) float32: the head maps on relative positions (dataset grid);
                      input_ids (n,); table `document` (row, label, predicted, prob_<class>, n_tokens, ...);
                      table `counts`: the paper-rule top-k counts by token type (views.counts.token_counts at
-                     COUNTS: k = 10, all layers and heads) for both directions, unmasked and masked
+                     COUNTS: k = 10, all layers and heads) for both directions, unmasked and masked; table
+                     `word_counts`: the same counts by word, from the same top-k lists
     attribution      scores (n,) float64 Integrated Gradients, L2-normalised (what every view uses), raw (n,) the
                      per-token sums before normalising; tables `summary` (target, total, delta, F(x), F(x'),
                      converged, weak) and `by_token` (views.attribution_tables.document_token_sums)
@@ -41,8 +42,11 @@ from .store import Record, doc_id_of, load_unit
 
 ALL_KINDS = ("attention", "attribution", "head-importance", "agreement", "faithfulness",
              "leaderboard")  # dependency order
-# The token counts the attention kind stores: the Token counts page's dataset scope shows them at these settings.
-COUNTS = {"k": 10, "rule": "paper", "by": "type", "layers": "all", "heads": "all"}
+# The token counts the attention kind stores: the Token counts page's dataset scope shows them at these settings,
+# grouped by each of `groups` (table "counts" by token type, "word_counts" by word). A store whose manifest names no
+# groups (made before the counts by word) holds the counts by type only.
+COUNTS = {"k": 10, "rule": "paper", "groups": ("type", "word"), "layers": "all", "heads": "all"}
+COUNT_TABLES = {"type": "counts", "word": "word_counts"}  # the attention kind's table of each group
 _SEQUENCES = {"importance_values": lambda row: tuple(float(x) for x in row), "mask_kinds": str, "layer_range": int,
               "rankings": str, "ks": float, "seeds": int, "faithfulness_layers": int, "explainers": str,
               "explainer_options": lambda t: (str(t[0]), str(t[1]), t[2])}
@@ -190,25 +194,30 @@ def _attention(job: Job, doc: Doc) -> Record:
             "pooled": pool_dataset([a.attention], job.settings.grid).cells,  # (layers, heads, g, g)
             "input_ids": enc.input_ids,  # (n,)
         },
-        tables={"document": table, "counts": _type_counts(a)},
+        tables={"document": table, **_counts(a)},
     )
 
 
-def _type_counts(analysis) -> pd.DataFrame:
-    """The document's token counts by type at COUNTS, both directions, unmasked and masked (the Token counts
-    page's mask): columns direction, masked, token, count, each part in token_counts' order."""
+def _counts(analysis) -> dict[str, pd.DataFrame]:
+    """The document's token counts at COUNTS by each group, both directions, unmasked and masked (the Token counts
+    page's mask), as the attention kind's tables (COUNT_TABLES): columns direction, masked, token (by type) or word
+    (by word), count, each part in token_counts' order. One set of top-k lists and one tally per mask serve
+    every group."""
     from ..views.counts import DIRECTIONS, tally, token_counts, topk_indices
     from ..views.masking import build_mask
 
     topk = topk_indices(analysis.attention, k=COUNTS["k"])
-    parts = []
+    parts = {group: [] for group in COUNTS["groups"]}
     for masked in (False, True):
         tallies = tally(topk, analysis.tokens, build_mask(analysis.tokens) if masked else None)
-        for direction in DIRECTIONS:
-            table = token_counts(analysis, COUNTS["k"], direction, COUNTS["by"], mask=tallies.mask, tallies=tallies,
+        for group, direction in ((g, d) for g in COUNTS["groups"] for d in DIRECTIONS):
+            table = token_counts(analysis, COUNTS["k"], direction, group, mask=tallies.mask, tallies=tallies,
                                  rule=COUNTS["rule"])
-            parts.append(table.assign(direction=direction, masked=masked)[["direction", "masked", "token", "count"]])
-    return pd.concat(parts, ignore_index=True).astype({"count": "int64"})
+            column = "word" if group == "word" else "token"
+            parts[group].append(table.assign(direction=direction, masked=masked)[["direction", "masked", column,
+                                                                                  "count"]])
+    return {COUNT_TABLES[group]: pd.concat(tables, ignore_index=True).astype({"count": "int64"})
+            for group, tables in parts.items()}
 
 
 def _target(job: Job, analysis) -> int:
@@ -402,7 +411,8 @@ KINDS: dict[str, Kind] = {
     k.name: k
     for k in (
         Kind("attention", ("model.analysis", "views.pooling", "views.counts"), (),
-             lambda s: {"grid": s.grid, "pooling": "relative", "counts": dict(COUNTS), "mask_rule": _mask_rule()},
+             lambda s: {"grid": s.grid, "pooling": "relative", "counts": {**COUNTS, "groups": list(COUNTS["groups"])},
+                        "mask_rule": _mask_rule()},
              _attention),
         Kind("attribution", ("attribution.ig", "views.masking", "views.attribution_tables"), ("attention",),
              _attribution_settings, _attribution),
@@ -459,4 +469,5 @@ def resolve_kinds(what, settings: Settings | None = None) -> tuple[str, ...]:
     return tuple(k for k in ALL_KINDS if k in wanted)
 
 
-__all__ = ["ALL_KINDS", "COUNTS", "KINDS", "Doc", "Job", "Kind", "Settings", "available_kinds", "kind_names", "resolve_kinds"]
+__all__ = ["ALL_KINDS", "COUNTS", "COUNT_TABLES", "KINDS", "Doc", "Job", "Kind", "Settings", "available_kinds",
+           "kind_names", "resolve_kinds"]

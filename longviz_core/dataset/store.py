@@ -549,29 +549,43 @@ class ResultStore:
         """Dataset-wide top-k counts by token type (views.counts.dataset_type_counts: per type the sum over
         documents of its paper-rule count, and the documents counting it), from the attention kind's per-document
         tables at the manifest's fixed `counts` settings (k = 10, all layers and heads). masked: the counts with
-        the Token counts page's mask (special tokens, non-alphanumeric, stopwords)."""
+        the Token counts page's mask (special tokens, non-alphanumeric, stopwords). Columns token, count,
+        documents."""
+        return self._counts("type", direction, masked)
+
+    def word_counts(self, direction: str = "attended", masked: bool = False) -> pd.DataFrame:
+        """As `type_counts`, by word (views.counts' "By word"): columns word, count, documents. Stores made before
+        the counts by word hold none (StoreError)."""
+        return self._counts("word", direction, masked)
+
+    def _counts(self, group: str, direction: str, masked: bool) -> pd.DataFrame:
         from ..views.counts import DIRECTIONS, dataset_type_counts
+        from .kinds import COUNT_TABLES
 
         if direction not in DIRECTIONS:
             raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
-        if "counts" not in (self.settings("attention") or {}):
-            raise StoreError(f"The attention results in {self.root} hold no token counts (made by an earlier "
-                             "version); precompute them again into a new store.")
+        counts = (self.settings("attention") or {}).get("counts")
+        # a store made before the counts by word names no groups: it holds the counts by type alone
+        if counts is None or group not in counts.get("groups", ("type",)):
+            held = "no token counts" if counts is None else "no token counts by word"
+            raise StoreError(f"The attention results in {self.root} hold {held} (made by an earlier version); "
+                             "precompute them again into a new store.")
         if self.count("attention") == 0:
             raise StoreError("The store has no attention results.")
-        t = table_name("attention", "counts")
-        # per index: each type's sum, documents and first appearance (document, row), so ties keep the order
-        # in which the types first appear in the documents' tables, however the documents are sharded
-        partial = self.query("attention", f'SELECT token, SUM("count") AS "count", COUNT(*) AS documents, '
+        t = table_name("attention", COUNT_TABLES[group])
+        column = "word" if group == "word" else "token"
+        # per index: each group's sum, documents and first appearance (document, row), so ties keep the order
+        # in which the groups first appear in the documents' tables, however the documents are sharded
+        partial = self.query("attention", f'SELECT "{column}", SUM("count") AS "count", COUNT(*) AS documents, '
                              f"MIN(doc_id || printf('%09d', _i)) AS first FROM \"{t}\" WHERE doc_id IN "
-                             f'(SELECT doc_id FROM owned) AND direction = ? AND masked = ? GROUP BY token',
+                             f'(SELECT doc_id FROM owned) AND direction = ? AND masked = ? GROUP BY "{column}"',
                              (direction, int(bool(masked))))
         if partial.empty:
-            return dataset_type_counts([pd.DataFrame({"token": pd.Series(dtype=object),
+            return dataset_type_counts([pd.DataFrame({column: pd.Series(dtype=object),
                                                       "count": pd.Series(dtype=np.int64)})])
-        first = partial.groupby("token")["first"].transform("min")
-        partial = partial.assign(first=first).sort_values(["first", "token"], kind="stable")
-        return dataset_type_counts([partial[["token", "count", "documents"]]])
+        first = partial.groupby(column)["first"].transform("min")
+        partial = partial.assign(first=first).sort_values(["first", column], kind="stable")
+        return dataset_type_counts([partial[[column, "count", "documents"]]])
 
     def attribution_by_token_type(self, target: int | None = None, masked: bool = False,
                                   min_docs: int = 1) -> pd.DataFrame:

@@ -480,22 +480,29 @@ def count_intersection(attended: pd.DataFrame, attending: pd.DataFrame, top_n: i
 
 
 def dataset_type_counts(tables) -> pd.DataFrame:
-    """Dataset-wide counts by token type from per-document `token_counts(..., by="type")` tables: a type's
-    count is the sum over documents of its count in each (so, under the paper's rule, at most the dataset's
-    number of tokens). Columns token, count, documents (how many documents count it), sorted by count
-    descending, ties in the order the tokens first appear in the tables (as given). A table may also be a
-    partial sum over several documents, with its own `documents` column (a result store sums in SQL first)."""
+    """Dataset-wide counts by token type (or by word) from per-document `token_counts(..., by="type")` tables
+    (`by="word"`): a type's (word's) count is the sum over documents of its count in each (so, under the paper's
+    rule, at most the dataset's number of tokens). Columns token (word), count, documents (how many documents
+    count it), sorted by count descending, ties in the order the tokens first appear in the tables (as given). A
+    table may also be a partial sum over several documents, with its own `documents` column (a result store sums
+    in SQL first). The tables must all count by type or all by word."""
     tables = list(tables)
     if not tables:
         raise CountsError("no per-document count tables to aggregate")
+    groups = set()
     for i, t in enumerate(tables):
-        if not isinstance(t, pd.DataFrame) or not {"token", "count"} <= set(t.columns) or "position" in t.columns:
-            raise CountsError(f"table {i} is not a by-type count table (columns token, count)")
+        column = next((c for c in ("word", "token") if isinstance(t, pd.DataFrame) and c in t.columns), None)
+        if column is None or "count" not in t.columns or "position" in t.columns:
+            raise CountsError(f"table {i} is not a count table by type or by word (columns token or word, count)")
+        groups.add(column)
+    if len(groups) > 1:
+        raise CountsError("the tables count by different things: all by type or all by word")
+    key = groups.pop()
     rule = _same_rule(tables)
-    rows = pd.concat([t[["token", "count"]].assign(documents=t["documents"] if "documents" in t else 1)
+    rows = pd.concat([t[[key, "count"]].assign(documents=t["documents"] if "documents" in t else 1)
                       for t in tables], ignore_index=True)
     rows = rows[rows["count"] > 0]
-    frame = rows.groupby("token", sort=False).agg(count=("count", "sum"), documents=("documents", "sum"))
+    frame = rows.groupby(key, sort=False).agg(count=("count", "sum"), documents=("documents", "sum"))
     frame = frame.reset_index().astype({"count": np.int64, "documents": np.int64})
     frame = frame.sort_values("count", ascending=False, kind="stable").reset_index(drop=True)
     if rule is not None:

@@ -1,9 +1,11 @@
 """AppTest drives the attention pages on the demo through every toggle: heatmap grid, token counts, overlay."""
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -200,9 +202,16 @@ def test_overlay_shows_words(pieces_doc):
     assert table["received"].to_numpy() == pytest.approx(expected["received"].head(25).to_numpy(), rel=1e-5)
 
 
-def test_token_counts_group_by_word(pieces_doc):
+def test_token_counts_group_by_word(pieces_doc, demo_dataset, tmp_path, monkeypatch):
+    import longviz_core as lv
+    from longviz_core import _disk
+    from longviz_core.dataset.run import clamped, local_store_dir
     from longviz_core.views import counts as tc
 
+    real = _disk.cache_folder  # the page's local store in a fresh folder: its button computes the documents
+    monkeypatch.setattr(_disk, "cache_folder", lambda name, cache_dir=None: tmp_path / name
+                        if name == "stores" and not cache_dir else real(name, cache_dir))
+    monkeypatch.delenv("LONGVIZ_STORE_DIR", raising=False)
     model, analysis, words = pieces_doc
     at = _open_pasted("token_counts")
     group = at.radio(key=K.page("counts", "group"))
@@ -216,9 +225,24 @@ def test_token_counts_group_by_word(pieces_doc):
     expected = tc.token_counts(analysis, 10, "attended", "word")
     assert by_word[0].to_dict("list") == expected.to_dict("list")
     assert any(list(t.columns) == ["word", "count_attended", "count_attending"] for t in tables)
-    # the dataset's store counts by token type only: the choice is shown, disabled, and says why
+    # the dataset scope keeps the choice: the store's counts by word, summed over the documents computed
     at.radio(key=K.page("counts", "over")).set_value("dataset").run()
-    assert not at.exception
-    frozen = at.radio(key=K.page("counts", "ds_group"))
-    assert frozen.disabled and frozen.value == "type"
-    assert any("store keeps each document's counts by token type" in c.value for c in at.caption)
+    _ok(at)
+    assert at.radio(key=K.page("counts", "group")).value == "word"
+    at.slider(key=K.page("counts", "docs")).set_value(2).run()
+    at.button(key=K.page("counts", "run_dataset")).click().run()
+    _ok(at)
+    shown = [d.value for d in at.dataframe if list(d.value.columns) == ["word", "count", "documents"]]
+    assert len(shown) == len(tc.DIRECTIONS)
+    store = lv.ResultStore(local_store_dir(model, demo_dataset, clamped(model, lv.PrecomputeSettings(
+        max_tokens=MAX_TOKENS))), limit=2)
+    assert store.count("attention") == 2
+    docs = [lv.analyze(model, text, MAX_TOKENS) for text in demo_dataset["text"][:2]]
+    for table, direction in zip(shown, tc.DIRECTIONS):
+        pd.testing.assert_frame_equal(table.reset_index(drop=True), store.word_counts(direction))
+        expected = Counter()  # the oracle: each document's counts by word, summed
+        for doc in docs:
+            per_doc = tc.token_counts(doc, 10, direction, "word", rule="paper")
+            expected.update(dict(zip(per_doc["word"], per_doc["count"])))
+        assert dict(zip(table["word"], table["count"])) == dict(expected)
+    assert not any("by word is for one document" in c.value.lower() for c in at.caption)

@@ -266,6 +266,63 @@ def test_store_numbers_equal_loops_over_the_documents(setup, reference):
         np.testing.assert_allclose(summary.loc[ranking, "flip_fraction mean"], _nan_mean_std(flips)[0], rtol=1e-12)
 
 
+def test_dataset_counts_by_type_and_word_sum_the_documents(setup, tmp_path):
+    """The attention kind's counts, made by two shards: per token type and per word, the sum over the documents
+    of token_counts at the stored settings (k = 10, paper rule, all heads; the page's mask or none), in plain
+    Counters; ties in the order of first appearance over the documents. A store made before the counts by word
+    serves the counts by type, and says that the counts by word need a new store."""
+    import json
+    from collections import Counter
+
+    from longviz_core.dataset.run import serves_view
+    from longviz_core.views.counts import DIRECTIONS, token_counts
+    from longviz_core.views.masking import build_mask
+
+    _, _, model, df = setup
+    out = tmp_path / "store"
+    for shard in ((0, 2), (1, 2)):
+        precompute(model, df, out, "attention", SETTINGS, shard=shard)
+    store = ResultStore(out)
+    assert store.settings("attention")["counts"]["groups"] == ["type", "word"]
+    analyses = [analyze(model, t, MAX_TOKENS) for t in df["text"]]
+    for by, column, read in (("type", "token", store.type_counts), ("word", "word", store.word_counts)):
+        for direction in DIRECTIONS:
+            for masked in (False, True):
+                counts, documents, first = Counter(), Counter(), {}
+                for a in analyses:
+                    mask = build_mask(a.tokens) if masked else None
+                    table = token_counts(a, 10, direction, by, mask=mask, rule="paper")
+                    for name, count in zip(table[column], table["count"]):
+                        counts[name] += int(count)
+                        documents[name] += 1
+                        first.setdefault(name, len(first))
+                got = read(direction, masked)
+                assert list(got.columns) == [column, "count", "documents"], (by, direction, masked)
+                assert dict(zip(got[column], got["count"])) == dict(counts), (by, direction, masked)
+                assert dict(zip(got[column], got["documents"])) == dict(documents), (by, direction, masked)
+                assert got[column].tolist() == sorted(counts, key=lambda n: (-counts[n], first[n]))
+                assert max(documents.values()) > 1  # sums over documents, not one document's counts
+    # the earlier manifest: counts by type only
+    old = tmp_path / "old"
+    shutil.copytree(out, old)
+    manifest = json.loads((old / "manifest.json").read_text())
+    del manifest["checksum"]  # an earlier version's manifest, which had none
+    counts = manifest["kinds"]["attention"]["counts"]
+    del counts["groups"]
+    counts["by"] = "type"
+    (old / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(StoreError, match="no token counts by word.*precompute them again into a new store"):
+        ResultStore(old).word_counts()
+    pd.testing.assert_frame_equal(ResultStore(old).type_counts("attending", True), store.type_counts("attending",
+                                                                                                      True))
+    assert serves_view(store, "attention", SETTINGS, only=("counts",))
+    assert not serves_view(ResultStore(old), "attention", SETTINGS, only=("counts",))  # the page computes anew
+    del manifest["kinds"]["attention"]["counts"]
+    (old / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(StoreError, match="hold no token counts \\("):
+        ResultStore(old).type_counts()
+
+
 def test_the_api_dataset_functions_read_a_store(setup, reference, tmp_path):
     """longviz_core.dataset_agreement / dataset_faithfulness / dataset_attributions run the same precompute into a
     local store and return its aggregation: equal to the reference store made by precompute; a second call

@@ -490,7 +490,7 @@ def test_dataset_type_counts_sum_the_documents_paper_counts(wide_model):
     assert total.attrs["count_rule"] == "paper"
     with pytest.raises(CountsError, match="different rules"):
         dataset_type_counts([tables[0], token_counts(docs[1], k, rule="per_head")])
-    with pytest.raises(CountsError, match="by-type"):
+    with pytest.raises(CountsError, match="not a count table"):
         dataset_type_counts([token_counts(docs[0], k, by="position")])
     with pytest.raises(CountsError, match="no per-document"):
         dataset_type_counts([])

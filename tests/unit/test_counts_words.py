@@ -30,10 +30,14 @@ EXTRA = "the transformers attended unforeseen paragraphs , et al . 2021 ! Themse
 
 
 @pytest.fixture(scope="module")
-def doc(tmp_path_factory):
+def model(tmp_path_factory):
     path = make_tiny_longformer(tmp_path_factory.mktemp("words_counts"), layers=2, heads=2, window=[16, 8],
                                 initializer_range=0.3, seed=3)
-    model = load_model(str(path), device="cpu")
+    return load_model(str(path), device="cpu")
+
+
+@pytest.fixture(scope="module")
+def doc(model):
     text = text_of(20) + " " + EXTRA + " " + text_of(9)
     tokens, ids, texts = encoding_words(model.tokenizer, text)
     if len(tokens) % 2 == 0:  # an odd length: the band's edges differ from an even one's
@@ -157,9 +161,39 @@ def test_word_and_type_tables_do_not_mix(doc):
     by_type = token_counts(analysis, 5, "attending", "type", tallies=tallies)
     with pytest.raises(CountsError, match="same thing"):
         count_intersection(by_word, by_type)
-    with pytest.raises(CountsError, match="not a by-type count table"):
-        dataset_type_counts([by_word])  # the store sums counts by token type only
+    with pytest.raises(CountsError, match="different things"):
+        dataset_type_counts([by_word, by_type])
+    by_position = token_counts(analysis, 5, "attended", "position", tallies=tallies)
+    with pytest.raises(CountsError, match="not a count table by type or by word"):
+        dataset_type_counts([by_position])
     bare = Tallies(topk, tallies.labels, tallies.type_ids, None)
     with pytest.raises(CountsError, match="without the tokens"):
         token_counts(analysis, 5, "attended", "word", tallies=bare)
     assert isinstance(by_type, pd.DataFrame) and "token" in by_type
+
+
+def test_dataset_counts_by_word_sum_the_documents_brute_force_counts(model):
+    """Three documents with cut words: a word's dataset count = the sum of its per-document paper counts by the
+    brute force (the tokenizer's own word_ids), unmasked and masked; `documents` = the documents counting it."""
+    k = 5
+    texts = [text_of(m) + " " + EXTRA for m in (6, 15, 30)]
+    for masked in (False, True):
+        tables, expected, seen_in = [], Counter(), Counter()
+        for text in texts:
+            analysis = analyze(model, text, max_tokens=model.max_tokens)
+            tokens, ids, words = encoding_words(model.tokenizer, text)
+            assert analysis.tokens == tokens
+            ids = np.array(ids)
+            group = [words[w] if w >= 0 else tok for w, tok in zip(ids, tokens)]
+            mask = build_mask(analysis.tokens) if masked else None
+            tables.append(token_counts(analysis, k, "attending", "word", mask=mask))
+            per_doc = brute_word_counts(dense_lists(analysis, k, "attending"), ids, group, mask,
+                                        {(a, b) for a in range(2) for b in range(2)}, "paper")
+            expected.update(per_doc)
+            seen_in.update(w for w, c in per_doc.items() if c > 0)
+        total = dataset_type_counts(tables)
+        assert list(total.columns) == ["word", "count", "documents"] and total.attrs["count_rule"] == "paper"
+        assert Counter(dict(zip(total["word"], total["count"]))) == expected
+        assert dict(zip(total["word"], total["documents"])) == dict(seen_in)
+        assert total["count"].is_monotonic_decreasing
+        assert max(seen_in.values()) == 3  # words met in every document: their counts really are sums
