@@ -113,6 +113,14 @@ def test_app_buttons_and_command_line_give_the_same_numbers(cli_store, private_c
         assert len(shown) == len(tc.DIRECTIONS)
         for table, direction in zip(shown, tc.DIRECTIONS):
             pd.testing.assert_frame_equal(table.reset_index(drop=True), cli_store.type_counts(direction, masked))
+    at.radio(key="counts.group").set_value("word").run()  # the same store's counts by word
+    for masked in (False, True):
+        at.toggle(key="counts.mask").set_value(masked).run()
+        shown = _frames(at, ["word", "count", "documents"])
+        assert len(shown) == len(tc.DIRECTIONS)
+        for table, direction in zip(shown, tc.DIRECTIONS):
+            pd.testing.assert_frame_equal(table.reset_index(drop=True), cli_store.word_counts(direction, masked))
+    at.radio(key="counts.group").set_value("type").run()
 
     # attribution by token type, for the class the page explains, with and without the mask
     at.switch_page(page("attribution")).run()
