@@ -38,7 +38,7 @@ import pandas as pd
 from ..errors import StoreError
 from ..model.loading import LoadedModel
 from ..progress import Progress
-from .store import Record, doc_id_of, load_unit
+from .store import COUNT_TABLES, Record, doc_id_of, load_unit
 
 ALL_KINDS = ("attention", "attribution", "head-importance", "agreement", "faithfulness",
              "leaderboard")  # dependency order
@@ -46,7 +46,6 @@ ALL_KINDS = ("attention", "attribution", "head-importance", "agreement", "faithf
 # grouped by each of `groups` (table "counts" by token type, "word_counts" by word). A store whose manifest names no
 # groups (made before the counts by word) holds the counts by type only.
 COUNTS = {"k": 10, "rule": "paper", "groups": ("type", "word"), "layers": "all", "heads": "all"}
-COUNT_TABLES = {"type": "counts", "word": "word_counts"}  # the attention kind's table of each group
 _SEQUENCES = {"importance_values": lambda row: tuple(float(x) for x in row), "mask_kinds": str, "layer_range": int,
               "rankings": str, "ks": float, "seeds": int, "faithfulness_layers": int, "explainers": str,
               "explainer_options": lambda t: (str(t[0]), str(t[1]), t[2])}

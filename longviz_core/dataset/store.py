@@ -59,6 +59,7 @@ from ..errors import CacheCorruptError, ManifestMismatchError, StoreError
 log = logging.getLogger(__name__)
 
 FORMAT = 1
+COUNT_TABLES = {"type": "counts", "word": "word_counts"}  # the attention kind's table of each group (ResultStore._counts)
 MANIFEST = "manifest.json"
 _DOCS, _DATASET, _INDEX, _TMP = "docs", "dataset", "index", "tmp"
 _META = "meta.json"
@@ -560,7 +561,6 @@ class ResultStore:
 
     def _counts(self, group: str, direction: str, masked: bool) -> pd.DataFrame:
         from ..views.counts import DIRECTIONS, dataset_type_counts
-        from .kinds import COUNT_TABLES
 
         if direction not in DIRECTIONS:
             raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
