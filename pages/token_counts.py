@@ -18,6 +18,8 @@ SHORT_NAMES = {"count_attended": "attended", "count_attending": "attending"}
 GROUP_NAMES = {"type": "token type", "word": "word"}
 GROUP_HELP = ("Token type: the lower-cased token, so the pieces of a cut word count apart. Word: a word counts when "
               "any of its pieces is listed, once per token (or head list); masked only if all its pieces are. ")
+MASK_LABEL, MASK_HELP = "Mask (§3.4)", ("Special tokens, punctuation and stopwords: masked tokens neither count nor "
+                                         "are counted; the top-k lists themselves are the model's.")
 
 
 def dataset_counts(group: str) -> None:
@@ -26,7 +28,7 @@ def dataset_counts(group: str) -> None:
     store)."""
     c1, c2 = st.columns(2)
     top_n = c1.slider("N (bars shown)", 3, 50, 10, **K.option(P, "n"))
-    masked = c2.toggle("Mask special tokens, punctuation and stopwords (§3.4)", **K.option(P, "mask"))
+    masked = c2.toggle(MASK_LABEL, **K.option(P, "mask"), help=MASK_HELP)  # short: a column is narrow at 1,024 px
     k, rule, name = COUNTS["k"], COUNTS["rule"], GROUP_NAMES[group]
     st.caption(f"Fixed for the dataset: k = {k}, all layers and heads, counted {tc.COUNT_RULES[rule]}. A {name}'s "
                "count is the sum over the documents of its count in each; `documents`: how many count it.")
@@ -46,7 +48,8 @@ def dataset_counts(group: str) -> None:
     st.subheader(f"Top {top_n} by {meaning}, summed over {store.count('attention')} documents")
     cols = st.columns(2)
     for col, d, colour in zip(cols, tc.DIRECTIONS, ("#2171b5", "#cb181d")):
-        export.chart(fig.counts_bar_chart(tables[d], f"{d} · by {group}, summed over documents", top_n, colour,
+        # the subheader says "summed over N documents": a half-width chart's title stays short at 1,024 px
+        export.chart(fig.counts_bar_chart(tables[d], f"{d} · by {group}", top_n, colour,
                                           rule=rule), f"dataset {d} by {group}", model, settings, where=col)
         export.table(tables[d], f"dataset {d} counts by {group}", model, settings, where=col)
     st.stop()
@@ -76,9 +79,7 @@ rule = c4.radio("Count", tc.RULES, format_func=tc.COUNT_RULES.get, **K.option(P,
                 help="Once per token: the paper's count (appendix A.5, Algorithm 2). Once per head list: each "
                      "token's list in each selected head counts on its own, summed over the heads. "
                      + labels.doc_link("count"))
-masked = c4.toggle("Mask (§3.4)", **K.option(P, "mask"),  # short: a column is narrow at 1,024 px
-                   help="Special tokens, punctuation and stopwords: masked tokens neither count nor are counted; the "
-                        "top-k lists themselves are the model's.")
+masked = c4.toggle(MASK_LABEL, **K.option(P, "mask"), help=MASK_HELP)  # short: a column is narrow at 1,024 px
 layers = heads = None
 if scope != SCOPES[0]:
     c1, c2 = st.columns(2)
