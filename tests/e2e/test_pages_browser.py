@@ -72,3 +72,30 @@ def test_every_page_reads_at_this_width(app_server, browser, shots, width):
     assert "Traceback" not in log.read_text()
     if os.environ.get("LONGVIZ_UPDATE_SCREENSHOT") == "1" and width == README_SHOT[1]:
         shutil.copy(shots / f"{README_SHOT[0]}-{width}.png", ROOT / "docs" / "screenshot.png")
+
+
+def test_dataset_counts_read_at_the_narrow_width(app_server, browser, shots):
+    """The Token counts page's dataset scope, by word and by token type, on a store of the first two documents
+    computed by its button, at 1,024 px (its two charts share the column: the narrower width is the harder)."""
+    base, log = app_server
+    browser.set_window_size(1024, HEIGHT)
+    found = []
+    for group in ("word", "type"):
+        browser.get(f"{base}/token_counts?max_tokens={MAX_TOKENS}&counts.over=dataset&counts.group={group}"
+                    "&counts.docs=2")
+        wait_idle(browser)
+        for b in browser.find_elements("css selector", '[data-testid="stMain"] button'):
+            if b.text.strip().startswith("Count over the dataset"):  # absent once the store holds both
+                browser.execute_script("arguments[0].scrollIntoView({block: 'center'});", b)
+                b.click()
+                wait_idle(browser, timeout=300)
+                break
+        titles = browser.execute_script(
+            "return [...document.querySelectorAll('[data-testid=\"stMain\"] svg.marks .role-title-text text')]"
+            ".map(t => t.textContent);")
+        assert f"attended · by {group}" in titles and f"attending · by {group}" in titles, titles
+        assert not problems(browser), problems(browser)
+        found += [f"dataset by {group}: {p}" for p in layout_problems(browser)]
+        full_page_screenshot(browser, shots / f"token_counts-dataset-{group}-1024.png", 1024, HEIGHT)
+    assert not found, "\n".join(found)
+    assert "Traceback" not in log.read_text()
