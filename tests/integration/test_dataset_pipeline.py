@@ -103,23 +103,19 @@ def test_app_buttons_and_command_line_give_the_same_numbers(cli_store, private_c
     assert pooled.n_documents == DOCS
     np.testing.assert_allclose(pooled.cells, cli_store.pooled_attention().cells, rtol=RTOL, atol=0)
 
-    # token counts: per type the sum over documents, and the documents counting it (both directions, masked too)
+    # token counts: per type (and per word) the sum over documents, and the documents counting it (both
+    # directions, masked too), all from the heatmap's store
     at.switch_page(page("token_counts")).run()
     at.radio(key="counts.over").set_value("dataset").run()
     _compute(at, "counts", click=False)  # the heatmap's store: the same attention settings
-    for masked in (False, True):
-        at.toggle(key="counts.mask").set_value(masked).run()
-        shown = _frames(at, ["token", "count", "documents"])
-        assert len(shown) == len(tc.DIRECTIONS)
-        for table, direction in zip(shown, tc.DIRECTIONS):
-            pd.testing.assert_frame_equal(table.reset_index(drop=True), cli_store.type_counts(direction, masked))
-    at.radio(key="counts.group").set_value("word").run()  # the same store's counts by word
-    for masked in (False, True):
-        at.toggle(key="counts.mask").set_value(masked).run()
-        shown = _frames(at, ["word", "count", "documents"])
-        assert len(shown) == len(tc.DIRECTIONS)
-        for table, direction in zip(shown, tc.DIRECTIONS):
-            pd.testing.assert_frame_equal(table.reset_index(drop=True), cli_store.word_counts(direction, masked))
+    for group, column, stored in (("type", "token", cli_store.type_counts), ("word", "word", cli_store.word_counts)):
+        at.radio(key="counts.group").set_value(group).run()
+        for masked in (False, True):
+            at.toggle(key="counts.mask").set_value(masked).run()
+            shown = _frames(at, [column, "count", "documents"])
+            assert len(shown) == len(tc.DIRECTIONS)
+            for table, direction in zip(shown, tc.DIRECTIONS):
+                pd.testing.assert_frame_equal(table.reset_index(drop=True), stored(direction, masked))
     at.radio(key="counts.group").set_value("type").run()
 
     # attribution by token type, for the class the page explains, with and without the mask
