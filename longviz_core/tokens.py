@@ -26,7 +26,7 @@ import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, NamedTuple
+from typing import Literal
 
 import numpy as np
 
@@ -103,12 +103,6 @@ def token_label(tok: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ comparable form
-class TokenForm(NamedTuple):
-    text: str  # decoded, marker-free, stripped, lower-cased, curly apostrophe -> "'"
-    starts_word: bool  # carries a word-start marker (space/newline, '▁')
-    continues: bool  # carries a continuation marker ('##')
-
-
 def detect_scheme(tokens: Sequence[str]) -> Scheme:
     """Tokenization scheme from its markers: 'Ġ'-style -> byte_level, '▁' -> sentencepiece, '##' -> wordpiece.
     A text without any marker (one word, no space) that carries RoBERTa's <s> / </s> is byte-level: a
@@ -146,12 +140,10 @@ def with_scheme(tokens: Sequence[str], scheme: Scheme | None) -> tuple[list[str]
 
 
 @functools.lru_cache(maxsize=1 << 17)
-def token_form(token: str, scheme: Scheme) -> TokenForm:
-    """One raw token's comparable form and word markers (cached: a document repeats a few thousand types)."""
-    starts = continues = False
+def token_form(token: str, scheme: Scheme) -> str:
+    """One raw token's comparable form (cached: a document repeats a few thousand types)."""
     if scheme == "byte_level":
         body = token.lstrip(_BYTE_LEVEL_MARKERS)
-        starts = len(body) < len(token)
         if body.isascii():
             token = body  # fast path (most tokens): printable ASCII stands for itself; the markers are whitespace
         else:
@@ -161,12 +153,15 @@ def token_form(token: str, scheme: Scheme) -> TokenForm:
             if decoded is not None:
                 token = decoded
     elif scheme == "sentencepiece":
-        starts = token.startswith("▁")
         token = token.lstrip("▁")
     elif token.startswith("##") and len(token) > 2:
-        continues = True
         token = token[2:]
-    return TokenForm(token.strip().lower().replace("’", "'"), starts, continues)
+    return comparable_text(token)
+
+
+def comparable_text(text: str) -> str:
+    """Readable text in the comparable form: stripped, lower-cased, curly apostrophe -> "'"."""
+    return text.strip().lower().replace("’", "'")
 
 
 def normalise_tokens(tokens: Sequence[str], scheme: Scheme | None = None) -> list[str]:
@@ -174,7 +169,7 @@ def normalise_tokens(tokens: Sequence[str], scheme: Scheme | None = None) -> lis
     whitespace stripped, lowercased, curly apostrophe -> "'".
     'ĠThe' -> 'the', 'Ċ' -> '', byte fragment 'âĢ' -> '' (no text of its own)."""
     tokens, scheme = with_scheme(tokens, scheme)
-    return [token_form(t, scheme).text for t in tokens]
+    return [token_form(t, scheme) for t in tokens]
 
 
 def type_labels(tokens: Sequence[str]) -> list[str]:
@@ -280,7 +275,7 @@ def _word_spans(tokens: tuple[str, ...], scheme: Scheme) -> Words:
     starts = inside[first]
     stops = np.append(inside[np.flatnonzero(first)[1:] - 1] + 1, inside[-1] + 1) if len(inside) else inside
     text = tuple(_join(tokens[a:b], scheme) for a, b in zip(starts, stops))
-    types = tuple(t.strip().lower().replace("’", "'") or _whitespace_type(t) for t in text)
+    types = tuple(comparable_text(t) or _whitespace_type(t) for t in text)
     return Words(word_of, starts.astype(np.int64), stops.astype(np.int64), text, types)
 
 
