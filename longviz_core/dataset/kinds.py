@@ -202,7 +202,7 @@ def _counts(analysis) -> dict[str, pd.DataFrame]:
     page's mask), as the attention kind's tables (COUNT_TABLES): columns direction, masked, token (by type) or word
     (by word), count, each part in token_counts' order. One set of top-k lists and one tally per mask serve
     every group."""
-    from ..views.counts import DIRECTIONS, tally, token_counts, topk_indices
+    from ..views.counts import DIRECTIONS, GROUP_COLUMNS, tally, token_counts, topk_indices
     from ..views.masking import build_mask
 
     topk = topk_indices(analysis.attention, k=COUNTS["k"])
@@ -212,9 +212,8 @@ def _counts(analysis) -> dict[str, pd.DataFrame]:
         for group, direction in ((g, d) for g in COUNTS["groups"] for d in DIRECTIONS):
             table = token_counts(analysis, COUNTS["k"], direction, group, mask=tallies.mask, tallies=tallies,
                                  rule=COUNTS["rule"])
-            column = "word" if group == "word" else "token"
-            parts[group].append(table.assign(direction=direction, masked=masked)[["direction", "masked", column,
-                                                                                  "count"]])
+            parts[group].append(table.assign(direction=direction, masked=masked)[
+                ["direction", "masked", GROUP_COLUMNS[group], "count"]])
     return {COUNT_TABLES[group]: pd.concat(tables, ignore_index=True).astype({"count": "int64"})
             for group, tables in parts.items()}
 

@@ -560,7 +560,7 @@ class ResultStore:
         return self._counts("word", direction, masked)
 
     def _counts(self, group: str, direction: str, masked: bool) -> pd.DataFrame:
-        from ..views.counts import DIRECTIONS, dataset_type_counts
+        from ..views.counts import DIRECTIONS, GROUP_COLUMNS, dataset_type_counts
 
         if direction not in DIRECTIONS:
             raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
@@ -573,7 +573,7 @@ class ResultStore:
         if self.count("attention") == 0:
             raise StoreError("The store has no attention results.")
         t = table_name("attention", COUNT_TABLES[group])
-        column = "word" if group == "word" else "token"
+        column = GROUP_COLUMNS[group]
         # per index: each group's sum, documents and first appearance (document, row), so ties keep the order
         # in which the groups first appear in the documents' tables, however the documents are sharded
         partial = self.query("attention", f'SELECT "{column}", SUM("count") AS "count", COUNT(*) AS documents, '

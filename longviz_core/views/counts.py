@@ -59,6 +59,7 @@ By = Literal["type", "word", "position"]
 DIRECTIONS: tuple[str, ...] = ("attended", "attending")
 BYS: tuple[str, ...] = ("type", "word", "position")
 GROUPS: tuple[str, ...] = ("type", "word")  # what a count groups positions by (BYS less "position")
+GROUP_COLUMNS = {"type": "token", "word": "word"}  # the column naming the group in tables by type / by word
 
 
 class CountsError(LongvizError, ValueError):
@@ -450,7 +451,7 @@ def token_counts(
         frame = frame.sort_values(["count", "position"], ascending=[False, True], kind="stable")
     else:
         names = tallies.words[0] if by == "word" else tallies.labels
-        column = "word" if by == "word" else "token"
+        column = GROUP_COLUMNS[by]
         frame = pd.DataFrame({column: names, "count": groups})  # rows already in first-position order
         frame = frame[frame["count"] > 0].sort_values("count", ascending=False, kind="stable")
     frame = frame.reset_index(drop=True)
