@@ -22,7 +22,8 @@ import pytest
 import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-import longviz_core.demo as demo_module
+import longviz_core.demo.shipped as demo_module
+import longviz_core.demo.train as train_module
 from longviz_core._disk import cache_root
 from longviz_core.demo import (
     DEMO_VERSION,
@@ -304,7 +305,7 @@ def test_concurrent_threads_build_once(tmp_path, monkeypatch, nothing_shipped):
 _CHILD = textwrap.dedent("""
     import json, os, sys, time
     from pathlib import Path
-    import longviz_core.demo as d
+    import longviz_core.demo.shipped as d
 
     def fake(out_dir, progress=None):
         with open(sys.argv[2], "a") as log:
@@ -359,8 +360,8 @@ def test_incomplete_cache_directory_is_replaced(tmp_path, monkeypatch, nothing_s
 def test_build_demo_end_to_end_on_a_small_corpus(tmp_path, monkeypatch):
     """The real build with a 16-document corpus and one epoch: files, loading and progress."""
     small = generate_corpus(n_docs=16, seed=3)
-    monkeypatch.setattr(demo_module, "generate_corpus", lambda seed=0: small)
-    monkeypatch.setattr(demo_module, "_EPOCHS", 1)
+    monkeypatch.setattr(train_module, "generate_corpus", lambda seed=0: small)
+    monkeypatch.setattr(train_module, "_EPOCHS", 1)
     seen = []
     paths = build_demo(tmp_path / "out", progress=lambda f, m: seen.append((f, m)))
     assert {p.name for p in paths.root.iterdir()} == {"model", "dataset.parquet", "metrics.json"}

@@ -311,7 +311,7 @@ def test_bad_settings_are_clear_errors(tiny_longformer, doc, capsys):
 def _planted(model, analysis) -> lv.Explanation:
     """An explainer that knows the answer: 1 on the tokens of words only the predicted class's papers use (the
     demo corpus's class vocabulary, stopwords and shared words left out), 0 elsewhere."""
-    from longviz_core.demo import _VOCAB
+    from longviz_core.demo.corpus import _VOCAB
     from longviz_core.tokens import normalise_tokens
     from longviz_core.views.masking import english_stopwords
 

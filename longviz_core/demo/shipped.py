@@ -1,0 +1,180 @@
+"""The built demo in the cache: made once from the shipped model (or trained), checked against checksums,
+locked against concurrent builders and restored when damaged.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+
+from .._disk import atomic_write, bytes_digest, cache_root, file_lock
+from ..progress import Progress
+from .corpus import generate_corpus
+from .train import DEMO_VERSION, SEED, DemoPaths, build_demo
+
+log = logging.getLogger(__name__)
+
+_COMPLETE = "COMPLETE"
+
+# The trained model and tokenizer ship with the package (model/ as save_pretrained wrote it, metrics.json of the
+# build, CHECKSUMS.json of both), so the first start copies them instead of training for minutes. The corpus is
+# regenerated (deterministic, under a second). `benchmarks/demo_build.py --ship` trains and writes them.
+SHIPPED = Path(__file__).with_name("shipped")
+_SHIPPED_SUMS = "CHECKSUMS.json"
+
+# flock excludes other processes; threads of one process each open the lock file and are excluded too,
+# this lock only keeps them from racing on mkdir.
+_THREAD_LOCK = threading.Lock()
+
+
+def file_checksums(root: Path, skip: tuple[str, ...] = (_COMPLETE,)) -> dict[str, str]:
+    """BLAKE2b of every file under `root` (relative POSIX path -> digest), except the names in `skip`."""
+    return {p.relative_to(root).as_posix(): bytes_digest(p.read_bytes())
+            for p in sorted(root.rglob("*")) if p.is_file() and p.name not in skip}
+
+
+def _load_complete(root: Path) -> DemoPaths | None:
+    """The demo under `root` if it is complete and every file matches the checksums in its COMPLETE marker;
+    None (with a warning naming the damaged files) otherwise."""
+    marker = root / _COMPLETE
+    if not marker.is_file():
+        return None
+    try:
+        recorded = json.loads(marker.read_text())["files"]
+    except (OSError, ValueError, KeyError, TypeError):  # a marker of an earlier longviz: the version alone
+        recorded = _adopt_unverified(root)
+        if recorded is None:
+            return None
+    try:
+        found = file_checksums(root)
+    except OSError as exc:
+        log.warning("The demo in %s cannot be read (%s); restoring it.", root, exc)
+        return None
+    damaged = sorted(name for name in set(recorded) | set(found) if recorded.get(name) != found.get(name))
+    if damaged:
+        log.warning("The demo in %s is damaged (%s differ from the checksums recorded when it was made); "
+                    "restoring it.", root, ", ".join(damaged))
+        return None
+    metrics = json.loads((root / "metrics.json").read_text())
+    return DemoPaths(root=root, model_dir=root / "model", dataset_path=root / "dataset.parquet", metrics=metrics)
+
+
+def _adopt_unverified(root: Path) -> dict[str, str] | None:
+    """A demo made before markers held checksums: kept (its checksums recorded now) when its model files
+    equal the shipped ones, else None (it is restored)."""
+    shipped = _shipped_checksums()
+    if shipped is None:
+        return None
+    try:
+        found = file_checksums(root)
+    except OSError:
+        return None
+    model = {k: v for k, v in shipped.items() if k.startswith("model/")}
+    if {k: v for k, v in found.items() if k.startswith("model/")} != model:
+        return None
+    atomic_write(root / _COMPLETE, _marker(found))
+    return found
+
+
+def _marker(files: dict[str, str]) -> bytes:
+    return json.dumps({"version": DEMO_VERSION, "files": files}, indent=1, sort_keys=True).encode()
+
+
+def _shipped_checksums() -> dict[str, str] | None:
+    """The shipped files' checksums when every shipped file matches them; None when the package carries no
+    trained demo or it is damaged."""
+    try:
+        expected = json.loads((SHIPPED / _SHIPPED_SUMS).read_text())
+        found = file_checksums(SHIPPED, skip=(_SHIPPED_SUMS, "__pycache__"))
+    except (OSError, ValueError):
+        return None
+    if found != expected:
+        log.warning("The demo files shipped in %s do not match their checksums; the demo will be trained.", SHIPPED)
+        return None
+    return expected
+
+
+def restore_shipped(out_dir: str | os.PathLike, progress: Progress | None = None) -> DemoPaths | None:
+    """The demo from the shipped model and tokenizer (copied into out_dir) and the regenerated corpus; None
+    when the package carries no intact trained demo."""
+    if _shipped_checksums() is None:
+        return None
+    report = progress or (lambda fraction, message: None)
+    out = Path(out_dir)
+    report(0.0, "Copying the shipped demo model")
+    shutil.copytree(SHIPPED / "model", out / "model")
+    shutil.copyfile(SHIPPED / "metrics.json", out / "metrics.json")
+    report(0.5, "Writing the demo corpus")
+    generate_corpus(seed=SEED).to_parquet(out / "dataset.parquet", index=False)
+    report(1.0, "Demo ready")
+    metrics = json.loads((out / "metrics.json").read_text())
+    return DemoPaths(root=out, model_dir=out / "model", dataset_path=out / "dataset.parquet", metrics=metrics)
+
+
+def _build_folders(base: Path) -> list[Path]:
+    return [p for p in base.glob(f".demo-{DEMO_VERSION}-build-*") if p.is_dir()]
+
+
+def _remove_abandoned_builds(base: Path, lock_held: bool) -> None:
+    """Remove build folders whose builder is gone. Builders hold the build lock for as long as they build,
+    so any build folder seen while holding it, or while nobody holds it, was left by a killed builder."""
+    folders = _build_folders(base)
+    if not folders:
+        return
+    if lock_held:
+        for p in folders:
+            shutil.rmtree(p, ignore_errors=True)
+        return
+    with open(base / f"demo-{DEMO_VERSION}.lock", "w") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # a build is running: its folder is in use
+            return
+        try:
+            for p in _build_folders(base):
+                shutil.rmtree(p, ignore_errors=True)
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def ensure_demo(cache_dir: str | os.PathLike | None = None, progress: Progress | None = None,
+                rebuild: bool = False) -> DemoPaths:
+    """The cached demo (cache_root(cache_dir) / f"demo-{DEMO_VERSION}"), made on first use from the shipped
+    model (seconds), or trained (minutes) when the package carries no intact one; `rebuild` trains it again and
+    replaces the cached one (`longviz demo --rebuild`).
+
+    Every file is checked against the checksums in the demo's COMPLETE marker when it is opened; a damaged
+    demo is made again. Concurrent callers (threads or processes) serialise on a file lock: one makes it, the
+    others wait and reuse its result. It is made in a temporary folder renamed into place when complete, so
+    an interrupted build never leaves a half-written demo behind, and folders of killed builds are removed.
+    """
+    base = cache_root(cache_dir)
+    root = base / f"demo-{DEMO_VERSION}"
+    done = None if rebuild else _load_complete(root)
+    if done is not None:
+        _remove_abandoned_builds(base, lock_held=False)
+        return done
+    with _THREAD_LOCK:
+        base.mkdir(parents=True, exist_ok=True)
+    with file_lock(base / f"demo-{DEMO_VERSION}.lock"):
+        done = None if rebuild else _load_complete(root)  # another builder may have finished while we waited
+        if done is not None:
+            return done
+        _remove_abandoned_builds(base, lock_held=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".demo-{DEMO_VERSION}-build-", dir=base))
+        try:
+            if rebuild or restore_shipped(tmp, progress) is None:
+                build_demo(tmp, progress)
+            atomic_write(tmp / _COMPLETE, _marker(file_checksums(tmp)))
+            if root.exists():  # a damaged or incomplete directory (e.g. copied by hand)
+                shutil.rmtree(root)
+            os.rename(tmp, root)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return _load_complete(root)
