@@ -12,7 +12,6 @@ import re
 import numpy as np
 import pandas as pd
 
-
 # Vocabulary per class.  Topics are plural noun phrases, objects singular ones with an article.
 _VOCAB = {
     1: {  # artificial intelligence

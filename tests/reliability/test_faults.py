@@ -20,6 +20,8 @@ import longviz_core as lv
 from longviz_core import _disk
 from longviz_core import attribution as ig
 from longviz_core.dataset import store as st
+from longviz_core.dataset.store import manifest as st_manifest
+from longviz_core.dataset.store import writer as st_writer
 from longviz_core.dataset.kinds import Settings
 from longviz_core.dataset.run import precompute
 from longviz_core.views import importance as imp
@@ -66,7 +68,7 @@ def test_a_full_disk_stops_the_precompute_with_a_store_error_and_keeps_the_store
     out = tmp_path / "store"
     precompute(model, df, out, WHAT, SETTINGS, limit=2)  # half the documents
     before = _snapshot(out)
-    monkeypatch.setattr(st, "_write_file", _full_disk)
+    monkeypatch.setattr(st_writer, "_write_file", _full_disk)
     with pytest.raises(lv.StoreError, match=r"disk holding .* is full.*run the same command again"):
         precompute(model, df, out, WHAT, SETTINGS)
     assert _snapshot(out) == before  # nothing half-written, nothing lost
@@ -79,7 +81,7 @@ def test_a_full_disk_stops_the_precompute_with_a_store_error_and_keeps_the_store
 @traceback
 def test_a_full_disk_writing_the_manifest_is_a_store_error(job, tmp_path, monkeypatch):
     _, _, model, df, _ = job
-    monkeypatch.setattr(st, "atomic_write", _full_disk)
+    monkeypatch.setattr(st_manifest, "atomic_write", _full_disk)
     with pytest.raises(lv.StoreError, match="Could not write the manifest .* full"):
         precompute(model, df, tmp_path / "store", WHAT, SETTINGS)
     assert not (tmp_path / "store" / "manifest.json").exists()
@@ -113,7 +115,7 @@ def test_a_full_disk_costs_a_cache_entry_never_the_result(tiny_longformer, tmp_p
 _KILL_RUN = """
 import os, signal, sys
 from longviz_core.cli import main
-from longviz_core.dataset import store
+from longviz_core.dataset.store import writer as store
 
 nth, frac = int(sys.argv[1]), float(sys.argv[2])
 write, publish, seen = store._write_file, store.StoreWriter.publish, [0]
