@@ -8,7 +8,10 @@ os.replace and the folder is fsync'ed. Readers see the old file or the new one, 
 of one entry both leave a whole file; a failed write leaves no temporary file behind. `write_cache` is the
 same for caches, where a full or read-only disk costs the cache, not the result: it logs and carries on.
 Cache files are `sealed`: a first line with the BLAKE2b of the rest, checked by `unsealed` as the file is read,
-so a truncated, overwritten or bit-flipped entry is recomputed rather than served.
+so a truncated, overwritten or bit-flipped entry is recomputed rather than served. Every disk cache goes through
+the one sealed-cache helper: `write_sealed` (sealed + atomic write), `open_sealed` (checksum checked, the payload
+decoded; a damaged file is a CacheCorruptError) and `read_sealed` (the same, None when absent or damaged, so the
+caller recomputes and rewrites the entry); entries are named by content keys (`digest`).
 
 Content hashes are BLAKE2b: `digest` of a JSON-able object (cache keys), `bytes_digest`,
 `texts_hasher` (a dataset's texts), `array_digest`. Their values are stable across versions: they name files
@@ -25,9 +28,10 @@ import tempfile
 from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator, TypeVar
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 # ------------------------------------------------------------------------------------------------ places
@@ -96,6 +100,40 @@ def unsealed(data: bytes) -> bytes:
     return body
 
 
+def write_sealed(path: str | os.PathLike, data: bytes) -> bool:
+    """Write a cache entry: `data` sealed (checksum header), written atomically by write_cache (a full or read-only
+    disk costs the entry only). Returns whether the entry was written."""
+    return write_cache(path, sealed(data))
+
+
+def open_sealed(path: str | os.PathLike, decode: Callable[[bytes], T]) -> T:
+    """`decode` of a sealed cache file's payload, its checksum checked first. FileNotFoundError when there is no
+    file; CacheCorruptError when it cannot be read, is damaged, or `decode` rejects it (decoders raise on
+    contents that do not match their key)."""
+    from .errors import CacheCorruptError
+
+    path = Path(path)
+    try:
+        return decode(unsealed(path.read_bytes()))
+    except FileNotFoundError:
+        raise
+    except Exception as exc:  # OS, checksum, zip, json, key and value errors all mean one thing: recompute
+        raise CacheCorruptError(f"The cache file {path} is unreadable ({type(exc).__name__}: {exc})") from exc
+
+
+def read_sealed(path: str | os.PathLike, decode: Callable[[bytes], T]) -> T | None:
+    """open_sealed, or None when the file is absent or damaged (logged): the caller recomputes and rewrites it."""
+    from .errors import CacheCorruptError
+
+    try:
+        return open_sealed(path, decode)
+    except FileNotFoundError:
+        return None
+    except CacheCorruptError as exc:
+        log.warning("%s; recomputing.", exc)
+        return None
+
+
 def fsync_dir(path: str | os.PathLike) -> None:
     """fsync a folder, so that entries created or renamed in it are on disk."""
     fd = os.open(path, os.O_RDONLY)
@@ -159,20 +197,16 @@ class JsonStore:
         return self.root / f"{key}.json"
 
     def get(self, key: str):
-        path = self.path(key)
-        try:
-            payload = json.loads(unsealed(path.read_bytes()).decode("utf-8"))
+        def decode(body: bytes):
+            payload = json.loads(body.decode("utf-8"))
             if payload.get("key") != key:
                 raise ValueError("key mismatch")
             return payload["value"]
-        except FileNotFoundError:
-            return None
-        except Exception as exc:  # json, unicode, key errors all mean one thing: recompute
-            log.warning("Unreadable cache file %s (%s); recomputing.", path, exc)
-            return None
+
+        return read_sealed(self.path(key), decode)
 
     def put(self, key: str, value) -> None:
-        write_cache(self.path(key), sealed(json.dumps({"key": key, "value": value}, allow_nan=True).encode("utf-8")))
+        write_sealed(self.path(key), json.dumps({"key": key, "value": value}, allow_nan=True).encode("utf-8"))
 
 
 # ------------------------------------------------------------------------------------------------ versions

@@ -17,7 +17,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from .._disk import digest, sealed, unsealed, write_cache
+from .._disk import digest, read_sealed, write_sealed
 from ..errors import AttributionError
 from ..model.encoding import Encoded
 from ..model.loading import LoadedModel
@@ -196,14 +196,16 @@ def _timing_path(model, bucket, precision, cache_dir) -> Path:
     return _inputs.cache_folder(cache_dir) / f"timing-{name}.sealed.json"
 
 def _read_timing(model, bucket, precision, cache_dir) -> dict | None:
-    try:
-        t = json.loads(unsealed(_timing_path(model, bucket, precision, cache_dir).read_bytes()))
-        return t if t.get("step", 0) > 0 and t.get("forward", -1) >= 0 else None
-    except (OSError, ValueError, AttributeError):
-        return None
+    def decode(body: bytes) -> dict:
+        t = json.loads(body)
+        if not (t.get("step", 0) > 0 and t.get("forward", -1) >= 0):
+            raise ValueError("no positive step time")
+        return t
+
+    return read_sealed(_timing_path(model, bucket, precision, cache_dir), decode)
 
 def _write_timing(model, bucket, precision, timing, cache_dir) -> None:
-    write_cache(_timing_path(model, bucket, precision, cache_dir), sealed(json.dumps(timing).encode()))
+    write_sealed(_timing_path(model, bucket, precision, cache_dir), json.dumps(timing).encode())
 
 def record_timing(model, n_tokens, precision, result, cache_dir=None) -> None:
     """A finished run (an ig.Attribution) is the best timing there is: rescale the bucket's timing so it predicts this run.

@@ -38,8 +38,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .._disk import bytes_digest, digest, sealed, unsealed, write_cache
-from ..errors import AttributionError, CacheCorruptError
+from .._disk import bytes_digest, digest, open_sealed, read_sealed, write_sealed
+from ..errors import AttributionError
 from ..model.analysis import DocumentAnalysis
 from ..model.encoding import Encoded
 from ..model.loading import LoadedModel
@@ -361,14 +361,14 @@ def _write_cache(path: Path, a: Attribution) -> None:
             "internal_batch_size": a.internal_batch_size, "seconds": a.seconds}
     buf = io.BytesIO()
     np.savez(buf, raw=a.raw, meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8))
-    write_cache(path, sealed(buf.getvalue()))
+    write_sealed(path, buf.getvalue())
 
 
-def _read_cache(path: Path, key: str, n: int) -> Attribution:
-    """The cached result (the raw sums; the normalised scores are recomputed from them); CacheCorruptError if
-    the file cannot be read or does not match."""
-    try:
-        with np.load(io.BytesIO(unsealed(path.read_bytes())), allow_pickle=False) as z:
+def _decoder(key: str, n: int):
+    """The cache entry's payload as an Attribution (the raw sums; the normalised scores are recomputed from them);
+    ValueError when it does not match the key."""
+    def decode(body: bytes) -> Attribution:
+        with np.load(io.BytesIO(body), allow_pickle=False) as z:
             raw = np.asarray(z["raw"], dtype=np.float64)
             meta = json.loads(bytes(z["meta"]).decode())
         if meta.get("key") != key or raw.shape != (n,) or not np.all(np.isfinite(raw)):
@@ -378,20 +378,17 @@ def _read_cache(path: Path, key: str, n: int) -> Attribution:
                            prob_input=float(meta["prob_input"]), prob_baseline=float(meta["prob_baseline"]),
                            precision=str(meta["precision"]), internal_batch_size=int(meta["internal_batch_size"]),
                            seconds=float(meta["seconds"]), key=key, from_cache=True)
-    except FileNotFoundError:
-        raise
-    except Exception as exc:  # zip, json, key and value errors all mean the same: unusable file
-        raise CacheCorruptError(f"Attribution cache file {path} is unreadable ({type(exc).__name__}: {exc})") from exc
+
+    return decode
+
+
+def _read_cache(path: Path, key: str, n: int) -> Attribution:
+    """The cached result; CacheCorruptError if the file cannot be read or does not match."""
+    return open_sealed(path, _decoder(key, n))
 
 
 def _try_read(path: Path, key: str, n: int) -> Attribution | None:
-    try:
-        return _read_cache(path, key, n)
-    except FileNotFoundError:
-        return None
-    except CacheCorruptError as exc:
-        log.warning("%s; recomputing.", exc)
-        return None
+    return read_sealed(path, _decoder(key, n))
 
 
 # ----------------------------------------------------------------------------------------- helpers

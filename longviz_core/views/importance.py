@@ -48,7 +48,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .._disk import cache_folder, sealed, unsealed, write_cache
+from .._disk import cache_folder, read_sealed, write_sealed
 from ..errors import LongvizError
 from ..model.encoding import DEFAULT_MAX_TOKENS, encode
 from ..model.loading import LoadedModel, dataset_fingerprint
@@ -167,7 +167,7 @@ def cached_raw_head_importance(
         raw = raw_head_importance(model, dataset, max_tokens, max_examples, progress, method=method)
         buf = io.BytesIO()
         np.save(buf, raw, allow_pickle=False)
-        write_cache(path, sealed(buf.getvalue()))
+        write_sealed(path, buf.getvalue())
     else:
         report(progress, 1.0, "head importance read from the cache")
     return raw
@@ -376,10 +376,4 @@ def _check_array(value, expected) -> np.ndarray:
 
 def _read_cached(path: Path, shape) -> np.ndarray | None:
     """The cached raw scores, or None when absent or unreadable (then they are recomputed and rewritten)."""
-    if not path.is_file():
-        return None
-    try:
-        value = np.load(io.BytesIO(unsealed(path.read_bytes())), allow_pickle=False)
-        return _check_array(value, shape)
-    except (OSError, ValueError, HeadImportanceError):
-        return None
+    return read_sealed(path, lambda body: _check_array(np.load(io.BytesIO(body), allow_pickle=False), shape))
