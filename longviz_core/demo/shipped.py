@@ -47,10 +47,8 @@ def _load_complete(root: Path) -> DemoPaths | None:
         return None
     try:
         recorded = json.loads(marker.read_text())["files"]
-    except (OSError, ValueError, KeyError, TypeError):  # a marker of an earlier longviz: the version alone
-        recorded = _adopt_unverified(root)
-        if recorded is None:
-            return None
+    except (OSError, ValueError, KeyError, TypeError):  # unreadable: the demo is restored
+        return None
     try:
         found = file_checksums(root)
     except OSError as exc:
@@ -63,23 +61,6 @@ def _load_complete(root: Path) -> DemoPaths | None:
         return None
     metrics = json.loads((root / "metrics.json").read_text())
     return DemoPaths(root=root, model_dir=root / "model", dataset_path=root / "dataset.parquet", metrics=metrics)
-
-
-def _adopt_unverified(root: Path) -> dict[str, str] | None:
-    """A demo made before markers held checksums: kept (its checksums recorded now) when its model files
-    equal the shipped ones, else None (it is restored)."""
-    shipped = _shipped_checksums()
-    if shipped is None:
-        return None
-    try:
-        found = file_checksums(root)
-    except OSError:
-        return None
-    model = {k: v for k, v in shipped.items() if k.startswith("model/")}
-    if {k: v for k, v in found.items() if k.startswith("model/")} != model:
-        return None
-    atomic_write(root / _COMPLETE, _marker(found))
-    return found
 
 
 def _marker(files: dict[str, str]) -> bytes:

@@ -21,7 +21,7 @@ import torch
 from ..progress import Progress
 from .corpus import generate_corpus
 
-DEMO_VERSION = "3"
+DEMO_VERSION = "4"
 
 ID2LABEL = {0: "programming_languages", 1: "artificial_intelligence"}
 LABEL2ID = {name: idx for idx, name in ID2LABEL.items()}

@@ -89,12 +89,6 @@ def download_image(image, name: str, model: lv.LoadedModel | None = None, settin
     _row(stem, [("PNG", data, f"{stem}.png", "image/png")], model, settings, where)
 
 
-def download_metadata(model: lv.LoadedModel, settings: dict, name: str, *, where=st) -> None:
-    """The run metadata alone (model, revision, settings, package versions)."""
-    stem = export.safe_filename(name)
-    _row(stem, [], model, settings, where)
-
-
 def _row(stem: str, buttons: list, model, settings, where=st) -> None:
     if model is not None:
         meta = lambda: export.metadata_json(  # noqa: E731

@@ -1,6 +1,6 @@
 """Session-state keys (all of them live here) and the sidebar's fixed choices: what every page helper shares,
-in a module that imports no other page helper (so _common, _hosting, _links and _export import it, not each
-other)."""
+in a module that imports no other page helper (so common, dataset, export, hosting, links, overlay and state
+import it, not each other)."""
 from __future__ import annotations
 
 
@@ -16,11 +16,8 @@ class K:
     DOC_SEED = "doc_seed"
     PASTED = "pasted_text"
     MAX_TOKENS = "max_tokens"
-    POSITIVE = "positive_class"
-    MASK = "mask_tokens"
     MASK_NUMBERS = "mask_numbers"
     EXTRA_STOPWORDS = "extra_stopwords"
-    SCALE = "scale_by_importance"
     IMPORTED_IMPORTANCE = "attention.imported_importance"  # (layers, heads) array imported on the heatmap page
 
     @staticmethod

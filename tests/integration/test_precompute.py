@@ -20,13 +20,12 @@ import torch
 
 from longviz_core import (
     ManifestMismatchError,
-    StoreError,
     analyze,
     load_dataset,
     load_model,
 )
 from longviz_core.cli import main
-from longviz_core.dataset.kinds import KINDS, Kind, Settings, resolve_kinds
+from longviz_core.dataset.kinds import Settings, resolve_kinds
 from longviz_core.dataset.run import parse_shard, precompute, read_logs, shard_rows
 from longviz_core.dataset.store import ResultStore
 from support.oracles import assert_stores_equal
@@ -269,9 +268,8 @@ def test_store_numbers_equal_loops_over_the_documents(setup, reference):
 def test_dataset_counts_by_type_and_word_sum_the_documents(setup, tmp_path):
     """The attention kind's counts, made by two shards: per token type and per word, the sum over the documents
     of token_counts at the stored settings (k = 10, paper rule, all heads; the page's mask or none), in plain
-    Counters; ties in the order of first appearance over the documents. A store made before the counts by word
-    serves the counts by type, and says that the counts by word need a new store."""
-    import json
+    Counters; ties in the order of first appearance over the documents. A store of the earlier format (made before
+    the counts by word) is refused, saying that it needs a new store."""
     from collections import Counter
 
     from longviz_core.dataset.run import serves_view
@@ -302,25 +300,28 @@ def test_dataset_counts_by_type_and_word_sum_the_documents(setup, tmp_path):
                 assert dict(zip(got[column], got["documents"])) == dict(documents), (by, direction, masked)
                 assert got[column].tolist() == sorted(counts, key=lambda n: (-counts[n], first[n]))
                 assert max(documents.values()) > 1  # sums over documents, not one document's counts
-    # the earlier manifest: counts by type only
-    old = tmp_path / "old"
-    shutil.copytree(out, old)
-    manifest = json.loads((old / "manifest.json").read_text())
-    del manifest["checksum"]  # an earlier version's manifest, which had none
-    counts = manifest["kinds"]["attention"]["counts"]
-    del counts["groups"]
-    counts["by"] = "type"
-    (old / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(StoreError, match="no token counts by word.*precompute them again into a new store"):
-        ResultStore(old).word_counts()
-    pd.testing.assert_frame_equal(ResultStore(old).type_counts("attending", True), store.type_counts("attending",
-                                                                                                      True))
     assert serves_view(store, "attention", SETTINGS, only=("counts",))
-    assert not serves_view(ResultStore(old), "attention", SETTINGS, only=("counts",))  # the page computes anew
-    del manifest["kinds"]["attention"]["counts"]
-    (old / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(StoreError, match="hold no token counts \\("):
-        ResultStore(old).type_counts()
+    # a store of the earlier format (counts by type only) is refused with the fix, never read with tables missing
+    old = _earlier_format(out, tmp_path / "old", lambda kinds: kinds["attention"]["counts"].pop("groups"))
+    with pytest.raises(ManifestMismatchError, match="format 1.*new --out directory"):
+        ResultStore(old).word_counts()
+
+
+def _earlier_format(src, dst, change_kinds):
+    """A copy of the store `src` whose manifest (sealed anew) is of format 1, its kinds' settings changed as the
+    earlier format held them."""
+    import json
+
+    from longviz_core._disk import bytes_digest
+
+    shutil.copytree(src, dst)
+    manifest = json.loads((dst / "manifest.json").read_text())
+    del manifest["checksum"]
+    manifest["format"] = 1
+    change_kinds(manifest["kinds"])
+    manifest["checksum"] = bytes_digest(json.dumps(manifest, sort_keys=True).encode())
+    (dst / "manifest.json").write_text(json.dumps(manifest))
+    return dst
 
 
 def test_the_api_dataset_functions_read_a_store(setup, reference, tmp_path):
@@ -364,7 +365,6 @@ def test_the_api_dataset_functions_read_a_store(setup, reference, tmp_path):
 def test_faithfulness_settings_and_an_earlier_store(reference, tmp_path):
     """The manifest records the exact flip scan and the random seeds; a store made by the earlier one-seed grid
     search is refused with a clear message instead of being summarised with missing columns."""
-    import json
 
     from longviz_core.views.faithfulness import DEFAULT_SEEDS
 
@@ -373,15 +373,14 @@ def test_faithfulness_settings_and_an_earlier_store(reference, tmp_path):
     assert settings["seeds"] == list(DEFAULT_SEEDS)
     rows = ResultStore(reference).table("faithfulness", "rows")
     assert (rows[rows["ranking"] == "Random"]["runs"] == len(DEFAULT_SEEDS)).all()
-    old = tmp_path / "old"
-    shutil.copytree(reference, old)
-    manifest = json.loads((old / "manifest.json").read_text())
-    del manifest["checksum"]  # an earlier version's manifest, which had none
-    for key in ("flip", "max_removed", "seeds"):
-        del manifest["kinds"]["faithfulness"][key]
-    manifest["kinds"]["faithfulness"].update(flip_step=0.05, refine=True, seed=0)
-    (old / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(StoreError, match="earlier version"):
+
+    def one_seed_grid_search(kinds):
+        for key in ("flip", "max_removed", "seeds"):
+            del kinds["faithfulness"][key]
+        kinds["faithfulness"].update(flip_step=0.05, refine=True, seed=0)
+
+    old = _earlier_format(reference, tmp_path / "old", one_seed_grid_search)
+    with pytest.raises(ManifestMismatchError, match="format 1.*new --out directory"):
         ResultStore(old).dataset_faithfulness()
 
 
@@ -445,7 +444,7 @@ def test_local_store_is_the_in_app_path(setup, reference, tmp_path):
 
 
 # ----------------------------------------------------------------------------------------- refusals
-def test_refuses_to_mix_settings_and_names_missing_kinds(setup, reference, tmp_path, capsys, monkeypatch):
+def test_refuses_to_mix_settings_and_names_unknown_kinds(setup, reference, tmp_path, capsys):
     model_dir, csv, model, df = setup
     copy = tmp_path / "copy"
     shutil.copytree(reference, copy)
@@ -459,10 +458,6 @@ def test_refuses_to_mix_settings_and_names_missing_kinds(setup, reference, tmp_p
                "--max-tokens", "32", "--out", str(copy)])
     err = capsys.readouterr().err
     assert rc == 2 and "Refusing to mix" in err and "max_tokens differs" in err
-    monkeypatch.setitem(KINDS, "faithfulness", Kind("faithfulness", ("no_such_module",), ("attention",),
-                                                    lambda s: {}, None))
-    with pytest.raises(StoreError, match="'faithfulness': needs longviz_core.no_such_module"):
-        resolve_kinds("attention,faithfulness")
     assert resolve_kinds("agreement") == ("attention", "attribution", "head-importance", "agreement")
     with pytest.raises(ValueError, match="unknown kind"):
         resolve_kinds("attention,colour")

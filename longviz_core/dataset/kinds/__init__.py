@@ -22,13 +22,9 @@ Kinds and what they store per document:
                      the explanation's cost (seconds, peak memory)
 Every option that changes a kind's numbers is a field of Settings and is recorded in the store's manifest (the
 kind's `settings`), so a store is only ever read for the settings it was made with.
-A kind whose module is not in this installation is reported by name instead of failing half-way.
 """
 from __future__ import annotations
 
-import importlib.util
-
-from ...errors import StoreError
 from . import agreement, attention, attribution, faithfulness, head_importance, leaderboard
 from .attention import COUNT_TABLES, COUNTS
 from .job import Doc, Job, Kind
@@ -39,15 +35,6 @@ ALL_KINDS = ("attention", "attribution", "head-importance", "agreement", "faithf
 
 KINDS: dict[str, Kind] = {k.name: k for k in (attention.KIND, attribution.KIND, head_importance.KIND, agreement.KIND,
                                                 faithfulness.KIND, leaderboard.KIND)}
-
-
-def available_kinds() -> dict[str, str | None]:
-    """{kind: None if it can run here, else why not}."""
-    out = {}
-    for name, kind in KINDS.items():
-        missing = [m for m in kind.modules if importlib.util.find_spec(f"longviz_core.{m}") is None]
-        out[name] = f"needs longviz_core.{missing[0]}, which this installation does not have" if missing else None
-    return out
 
 
 def kind_names(what) -> list[str]:
@@ -76,11 +63,8 @@ def resolve_kinds(what, settings: Settings | None = None) -> tuple[str, ...]:
         add(w)
     if "faithfulness" in wanted and settings is not None and settings.faithfulness_scaled:
         add("head-importance")
-    missing = {k: why for k, why in available_kinds().items() if k in wanted and why}
-    if missing:
-        raise StoreError("Cannot compute " + "; ".join(f"'{k}': {why}" for k, why in missing.items()) + ".")
     return tuple(k for k in ALL_KINDS if k in wanted)
 
 
-__all__ = ["ALL_KINDS", "COUNTS", "COUNT_TABLES", "KINDS", "Doc", "Job", "Kind", "Settings", "available_kinds",
-           "kind_names", "resolve_kinds"]
+__all__ = ["ALL_KINDS", "COUNTS", "COUNT_TABLES", "KINDS", "Doc", "Job", "Kind", "Settings", "kind_names",
+           "resolve_kinds"]

@@ -50,8 +50,7 @@ def _agreement_settings(s: Settings) -> dict:
             "layer_range": None if s.layer_range is None else list(s.layer_range)}
 
 
-KIND = Kind("agreement", ("views.agreement", "views.similarity"), ("attention", "attribution", "head-importance"),
-            _agreement_settings, _agreement)
+KIND = Kind("agreement", ("attention", "attribution", "head-importance"), _agreement_settings, _agreement)
 
 
 class AgreementQueries:

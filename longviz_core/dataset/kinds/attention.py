@@ -13,8 +13,7 @@ from .job import Doc, Job, Kind
 from .settings import mask_rule
 
 # The token counts the attention kind stores: the Token counts page's dataset scope shows them at these settings,
-# grouped by each of `groups` (table "counts" by token type, "word_counts" by word). A store whose manifest names no
-# groups (made before the counts by word) holds the counts by type only.
+# grouped by each of `groups` (table "counts" by token type, "word_counts" by word).
 COUNTS = {"k": 10, "rule": "paper", "groups": ("type", "word"), "layers": "all", "heads": "all"}
 COUNT_TABLES = {"type": "counts", "word": "word_counts"}  # the table of each group (AttentionQueries._counts)
 
@@ -61,7 +60,7 @@ def _counts(analysis) -> dict[str, pd.DataFrame]:
             for group, tables in parts.items()}
 
 
-KIND = Kind("attention", ("model.analysis", "views.pooling", "views.counts"), (),
+KIND = Kind("attention", (),
             lambda s: {"grid": s.grid, "pooling": "relative", "counts": {**COUNTS, "groups": list(COUNTS["groups"])},
                       "mask_rule": mask_rule()},
             _attention)
@@ -89,8 +88,7 @@ class AttentionQueries:
         return self._counts("type", direction, masked)
 
     def word_counts(self, direction: str = "attended", masked: bool = False) -> pd.DataFrame:
-        """As `type_counts`, by word (views.counts' "By word"): columns word, count, documents. Stores made before
-        the counts by word hold none (StoreError)."""
+        """As `type_counts`, by word (views.counts' "By word"): columns word, count, documents."""
         return self._counts("word", direction, masked)
 
     def _counts(self, group: str, direction: str, masked: bool) -> pd.DataFrame:
@@ -98,12 +96,6 @@ class AttentionQueries:
 
         if direction not in DIRECTIONS:
             raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
-        counts = (self.settings("attention") or {}).get("counts")
-        # a store made before the counts by word names no groups: it holds the counts by type alone
-        if counts is None or group not in counts.get("groups", ("type",)):
-            held = "no token counts" if counts is None else "no token counts by word"
-            raise StoreError(f"The attention results in {self.root} hold {held} (made by an earlier version); "
-                             "precompute them again into a new store.")
         if self.count("attention") == 0:
             raise StoreError("The store has no attention results.")
         t = table_name("attention", COUNT_TABLES[group])

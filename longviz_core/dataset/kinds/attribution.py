@@ -38,8 +38,7 @@ def attribution_settings(s: Settings) -> dict:
             "scores": SCORE_SCALE, "mask_rule": mask_rule()}
 
 
-KIND = Kind("attribution", ("attribution.ig", "views.masking", "views.attribution_tables"), ("attention",),
-            attribution_settings, _attribution)
+KIND = Kind("attribution", ("attention",), attribution_settings, _attribution)
 
 
 class AttributionQueries:

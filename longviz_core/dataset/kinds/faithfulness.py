@@ -36,8 +36,7 @@ def _faithfulness_settings(s: Settings) -> dict:
             "scaled": bool(s.faithfulness_scaled)}
 
 
-KIND = Kind("faithfulness", ("views.faithfulness",), ("attention", "attribution"), _faithfulness_settings,
-            _faithfulness)
+KIND = Kind("faithfulness", ("attention", "attribution"), _faithfulness_settings, _faithfulness)
 
 
 class FaithfulnessQueries:
@@ -52,11 +51,7 @@ class FaithfulnessQueries:
         rows = self.table("faithfulness", "rows")
         if rows.empty:
             raise StoreError("The store has no faithfulness results.")
-        settings = self.settings("faithfulness") or {}
-        if "seeds" not in settings:
-            raise StoreError(f"The faithfulness results in {self.root} were made by an earlier version (one random "
-                             "seed, a grid search for flips that could miss the first one); precompute them again.")
-        ks = tuple(settings["ks"])
+        ks = tuple(self.settings("faithfulness")["ks"])
         docs = self.documents()
         labels = dict(zip(docs["doc_id"], docs["label"])) if not docs.empty else {}
         per_doc = with_doc(rows)

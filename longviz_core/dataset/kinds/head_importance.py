@@ -38,8 +38,7 @@ def _importance_settings(s: Settings) -> dict:
             "normalise": DEFAULT_NORMALISATION[method]}
 
 
-KIND = Kind("head-importance", ("views.importance",), (), _importance_settings, _head_importance,
-            dataset_level=True)
+KIND = Kind("head-importance", (), _importance_settings, _head_importance, dataset_level=True)
 
 
 class HeadImportanceQueries:

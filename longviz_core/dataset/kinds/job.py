@@ -63,7 +63,6 @@ class Job:
 @dataclass(frozen=True)
 class Kind:
     name: str
-    modules: tuple  # modules of longviz_core this kind needs (an older installation may lack one)
     needs: tuple  # kinds that must be stored first
     settings: Callable[[Settings], dict]  # what the manifest records for this kind
     compute: Callable  # (job, doc) -> Record; dataset level: (job, progress) -> Record

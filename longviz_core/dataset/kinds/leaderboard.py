@@ -59,8 +59,7 @@ def _leaderboard_settings(s: Settings) -> dict:
             "options": options}
 
 
-KIND = Kind("leaderboard", ("dataset.leaderboard", "attribution.explainers", "views.faithfulness"), (),
-            _leaderboard_settings, _leaderboard)
+KIND = Kind("leaderboard", (), _leaderboard_settings, _leaderboard)
 
 
 class LeaderboardQueries:

@@ -24,8 +24,11 @@ def read_manifest(root) -> dict | None:
         recorded = manifest.pop(_CHECKSUM, None) if isinstance(manifest, dict) else None
         if not isinstance(manifest, dict):
             raise ValueError("not a JSON object")
-        if recorded is not None and recorded != _manifest_checksum(manifest):
-            raise ValueError("its checksum differs from the one recorded when it was written")
+        if recorded != _manifest_checksum(manifest):
+            raise ValueError("its checksum is missing or differs from the one recorded when it was written")
+        if manifest.get("format") != FORMAT:
+            raise ManifestMismatchError(f"{root} is a store of format {manifest.get('format')}; this longviz reads "
+                                        f"format {FORMAT}. Precompute into a new --out directory.")
         return manifest
     except FileNotFoundError:
         return None
@@ -74,8 +77,6 @@ def open_manifest(root, manifest: dict, allow_version_change: bool = False) -> d
         if old is None:
             merged = dict(manifest, format=FORMAT)
         else:
-            if old.get("format") != FORMAT:
-                raise ManifestMismatchError(f"{root} is a store of format {old.get('format')}, this is {FORMAT}.")
             problems = manifest_conflicts(old, manifest, allow_version_change)
             if problems:
                 raise ManifestMismatchError(

@@ -16,7 +16,7 @@ import pandas as pd
 from ..._disk import bytes_digest
 from ...errors import CacheCorruptError, StoreError
 
-FORMAT = 1
+FORMAT = 2  # 2: manifests sealed by their checksum, token counts by type and by word, exact flip scans
 DOCS, DATASET, INDEX, TMP = "docs", "dataset", "index", "tmp"
 META = "meta.json"
 _CHECKSUM = "checksum"  # the manifest's own BLAKE2b, over its other keys
