@@ -3,8 +3,9 @@
 - `deletion_curves_chart`: AOPC / LOdds / probability against the share of tokens removed, one line per ranking
   with the random ranking's mean +-1 sd band over its seeds (one document), or mean lines with a +-1 std band
   over documents (dataset).
-- `flip_chart`: the fraction of tokens removed at the first decision flip, per ranking (seed 004 Fig. 5 style:
-  one dot per random seed or per document), the mean +-1 sd, and "no flip" counts in the row labels.
+- `flip_chart`: the fraction of tokens removed at the first decision flip, per ranking (in the style of Serrano &
+  Smith 2019, Fig. 5: one dot per random seed or per document), the mean +-1 sd, and "no flip" counts in the row
+  labels.
 - `head_agreement_heatmap`: layers x heads grid of a per-head agreement metric, the tooltip showing the
   cell's printed value.
 - `table1` / `table2`: the agreement table with the paper's columns and readable labels.

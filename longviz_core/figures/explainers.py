@@ -4,7 +4,7 @@
 - `agreement_heatmap`: explainers x explainers Kendall tau / RBO of their token rankings.
 - `scores_table`: every explainer's score per token, for the CSV export.
 - `explainer_header_html`: the overlay header naming the explainer, the class explained and the prediction.
-The deletion curves (seed 003 Fig. 3) and the first-flip chart reuse figures.agreement's deletion_curves_chart
+The deletion curves (Song et al. 2024 Fig. 3) and the first-flip chart reuse figures.agreement's deletion_curves_chart
 and flip_chart with leaderboard.curves() / leaderboard.flips().
 """
 from __future__ import annotations
