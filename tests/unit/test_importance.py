@@ -52,7 +52,7 @@ def labelled():
 
 def _inputs(model, text):
     inputs = encode(model.tokenizer, text, MAX_TOKENS, position_offset=model.position_offset).torch_inputs()
-    if not model.is_longformer:
+    if model.family.name != "longformer":
         inputs.pop("global_attention_mask")
     return inputs
 
@@ -65,7 +65,7 @@ def _t3vis_oracle(model, data) -> np.ndarray:
     for text, label in zip(data["text"], data["label"]):
         logits = net(**_inputs(model, text)).logits
         torch.nn.functional.cross_entropy(logits, torch.tensor([int(label)])).backward()
-    layers = net.longformer.encoder.layer if model.is_longformer else net.bert.encoder.layer
+    layers = net.longformer.encoder.layer if model.family.name == "longformer" else net.bert.encoder.layer
     H = model.num_heads
     out = np.zeros((model.num_layers, H))
     for i, layer in enumerate(layers):
@@ -140,7 +140,7 @@ def test_michel_matches_finite_differences(which, models64, labelled):
     # Truncation: D(h) = f' + c h^2 + O(h^4); Richardson's (4 D(h) - D(2h)) / 3 = f' + O(h^4), rounded to within
     # (4 r / h + r / 2h) / 3 = 1.5 r / h, and |D(2h) - D(h)| / 3 = |c| h^2 (+ noise) bounds its truncation error
     # many times over. h = u^(1/3) balances the two terms for a third derivative of order 1.
-    u = np.finfo(np.float32 if model.is_longformer else np.float64).eps
+    u = np.finfo(np.float32 if model.family.name == "longformer" else np.float64).eps
     step = float(u ** (1 / 3))
     _, sizes = _losses(model, labelled, torch.ones(L, H, dtype=torch.float64), scale=True)
     rounding = 1.5 * 10 * u * sizes / step
