@@ -313,10 +313,18 @@ class BigBirdFamily(Family):
 
 def _set_mode(base, mode: str) -> None:
     """BigBirdModel.set_attention_type: new attention modules that take over the existing query/key/value layers.
-    Built on the meta device, their own throw-away layers cost no memory and draw nothing from torch's RNG."""
-    if base.attention_type != mode:
-        with torch.device("meta"):
-            base.set_attention_type(mode)
+    Built on the meta device, their own throw-away layers cost no memory and draw nothing from torch's RNG.
+    transformers installs the hooks that collect `output_attentions` once, on the modules of the model's first
+    forward; the new modules get theirs here (without them the model returns no attentions, silently)."""
+    if base.attention_type == mode:
+        return
+    with torch.device("meta"):
+        base.set_attention_type(mode)
+    if getattr(base, "_output_capturing_hooks_installed", False):
+        from transformers.utils.output_capturing import install_output_capuring_hook
+
+        for layer in base.encoder.layer:
+            install_output_capuring_hook(layer.attention.self, "attentions", 1)
 
 
 _FAMILIES = {"longformer": LongformerFamily, "modernbert": SlidingFamily, "ultrabert": SlidingFamily,
