@@ -93,5 +93,5 @@ else:
         text = lambda a, b: "".join(map(readable_token, analysis.tokens[a:b]))  # noqa: E731
         st.text(f"queries: {text(q0, q1)}\nkeys:    {text(k0, k1)}")
     else:
-        band = model.family.attention_patterns(analysis.n)[layer].describe()
-        st.caption(f"Click a cell to see which tokens it covers. Layer {layer + 1}: {band}")
+        band = model.family.attention_patterns(analysis.n)[layer].describe(layer)
+        st.caption(f"Click a cell to see which tokens it covers. {band}")

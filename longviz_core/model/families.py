@@ -44,16 +44,16 @@ class LayerPattern:
     radius: int  # one-sided window w of the banded kinds (|i - j| <= w); 0 otherwise
     keys: int  # keys one query scores: what its attention costs in memory
 
-    def describe(self) -> str:
-        """One sentence for a figure's caption."""
-        if self.kind == BANDED_GLOBAL:
-            return (f"the diagonal band is its sliding window (±{self.radius} tokens); the first row and column are "
-                    "the global <s> token.")
-        if self.kind == BANDED:
-            return f"the diagonal band is its sliding window (±{self.radius} tokens)."
+    def describe(self, layer: int) -> str:
+        """One sentence for a figure's caption about layer `layer` (0-based; shown 1-based)."""
+        if self.kind in (BANDED_GLOBAL, BANDED):
+            text = f"The diagonal band is layer {layer + 1}'s sliding window (±{self.radius} tokens)"
+            return text + ("; the first row and column are the global <s> token." if self.kind == BANDED_GLOBAL
+                           else ".")
         if self.kind == BLOCK_SPARSE:
-            return "it attends in blocks (global first and last blocks, a sliding window of blocks, random blocks)."
-        return "it attends over the whole document (no sliding window)."
+            return (f"Layer {layer + 1} attends in blocks: the first and last blocks globally, a sliding window of "
+                    "blocks and random blocks.")
+        return f"Layer {layer + 1} attends over the whole document (no sliding window)."
 
 
 @dataclass(frozen=True)

@@ -232,3 +232,24 @@ def test_hooks_removed_and_model_untouched_on_every_family(models):
             assert count() == before, (m.family.name, method)
         assert all(p.grad is None for p in net.parameters()) and not net.training
     assert math.isfinite(lv.estimate_ig_seconds(models["modernbert"], 40, 8))
+
+
+# ------------------------------------------------------------------------------------------ the pages
+@pytest.mark.parametrize("name", ["modernbert", "bigbird"])
+def test_every_page_opens_on_the_family(dirs, name, tmp_path):
+    """Every page with its defaults on a tiny checkpoint of the family (BigBird at 128 tokens: full attention)."""
+    import pandas as pd
+    from streamlit.testing.v1 import AppTest
+
+    from pages._ui.common import K
+    from support.apps import APP, ROOT
+
+    csv = tmp_path / "data.csv"
+    pd.DataFrame({"text": [text_of(37), text_of(90), text_of(12)], "label": [0, 1, 1]}).to_csv(csv, index=False)
+    at = AppTest.from_file(str(APP), default_timeout=300)
+    for key, value in {K.MODEL: str(dirs[name]), K.DATASET_KIND: "file path", K.DATASET_PATH: str(csv),
+                       K.DOC_MODE: "by index", K.MAX_TOKENS: 128}.items():
+        at.session_state[key] = value
+    for page in sorted(p.stem for p in (ROOT / "pages").glob("*.py") if not p.stem.startswith("_")):
+        at.switch_page(f"pages/{page}.py").run()
+        assert not at.exception and not at.error, (page, [e.value for e in (*at.exception, *at.error)])
