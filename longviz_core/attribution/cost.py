@@ -19,7 +19,7 @@ import torch
 
 from .._disk import digest, sealed, unsealed, write_cache
 from ..errors import AttributionError
-from ..model.encoding import Encoded
+from ..model.encoding import Encoded, special_ids
 from ..model.loading import LoadedModel
 from ..progress import Progress, report
 from ..runtime import COMPUTE
@@ -240,7 +240,8 @@ def _synthetic(model, n: int) -> Encoded:
     """A document of n tokens for timing (speed does not depend on which tokens)."""
     tok = model.tokenizer
     filler = next(i for i in range(len(tok)) if i not in set(tok.all_special_ids))
-    ids = np.asarray([tok.cls_token_id] + [filler] * (n - 2) + [tok.sep_token_id], dtype=np.int64)
+    cls_id, sep_id, _ = special_ids(tok)
+    ids = np.asarray([cls_id] + [filler] * (n - 2) + [sep_id], dtype=np.int64)
     off = model.position_offset
     gm = np.zeros(n, dtype=np.int64)
     gm[0] = 1

@@ -7,7 +7,7 @@ per token of the analysis (<s> and </s> included), the class explained, the wall
 Definitions, with their sources, are in docs/methods.md#explainers. With z_t the target's logit, p_t its softmax
 probability, e_i the embeddings-layer output of token i, h^l the input of layer l (h^0 = e), A_{l,h} head h's
 attention in layer l (rows = queries), Ā_l = mean_h A_{l,h}, L layers, cls = position 0 (the token the
-classifier reads):
+classifier reads; under a family's mean pooling, e_cls below is the vector 1/n, Family.readout):
 
     ig             Integrated Gradients (attribution.ig), L2-normalised, sign kept
     grad_x_input   Σ_d e_{i,d} · ∂z_t/∂e_{i,d}
@@ -29,8 +29,9 @@ zeroes the global tokens' rows of the returned local probabilities in place afte
 global probabilities as a view, so the tensors it returns are not the ones the context was computed from (their
 .grad stays empty). A forward hook on each self-attention module therefore registers a hook on the autograd node
 that produced each returned tensor before that in-place write or view: its incoming gradient is d objective /
-d probabilities. Full-attention encoders (BERT, RoBERTa) return the very tensor they multiply with the values, so
-a tensor hook does. Every hook is removed in `finally`. The returned probabilities are swapped for empty tensors
+d probabilities. The other families (BERT, RoBERTa, ModernBERT, BigBird at full attention) return the very tensor
+they multiply with the values, so a tensor hook does. Modules, layers and the embeddings come from the model's
+family (model.families). Every hook is removed in `finally`. The returned probabilities are swapped for empty tensors
 in the forward hook: autograd keeps what the backward needs, and the model's output tuple would otherwise hold a
 second copy of every layer's band until the pass ends; the values multiplied with the gradients are the
 analysis's own bands (same model, same inputs).

@@ -121,7 +121,7 @@ class Family:
         if ids is None:
             ids = one["input_ids"]
         ids = torch.as_tensor(ids, dtype=torch.long, device=device)
-        rep = lambda t: t.expand(ids.shape[0], -1)  # noqa: E731  (B, n)
+        rep = lambda t: t.repeat(ids.shape[0], 1)  # noqa: E731  (B, n)
         return self.kwargs(ids, rep(one["attention_mask"]), rep(one["position_ids"]),
                            rep(one["global_attention_mask"]))
 

@@ -28,7 +28,7 @@ from ..errors import (
 )
 from ..progress import Progress, report
 from ..runtime import default_device
-from .encoding import Encoded
+from .encoding import Encoded, special_ids
 from .families import Family, family_of
 
 DEMO = "demo"
@@ -230,7 +230,8 @@ def _check_attention_output(loaded: LoadedModel) -> None:
     """A probe of three tokens (<s> </s> </s>) must return attention weights. It runs in the family's running
     context, so it leaves the model as it found it (BigBird would otherwise stay in full attention for good)."""
     tok = loaded.tokenizer
-    ids = np.asarray([tok.cls_token_id, tok.sep_token_id, tok.sep_token_id], dtype=np.int64)
+    cls_id, sep_id, _ = special_ids(tok)
+    ids = np.asarray([cls_id, sep_id, sep_id], dtype=np.int64)
     off = loaded.position_offset
     probe = Encoded(input_ids=ids, baseline_ids=ids, position_ids=np.arange(off, off + 3, dtype=np.int64),
                     global_mask=np.asarray([1, 0, 0], dtype=np.int64), tokens=["", "", ""],
