@@ -189,6 +189,16 @@ def test_ig_matches_captum_run_as_the_notebook_runs_it(models, dirs, name, words
     np.testing.assert_array_less(np.abs(ours.raw - ref_raw), tol + 1e-300)
 
 
+def test_one_word_documents(models, tmp_path):
+    """<s> word </s> on every family: one attended-to text token, IG puts all of F(x) - F(x') on it."""
+    for m in models.values():
+        a = lv.analyze(m, "model", 64)
+        assert a.n == 3 and a.attention.n == 3
+        attr = integrated_gradients(m, a, n_steps=32, cache_dir=tmp_path)
+        assert attr.raw[0] == attr.raw[2] == 0.0
+        assert abs(attr.raw[1] - attr.expected) <= abs(attr.delta) + 1e-6
+
+
 # ------------------------------------------------------------------------------------------ pooling in explainers
 def _dense_rollout(mats, start):
     n = mats[0].shape[0]
