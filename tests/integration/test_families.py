@@ -20,7 +20,7 @@ from tiny import make_tiny_bert, make_tiny_bigbird, make_tiny_modernbert, text_o
 
 pytestmark = pytest.mark.filterwarnings("ignore::longviz_core.attribution.ConvergenceWarning")
 EPS32 = float(np.finfo(np.float32).eps)
-SHORT, LONG = 37, 250  # words: 39 tokens (full attention everywhere), 252 tokens (BigBird block-sparse)
+SHORT, LONG = 37, 190  # words: 39 tokens (full attention everywhere), 192 tokens (BigBird block-sparse)
 
 
 @pytest.fixture(scope="module")
