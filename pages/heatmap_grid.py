@@ -93,7 +93,5 @@ else:
         text = lambda a, b: "".join(map(readable_token, analysis.tokens[a:b]))  # noqa: E731
         st.text(f"queries: {text(q0, q1)}\nkeys:    {text(k0, k1)}")
     else:
-        band = (f"The diagonal band is layer {layer + 1}'s sliding window (±{model.attention_windows[layer]} "
-                "tokens); the first row and column are the global <s> token." if model.is_longformer
-                else "The model attends over the whole document (no sliding window).")
+        band = model.family.attention_patterns(analysis.n)[layer].describe(layer)
         st.caption(f"Click a cell to see which tokens it covers. {band}")

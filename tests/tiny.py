@@ -46,7 +46,7 @@ def make_tiny_longformer(path: Path, layers=2, heads=2, hidden=32, window=8, lab
     return path
 
 
-def make_tiny_bert(path: Path, layers=2, heads=2, hidden=32, labels=2, seed=0) -> Path:
+def make_tiny_bert(path: Path, layers=2, heads=2, hidden=32, labels=2, initializer_range=0.02, seed=0) -> Path:
     from transformers import (
         BertConfig,
         BertForSequenceClassification,
@@ -62,10 +62,55 @@ def make_tiny_bert(path: Path, layers=2, heads=2, hidden=32, labels=2, seed=0) -
     config = BertConfig(
         vocab_size=len(vocab), hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
         intermediate_size=hidden * 2, max_position_embeddings=64, num_labels=labels,
-        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+        initializer_range=initializer_range, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
         id2label={i: f"class_{i}" for i in range(labels)}, label2id={f"class_{i}": i for i in range(labels)},
     )
     BertForSequenceClassification(config).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+def _labels(labels):
+    return {"num_labels": labels, "id2label": {i: f"class_{i}" for i in range(labels)},
+            "label2id": {f"class_{i}": i for i in range(labels)}}
+
+
+def make_tiny_modernbert(path: Path, layers=4, heads=4, hidden=32, local_attention=16, global_every=3,
+                         pooling="cls", labels=2, initializer_range=0.5, max_positions=8192, seed=0) -> Path:
+    """ModernBERT with sliding radius local_attention // 2 (8) and full layers 0 and 3 (global_every=3); the BPE
+    tokenizer's <s>, </s>, <pad> serve as its [CLS], [SEP], [PAD]."""
+    from transformers import ModernBertConfig, ModernBertForSequenceClassification
+
+    path = Path(path)
+    tok = _bpe_tokenizer(path)
+    torch.manual_seed(seed)
+    config = ModernBertConfig(
+        vocab_size=len(tok), hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+        intermediate_size=hidden * 2, local_attention=local_attention, global_attn_every_n_layers=global_every,
+        max_position_embeddings=max_positions, pad_token_id=1, bos_token_id=0, eos_token_id=2, cls_token_id=0,
+        sep_token_id=2, classifier_pooling=pooling, initializer_range=initializer_range, **_labels(labels),
+    )
+    ModernBertForSequenceClassification(config).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+def make_tiny_bigbird(path: Path, layers=2, heads=2, hidden=32, block_size=16, random_blocks=3, labels=2,
+                      attention_type="block_sparse", initializer_range=0.3, max_positions=1024, seed=0) -> Path:
+    """BigBird with blocks of 16 tokens: block-sparse above (5 + 2 * 3) * 16 = 176 tokens, full attention below."""
+    from transformers import BigBirdConfig, BigBirdForSequenceClassification
+
+    path = Path(path)
+    tok = _bpe_tokenizer(path)
+    torch.manual_seed(seed)
+    config = BigBirdConfig(
+        vocab_size=len(tok), hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+        intermediate_size=hidden * 2, max_position_embeddings=max_positions, pad_token_id=1, bos_token_id=0,
+        eos_token_id=2, sep_token_id=2, attention_type=attention_type, block_size=block_size,
+        num_random_blocks=random_blocks, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+        initializer_range=initializer_range, **_labels(labels),
+    )
+    BigBirdForSequenceClassification(config).save_pretrained(path)
     tok.save_pretrained(path)
     return path
 

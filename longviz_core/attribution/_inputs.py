@@ -11,6 +11,7 @@ import torch
 from .. import _disk
 from ..errors import AttributionError
 from ..model.encoding import Encoded
+from ..model.families import FamilyLayoutError
 
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -21,16 +22,16 @@ def cache_folder(cache_dir=None) -> Path:
 
 
 def padded_length(model, n: int) -> int:
-    """The length the model runs at: transformers pads a Longformer input to a multiple of the largest full
-    window, max(config.attention_window) = 2 * model.attention_window, whatever the other layers' windows."""
-    w2 = 2 * model.attention_window if model.is_longformer and model.attention_window else 1
-    return -(-int(n) // w2) * w2
+    """The length the model runs at (Family.padded_length): Longformer pads to a multiple of its largest full
+    window, block-sparse BigBird to a multiple of its block size."""
+    return model.family.padded_length(n)
 
 
 def padded_tensors(model, enc: Encoded):
-    """(additional forward args, input ids, baseline ids), each (1, n_padded): Longformer inputs padded to a
-    multiple of its window as the model itself would (pad token, pad position id, attention mask 0), so
-    captum's embeddings and the model's agree in length; the padding rows are equal in x and x'."""
+    """(additional forward args, input ids, baseline ids), each (1, n_padded): inputs padded as the model itself
+    would pad them (pad token, pad position id, attention mask 0), so captum's embeddings and the model's agree in
+    length; the padding rows are equal in x and x'. The args are (attention mask, position ids[, global mask]):
+    Family.kwargs takes them in that order."""
     tok = model.tokenizer
     extra = padded_length(model, enc.n) - enc.n
     pad_id = int(tok.pad_token_id)
@@ -41,19 +42,18 @@ def padded_tensors(model, enc: Encoded):
 
     position_pad = pad_id if model.position_offset else 0
     args = [t(np.ones(enc.n), 0), t(enc.position_ids, position_pad)]
-    if model.is_longformer:
+    if model.family.global_tokens:
         args.append(t(enc.global_mask, 0))
     return tuple(args), t(enc.input_ids, pad_id), t(enc.baseline_ids, pad_id)
 
 
-def embeddings_layer(net):
-    """The module IG attributes to: the whole embeddings layer of the encoder."""
-    layer = getattr(getattr(net, "base_model", net), "embeddings", None)
-    if layer is None:
-        raise AttributionError(f"{type(net).__name__} has no `embeddings` module: Integrated Gradients attributes "
-                               "to the encoder's embeddings layer, so use a BERT-, RoBERTa- or Longformer-style "
-                               "classifier.")
-    return layer
+def embeddings_layer(model):
+    """The module IG attributes to (Family.embeddings): the whole embeddings layer where it holds the position
+    table, the token table for RoPE families."""
+    try:
+        return model.family.embeddings(model.model)
+    except FamilyLayoutError as exc:
+        raise AttributionError(f"{exc} Integrated Gradients attributes to the encoder's embeddings.") from exc
 
 
 def autocast(device, precision):

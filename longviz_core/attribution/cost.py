@@ -19,7 +19,7 @@ import torch
 
 from .._disk import digest, read_sealed, write_sealed
 from ..errors import AttributionError
-from ..model.encoding import Encoded
+from ..model.encoding import Encoded, special_ids
 from ..model.loading import LoadedModel
 from ..progress import Progress, report
 from ..runtime import COMPUTE
@@ -61,7 +61,7 @@ def internal_batch_size_for(model: LoadedModel, n_tokens: int, n_steps: int, pre
         bytes = n * b * (L (12 d + 2 f) + 3 A sum_l (2 w_l + 2))
     i.e. about a dozen (n, d) tensors per layer (q, k, v, context, projections, layer norms, residuals),
     two (n, f) for the feed-forward, and three copies of the banded scores (scores, softmax, dropout).
-    A full-attention encoder has 2 w_l + 2 replaced by n. Checked against the peak resident memory on CPU at
+    Other layers have 2 w_l + 2 replaced by the keys each query scores (model.families.LayerPattern.keys). Checked against the peak resident memory on CPU at
     longformer-base dimensions, 1,024 tokens: 141 MB per layer per additional step measured, 139 MB predicted."""
     per_step = _bytes_per_step(model, n_tokens, precision)
     fit = int(_MEMORY_FRACTION * _free_memory_bytes(model.device) // per_step)
@@ -131,15 +131,12 @@ class Passes(NamedTuple):
 def time_passes(model, enc: Encoded, precision: str, target: int = 0) -> Passes:
     """One forward (no gradients) and one forward+backward as an IG step does it: gradients of p_target with
     respect to the embeddings output only (no parameter gradients)."""
-    net = model.model
     args, input_ids, _ = padded_tensors(model, enc)
-    kwargs = {"input_ids": input_ids, "attention_mask": args[0], "position_ids": args[1]}
-    if model.is_longformer:
-        kwargs["global_attention_mask"] = args[2]
+    kwargs = model.family.kwargs(input_ids, *args)
     context = autocast(model.device, precision)
     w0, c0 = time.perf_counter(), time.process_time()
     with torch.no_grad(), context:
-        net(**kwargs)
+        model(**kwargs)
     w1, c1 = time.perf_counter(), time.process_time()
     held = []
 
@@ -148,10 +145,10 @@ def time_passes(model, enc: Encoded, precision: str, target: int = 0) -> Passes:
         held.append(leaf)
         return leaf
 
-    hook = embeddings_layer(net).register_forward_hook(swap)
+    hook = embeddings_layer(model).register_forward_hook(swap)
     try:
         with context:
-            logits = net(**kwargs).logits
+            logits = model(**kwargs).logits
         prob = torch.softmax(logits.float(), dim=-1)[0, target]
         torch.autograd.grad(prob, held[0])
         if model.device.type == "cuda":
@@ -170,8 +167,8 @@ def _bytes_per_step(model, n_tokens, precision) -> float:
     f = int(getattr(cfg, "intermediate_size", 4 * d))
     heads = int(cfg.num_attention_heads)
     layers = int(cfg.num_hidden_layers)
-    # each layer's scores are as wide as its own window (Longformer's windows may differ by layer)
-    bands = sum(2 * w + 2 for w in model.attention_windows) if model.is_longformer else layers * n
+    # each layer's scores are as wide as the keys its queries score (Longformer's windows may differ by layer)
+    bands = sum(p.keys for p in model.family.attention_patterns(n))
     b = 4 if PRECISIONS[precision] is None else 2
     return float(n * b * (layers * (12 * d + 2 * f) + 3 * heads * bands))
 
@@ -245,7 +242,8 @@ def _synthetic(model, n: int) -> Encoded:
     """A document of n tokens for timing (speed does not depend on which tokens)."""
     tok = model.tokenizer
     filler = next(i for i in range(len(tok)) if i not in set(tok.all_special_ids))
-    ids = np.asarray([tok.cls_token_id] + [filler] * (n - 2) + [tok.sep_token_id], dtype=np.int64)
+    cls_id, sep_id, _ = special_ids(tok)
+    ids = np.asarray([cls_id] + [filler] * (n - 2) + [sep_id], dtype=np.int64)
     off = model.position_offset
     gm = np.zeros(n, dtype=np.int64)
     gm[0] = 1

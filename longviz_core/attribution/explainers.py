@@ -7,7 +7,7 @@ per token of the analysis (<s> and </s> included), the class explained, the wall
 Definitions, with their sources, are in docs/methods.md#explainers. With z_t the target's logit, p_t its softmax
 probability, e_i the embeddings-layer output of token i, h^l the input of layer l (h^0 = e), A_{l,h} head h's
 attention in layer l (rows = queries), Ā_l = mean_h A_{l,h}, L layers, cls = position 0 (the token the
-classifier reads):
+classifier reads; under a family's mean pooling, e_cls below is the vector 1/n, Family.readout):
 
     ig             Integrated Gradients (attribution.ig), L2-normalised, sign kept
     grad_x_input   Σ_d e_{i,d} · ∂z_t/∂e_{i,d}
@@ -29,8 +29,9 @@ zeroes the global tokens' rows of the returned local probabilities in place afte
 global probabilities as a view, so the tensors it returns are not the ones the context was computed from (their
 .grad stays empty). A forward hook on each self-attention module therefore registers a hook on the autograd node
 that produced each returned tensor before that in-place write or view: its incoming gradient is d objective /
-d probabilities. Full-attention encoders (BERT, RoBERTa) return the very tensor they multiply with the values, so
-a tensor hook does. Every hook is removed in `finally`. The returned probabilities are swapped for empty tensors
+d probabilities. The other families (BERT, RoBERTa, ModernBERT, BigBird at full attention) return the very tensor
+they multiply with the values, so a tensor hook does. Modules, layers and the embeddings come from the model's
+family (model.families). Every hook is removed in `finally`. The returned probabilities are swapped for empty tensors
 in the forward hook: autograd keeps what the backward needs, and the model's output tuple would otherwise hold a
 second copy of every layer's band until the pass ends; the values multiplied with the gradients are the
 analysis's own bands (same model, same inputs).
@@ -137,17 +138,21 @@ def row_sums(m: AttentionBands) -> np.ndarray:
     return sums
 
 
-def cls_rollout(matrices: Sequence[AttentionBands], kind: str, cls: int = CLS) -> np.ndarray:
+def cls_rollout(matrices: Sequence[AttentionBands], kind: str, cls: int = CLS, readout=None) -> np.ndarray:
     """The cls row of a rolled-out product over layers 1..L (`matrices[l]` = layer l's one-head matrix):
 
     kind="rollout": e_cls^T Ã_L ⋯ Ã_1 with Ã_l = D_l^{-1} ½ (M_l + I), D_l its row sums (Abnar & Zuidema 2020);
     kind="gae":     e_cls^T (I + M_L) ⋯ (I + M_1)                      (Chefer et al. 2021, R <- R + M_l R from I).
-    Computed right to left as a vector: v = e_cls, then v <- v^T (...) for l = L .. 1."""
+    Computed right to left as a vector: v = e_cls, then v <- v^T (...) for l = L .. 1. `readout` (n,) replaces
+    e_cls by the rows the classifier reads (Family.readout: 1/n everywhere for mean pooling)."""
     if kind not in ("rollout", "gae"):
         raise ExplainerError(f"kind must be 'rollout' or 'gae', got {kind!r}")
     n = matrices[0].n
-    v = np.zeros(n, dtype=np.float64)
-    v[cls] = 1.0
+    if readout is None:
+        v = np.zeros(n, dtype=np.float64)
+        v[cls] = 1.0
+    else:
+        v = np.asarray(readout, dtype=np.float64).copy()
     for m in reversed(matrices):
         if kind == "rollout":
             u = v / (0.5 * (row_sums(m) + 1.0))  # v^T D^{-1}
@@ -158,11 +163,18 @@ def cls_rollout(matrices: Sequence[AttentionBands], kind: str, cls: int = CLS) -
 
 
 # ------------------------------------------------------------------------------------------ attention only
+def _read_row(model, bands: AttentionBands, layer: int) -> np.ndarray:
+    """Ā_l's row the classifier reads: the cls row, or under mean pooling the mean of all rows (n,) float64."""
+    if model.family.pooling == "cls":
+        return np.mean([bands.row(layer, h, CLS) for h in range(bands.num_heads)], axis=0, dtype=np.float64)
+    return vecmat(model.family.readout(bands.n), head_mean(bands, layer))
+
+
 def _raw_attention(model, analysis, target, row="cls"):
     bands = analysis.attention
     last = bands.num_layers - 1
     if row == "cls":
-        return np.mean([bands.row(last, h, CLS) for h in range(bands.num_heads)], axis=0, dtype=np.float64)
+        return _read_row(model, bands, last)
     if row == "received":
         return bands.received_per_head()[last].mean(axis=0, dtype=np.float64)
     raise ExplainerError(f"raw_attention's row must be 'cls' or 'received', got {row!r}")
@@ -170,7 +182,8 @@ def _raw_attention(model, analysis, target, row="cls"):
 
 def _rollout(model, analysis, target):
     bands = analysis.attention
-    return cls_rollout([head_mean(bands, l) for l in range(bands.num_layers)], "rollout")
+    return cls_rollout([head_mean(bands, l) for l in range(bands.num_layers)], "rollout",
+                       readout=model.family.readout(bands.n))
 
 
 def _random(model, analysis, target, seed=0):
@@ -187,21 +200,6 @@ def _random(model, analysis, target, seed=0):
 
 
 # ------------------------------------------------------------------------------------------ gradients
-def _encoder_layers(net):
-    layers = getattr(getattr(getattr(net, "base_model", net), "encoder", None), "layer", None)
-    if layers is None:
-        raise ExplainerError(f"{type(net).__name__} has no encoder.layer list: gradient explainers need a "
-                             "BERT-style encoder")
-    return layers
-
-
-def _embeddings(net):
-    layer = getattr(getattr(net, "base_model", net), "embeddings", None)
-    if layer is None:
-        raise ExplainerError(f"{type(net).__name__} has no embeddings module to take gradients at")
-    return layer
-
-
 def _producer(t: torch.Tensor):
     """The autograd node whose output `t` was before transformers' in-place zeroing (IndexPut) or view."""
     node = t.grad_fn
@@ -227,9 +225,10 @@ class _AttentionGrads:
     def attach(self) -> None:
         # Longformer returns probabilities only when every layer is asked to: each layer's forward hook drops
         # them from the output, the chosen layers' after hooking their gradient
-        for l, layer in enumerate(_encoder_layers(self.model.model)):
-            if l in self.layers or self.model.is_longformer:
-                self.handles.append(layer.attention.self.register_forward_hook(partial(self._forward, l)))
+        family = self.model.family
+        for l, module in enumerate(family.attention_modules(self.model.model)):
+            if l in self.layers or family.global_tokens:
+                self.handles.append(module.register_forward_hook(partial(self._forward, l)))
 
     def remove(self) -> None:
         for h in self.handles:
@@ -239,7 +238,7 @@ class _AttentionGrads:
     def _forward(self, layer, module, args, out):
         if len(out) < 2 or not torch.is_tensor(out[1]):
             raise ExplainerError(f"{type(module).__name__} returned no attention probabilities")
-        if not self.model.is_longformer:  # the returned weights are the tensor multiplied with the values
+        if not self.model.family.global_tokens:  # the returned weights are the tensor multiplied with the values
             self.handles.append(out[1].register_hook(partial(self._dense, layer)))
             return None
         local = out[1]  # (1, n_padded, H, g + 2 w_l + 1)
@@ -312,10 +311,9 @@ def _backward(model: LoadedModel, analysis: DocumentAnalysis, target: int, objec
     attention: layers whose attention gradient goes to `consume(layer, grads)` during the backward. The embeddings
     output is detached into a leaf, so no gradient reaches the parameters and their .grad stays untouched.
     Caller holds COMPUTE."""
-    net, n = model.model, analysis.n
+    net, n, family = model.model, analysis.n, model.family
     if net.training:
         raise ExplainerError("the shared model must stay in eval mode")
-    layers = _encoder_layers(net)
     wanted = sorted(set(int(l) for l in hidden))
     # the backward runs down to the earliest layer input needed: every chosen layer's attention lies above it
     floor = min([*wanted, *(int(l) for l in attention)], default=0)
@@ -330,27 +328,28 @@ def _backward(model: LoadedModel, analysis: DocumentAnalysis, target: int, objec
         captured[l] = args[0] if args else kwargs["hidden_states"]
 
     grads_hook = _AttentionGrads(model, analysis, attention, consume) if attention else None
-    inputs = analysis.encoded.torch_inputs(model.device)
-    if not model.is_longformer:
-        inputs.pop("global_attention_mask")
-    try:
-        handles.append(_embeddings(net).register_forward_hook(leaf))
-        for l in order:
-            handles.append(layers[l].register_forward_pre_hook(partial(keep, l), with_kwargs=True))
-        if grads_hook is not None:
-            grads_hook.attach()
-        with torch.enable_grad():
-            out = net(**inputs, output_attentions=bool(attention and model.is_longformer))
-            logits = out.logits[0].float()  # (classes,)
-            value = logits[target] if objective == "logit" else torch.softmax(logits, dim=-1)[target]
-            got = torch.autograd.grad(value, [captured[l] for l in order])
-        if grads_hook is not None:
-            grads_hook.check()
-    finally:
-        for h in handles:
-            h.remove()
-        if grads_hook is not None:
-            grads_hook.remove()
+    inputs = family.inputs(analysis.encoded, model.device)
+    # hooks go on inside the running context: BigBird may swap its attention modules for this length
+    with family.running(net, n):
+        try:
+            layers = family.layers(net)
+            handles.append(family.embeddings(net).register_forward_hook(leaf))
+            for l in order:
+                handles.append(layers[l].register_forward_pre_hook(partial(keep, l), with_kwargs=True))
+            if grads_hook is not None:
+                grads_hook.attach()
+            with torch.enable_grad():
+                out = net(**inputs, output_attentions=bool(attention and family.global_tokens))
+                logits = out.logits[0].float()  # (classes,)
+                value = logits[target] if objective == "logit" else torch.softmax(logits, dim=-1)[target]
+                got = torch.autograd.grad(value, [captured[l] for l in order])
+            if grads_hook is not None:
+                grads_hook.check()
+        finally:
+            for h in handles:
+                h.remove()
+            if grads_hook is not None:
+                grads_hook.remove()
     return {l: (captured[l].detach()[0, :n], g[0, :n]) for l, g in zip(order, got) if l in wanted}
 
 
@@ -374,8 +373,7 @@ def _attcat(model, analysis, target, attention="received"):
     if attention == "received":  # the authors' code: mean over heads and queries of the attention token i gets
         weights = bands.received_per_head().mean(axis=1, dtype=np.float64) / n  # (L, n)
     elif attention == "cls":
-        weights = np.stack([np.mean([bands.row(l, h, CLS) for h in range(bands.num_heads)], axis=0)
-                            for l in range(L)]).astype(np.float64)  # (L, n)
+        weights = np.stack([_read_row(model, bands, l) for l in range(L)])  # (L, n)
     else:
         raise ExplainerError(f"attcat's attention must be 'received' or 'cls', got {attention!r}")
     passes = _backward(model, analysis, target, "logit", hidden=range(L))
@@ -389,21 +387,25 @@ def _gae(model, analysis, target):
     products: dict[int, AttentionBands] = {}
 
     def consume(layer, grads: AttentionBands):
-        # Ḡ_l = mean_h (∇A ⊙ A)⁺, head by head so no (H, n, 2w+1) temporary beyond the gradient itself
-        def mean_pos(grad, att):  # (H, ...) x (H, ...) -> (1, 1, ...)
-            acc = np.zeros(grad.shape[1:], dtype=np.float64)
-            for h in range(grad.shape[0]):
-                acc += np.maximum(grad[h] * att[h], 0.0)
-            return (acc / grad.shape[0])[None, None]
-
-        sl = slice(layer, layer + 1)
-        products[layer] = AttentionBands(
-            mean_pos(grads.local[0], bands.local[sl][0]), mean_pos(grads.global_cols[0], bands.global_cols[sl][0]),
-            mean_pos(grads.global_rows[0], bands.global_rows[sl][0]), bands.global_idx, bands.window,
-            (bands.windows[layer],))
+        products[layer] = _head_mean_product(grads, bands, layer, positive=True)  # Ḡ_l = mean_h (∇A ⊙ A)⁺
 
     _backward(model, analysis, target, "logit", attention=range(L), consume=consume)
-    return cls_rollout([products[l] for l in range(L)], "gae")
+    return cls_rollout([products[l] for l in range(L)], "gae", readout=model.family.readout(bands.n))
+
+
+def _head_mean_product(grads: AttentionBands, bands: AttentionBands, layer: int, positive: bool) -> AttentionBands:
+    """mean_h (∇A_h ⊙ A_h) of one layer (its positive part if `positive`), as a one-head AttentionBands; head by
+    head, so no (H, n, 2w+1) temporary beyond the gradient itself."""
+    def mean(grad, att):  # (H, ...) x (H, ...) -> (1, 1, ...)
+        acc = np.zeros(grad.shape[1:], dtype=np.float64)
+        for h in range(grad.shape[0]):
+            acc += np.maximum(grad[h] * att[h], 0.0) if positive else grad[h] * att[h].astype(np.float64)
+        return (acc / grad.shape[0])[None, None]
+
+    sl = slice(layer, layer + 1)
+    return AttentionBands(mean(grads.local[0], bands.local[sl][0]), mean(grads.global_cols[0], bands.global_cols[sl][0]),
+                          mean(grads.global_rows[0], bands.global_rows[sl][0]), bands.global_idx, bands.window,
+                          (bands.windows[layer],))
 
 
 def _att_x_grad(model, analysis, target):
@@ -412,7 +414,11 @@ def _att_x_grad(model, analysis, target):
     rows: list[np.ndarray] = []
 
     def consume(layer, grads: AttentionBands):
-        rows.extend(bands.row(last, h, CLS).astype(np.float64) * grads.row(0, h, CLS) for h in range(bands.num_heads))
+        if model.family.pooling == "cls":
+            rows.extend(bands.row(last, h, CLS).astype(np.float64) * grads.row(0, h, CLS)
+                        for h in range(bands.num_heads))
+        else:  # mean pooling: every row is read, each with weight 1/n
+            rows.append(vecmat(model.family.readout(bands.n), _head_mean_product(grads, bands, last, positive=False)))
 
     _backward(model, analysis, target, "prob", attention=[last], consume=consume)
     return np.mean(rows, axis=0)

@@ -253,17 +253,14 @@ def _compute(model, enc: Encoded, target, n_steps, method, precision, batch_size
         grad = torch.is_grad_enabled()
         if grad:
             tracker.batch_starting(ids.shape[0])
-        kwargs = {"input_ids": ids, "attention_mask": attention_mask, "position_ids": position_ids}
-        if global_attention_mask is not None:
-            kwargs["global_attention_mask"] = global_attention_mask
         with context:
-            logits = net(**kwargs).logits
+            logits = model(**model.family.kwargs(ids, attention_mask, position_ids, global_attention_mask)).logits
         probs = torch.softmax(logits.float(), dim=-1)  # (batch, classes)
         if not grad:
             tracker.endpoint(ids, probs)
         return probs
 
-    lig = LayerIntegratedGradients(forward, embeddings_layer(net))
+    lig = LayerIntegratedGradients(forward, embeddings_layer(model))
     started = time.monotonic()
     report(progress, 0.0, f"Integrated Gradients: {n_steps} steps, batches of {batch}")
     attributions = lig.attribute(

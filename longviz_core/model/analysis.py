@@ -6,11 +6,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..errors import DatasetError, SettingsError
+from ..errors import DatasetError, NoAttentionError, SettingsError
 from ..progress import report
 from ..runtime import COMPUTE
 from .bands import AttentionBands
 from .encoding import DEFAULT_MAX_TOKENS, Encoded, encode, text_hash
+from .families import BANDED_GLOBAL, BLOCK_SPARSE, LayerPattern
 from .loading import LoadedModel
 
 
@@ -50,30 +51,38 @@ class DocumentAnalysis:
 def analyze(model: LoadedModel, text: str, max_tokens: int = DEFAULT_MAX_TOKENS, on_wait=None) -> DocumentAnalysis:
     """Encode `text` (truncated to `max_tokens`), run the model once with attentions, keep the bands."""
     enc = encode(model.tokenizer, text, max_tokens, model_max=model.max_tokens, position_offset=model.position_offset)
-    inputs = enc.torch_inputs(model.device)
-    if not model.is_longformer:
-        inputs.pop("global_attention_mask")
+    patterns = model.family.attention_patterns(enc.n)
+    if any(p.kind == BLOCK_SPARSE for p in patterns):
+        # transformers' output_attentions are not the weights BigBird's block-sparse layers apply (the random
+        # blocks' probabilities overwrite the global block's in eval mode): refused rather than shown wrong
+        raise NoAttentionError(
+            f"This BigBird runs block-sparse attention on documents longer than {model.family.sparse_from} tokens, "
+            "and longviz cannot read the weights it applies yet. Choose a Max tokens of at most "
+            f"{model.family.sparse_from}, where it runs full attention.")
     with COMPUTE.hold(on_wait), torch.no_grad():
-        out = model.model(**inputs, output_attentions=True)
+        out = model(**model.family.inputs(enc, model.device), output_attentions=True)
     logits = out.logits[0].float().cpu().numpy()
     probs = torch.softmax(out.logits[0].float(), dim=-1).cpu().numpy()
-    if model.is_longformer:
-        bands = AttentionBands.from_longformer(
-            out.attentions, out.global_attentions, np.flatnonzero(enc.global_mask), enc.n
-        )
-    else:
-        bands = AttentionBands.from_full(out.attentions, enc.n)
     return DocumentAnalysis(
         text=text,
         encoded=enc,
         logits=logits,
         probs=probs,
         predicted=int(np.argmax(probs)),
-        attention=bands,
+        attention=_bands(out, enc, patterns),
         model_fingerprint=model.fingerprint,
         id2label=dict(model.id2label),
         text_hash=text_hash(text),
     )
+
+
+def _bands(out, enc: Encoded, patterns: tuple[LayerPattern, ...]) -> AttentionBands:
+    """Longformer's banded + global layers from its band outputs; every other pattern (sliding, full) from the
+    eager n x n weights, stored as a band of width n (the dense route)."""
+    if all(p.kind == BANDED_GLOBAL for p in patterns):
+        return AttentionBands.from_longformer(out.attentions, out.global_attentions, np.flatnonzero(enc.global_mask),
+                                              enc.n)
+    return AttentionBands.from_full(out.attentions, enc.n)
 
 
 def predict_probs(model: LoadedModel, texts, max_tokens: int = DEFAULT_MAX_TOKENS, progress=None) -> np.ndarray:
@@ -83,11 +92,8 @@ def predict_probs(model: LoadedModel, texts, max_tokens: int = DEFAULT_MAX_TOKEN
     for i, text in enumerate(texts):
         enc = encode(model.tokenizer, text, max_tokens, model_max=model.max_tokens,
                      position_offset=model.position_offset)
-        inputs = enc.torch_inputs(model.device)
-        if not model.is_longformer:
-            inputs.pop("global_attention_mask")
         with COMPUTE.hold(), torch.no_grad():
-            logits = model.model(**inputs).logits[0].float()
+            logits = model(**model.family.inputs(enc, model.device)).logits[0].float()
         out[i] = torch.softmax(logits, dim=-1).cpu().numpy()
         report(progress, (i + 1) / max(len(texts), 1), f"Predicted {i + 1}/{len(texts)} documents")
     return out

@@ -59,6 +59,14 @@ def text_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
+def special_ids(tokenizer) -> tuple:
+    """(first, last, pad) token ids: [CLS]/<s>, [SEP]/</s>, [PAD]; Llama-style encoders (EuroBERT) name the first
+    two bos and eos. None where the tokenizer has none."""
+    cls_id = tokenizer.cls_token_id if tokenizer.cls_token_id is not None else tokenizer.bos_token_id
+    sep_id = tokenizer.sep_token_id if tokenizer.sep_token_id is not None else tokenizer.eos_token_id
+    return cls_id, sep_id, tokenizer.pad_token_id
+
+
 def encode(
     tokenizer,
     text: str,
@@ -83,9 +91,10 @@ def encode(
         raise InputTextError(f"max_tokens must be at least 3 (<s>, one token, </s>), got {max_tokens}.")
     if model_max is not None and max_tokens > model_max:
         raise InputTextError(f"max_tokens={max_tokens} exceeds what this model accepts ({model_max} tokens).")
-    cls_id, sep_id, pad_id = tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id
+    cls_id, sep_id, pad_id = special_ids(tokenizer)
     if cls_id is None or sep_id is None or pad_id is None:
-        raise InputTextError("The tokenizer lacks a CLS/<s>, SEP/</s> or pad token; it cannot build the inputs.")
+        raise InputTextError("The tokenizer lacks a CLS/<s>/BOS, SEP/</s>/EOS or pad token; it cannot build the "
+                             "inputs.")
     text_ids = tokenizer(text, add_special_tokens=False, truncation=False, verbose=False)["input_ids"]
     if not text_ids:
         raise InputTextError("The document produced no tokens.")

@@ -28,11 +28,11 @@ from ..errors import (
 )
 from ..progress import Progress, report
 from ..runtime import default_device
+from .encoding import Encoded, special_ids
+from .families import Family, family_of
 
 DEMO = "demo"
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
-# Architectures whose position ids start after padding_idx (RoBERTa family); others start at 0.
-_ROBERTA_STYLE = {"longformer", "roberta", "xlm-roberta", "camembert", "xlm-roberta-xl", "data2vec-text"}
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class LoadedModel:
     fingerprint: str
     source: str
     device: torch.device
-    is_longformer: bool
+    family: Family = field(repr=False)  # how this model is called, read and attributed (model.families)
     num_layers: int
     num_heads: int
     id2label: dict
@@ -57,6 +57,11 @@ class LoadedModel:
 
     def label_name(self, i: int) -> str:
         return str(self.id2label.get(int(i), i))
+
+    def __call__(self, **inputs):
+        """One forward of the shared model on `inputs` (see Family.inputs), in its family's running context."""
+        with self.family.running(self.model, inputs["input_ids"].shape[-1]):
+            return self.model(**inputs)
 
 
 def load_model(source: str, device=None, progress: Progress | None = None) -> LoadedModel:
@@ -77,8 +82,8 @@ def load_model(source: str, device=None, progress: Progress | None = None) -> Lo
     try:
         config = AutoConfig.from_pretrained(path, trust_remote_code=False)
         _check_classifier(config, source)
-        is_longformer = config.model_type == "longformer"
-        windows = _one_sided_windows(config, source) if is_longformer else ()  # before the model asserts on them
+        family = family_of(config, source)
+        family.check()  # before the model asserts on its config
         _check_tokenizer_files(path, config, source)
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
         model, info = AutoModelForSequenceClassification.from_pretrained(
@@ -106,50 +111,25 @@ def load_model(source: str, device=None, progress: Progress | None = None) -> Lo
             "longviz explains fine-tuned sequence classifiers."
         )
     model.to(device).eval()
-    offset = (config.pad_token_id + 1) if config.model_type in _ROBERTA_STYLE else 0
-    max_pos = int(getattr(config, "max_position_embeddings", 512))
+    windows = family.windows
     loaded = LoadedModel(
         model=model,
         tokenizer=tokenizer,
         fingerprint=_fingerprint(source, config, model),
         source=source,
         device=device,
-        is_longformer=is_longformer,
+        family=family,
         num_layers=int(config.num_hidden_layers),
         num_heads=int(config.num_attention_heads),
         id2label={int(k): str(v) for k, v in (config.id2label or {}).items()},
-        max_tokens=max_pos - offset,
-        position_offset=offset,
+        max_tokens=family.max_tokens,
+        position_offset=family.position_offset,
         attention_window=max(windows, default=0),
         attention_windows=windows,
     )
     _check_attention_output(loaded)
     report(progress, 1.0, "Model ready")
     return loaded
-
-
-def _one_sided_windows(config, source: str) -> tuple[int, ...]:
-    """Each layer's one-sided window, attention_window[l] // 2 (an int in the config means every layer).
-
-    transformers pads every input to a multiple of the largest full window, and layer l then needs a length
-    that is a multiple of its own full window; when a smaller window does not divide the largest, most
-    document lengths fail inside the model, so such a checkpoint is refused here with the reason."""
-    full = [int(w) for w in np.atleast_1d(config.attention_window)]
-    layers = int(config.num_hidden_layers)
-    if len(full) == 1:
-        full = full * layers
-    if len(full) != layers or any(w <= 0 or w % 2 for w in full):
-        raise ModelLoadError(
-            f"'{source}' has attention_window {full}: Longformer needs one positive even window per layer "
-            f"({layers} layers)."
-        )
-    if any(max(full) % w for w in full):
-        raise ModelLoadError(
-            f"'{source}' has attention_window {full}: transformers pads inputs to a multiple of the largest "
-            f"window ({max(full)}), which is not a multiple of every layer's window, so the model fails on most "
-            "document lengths. Use windows that divide the largest one."
-        )
-    return tuple(w // 2 for w in full)
 
 
 _TOKENIZER_JSON = "tokenizer.json"
@@ -247,16 +227,18 @@ def _fingerprint(source: str, config, model: torch.nn.Module) -> str:
 
 
 def _check_attention_output(loaded: LoadedModel) -> None:
+    """A probe of three tokens (<s> </s> </s>) must return attention weights. It runs in the family's running
+    context, so it leaves the model as it found it (BigBird would otherwise stay in full attention for good)."""
     tok = loaded.tokenizer
-    ids = torch.tensor([[tok.cls_token_id, tok.sep_token_id, tok.sep_token_id]], device=loaded.device)
+    cls_id, sep_id, _ = special_ids(tok)
+    ids = np.asarray([cls_id, sep_id, sep_id], dtype=np.int64)
     off = loaded.position_offset
-    inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids),
-              "position_ids": torch.arange(off, off + 3, device=loaded.device)[None]}
-    if loaded.is_longformer:
-        inputs["global_attention_mask"] = torch.tensor([[1, 0, 0]], device=loaded.device)
+    probe = Encoded(input_ids=ids, baseline_ids=ids, position_ids=np.arange(off, off + 3, dtype=np.int64),
+                    global_mask=np.asarray([1, 0, 0], dtype=np.int64), tokens=["", "", ""],
+                    n_text_tokens_original=1, max_tokens=3)
     try:
         with torch.no_grad():
-            out = loaded.model(**inputs, output_attentions=True)
+            out = loaded(**loaded.family.inputs(probe, loaded.device), output_attentions=True)
     except Exception as exc:  # a model that cannot even run a tiny input is unusable here
         raise NoAttentionError(f"'{loaded.source}' failed on a probe input: {exc}") from exc
     if not getattr(out, "attentions", None):

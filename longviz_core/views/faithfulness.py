@@ -351,18 +351,9 @@ class _Runner:
         return np.concatenate(out, axis=0)
 
     def _forward(self, ids: np.ndarray) -> np.ndarray:
-        device = self.model.device
-        b = ids.shape[0]
-        as_t = lambda a: torch.as_tensor(a, dtype=torch.long, device=device)  # noqa: E731
-        inputs = {
-            "input_ids": as_t(ids),
-            "attention_mask": torch.ones(ids.shape, dtype=torch.long, device=device),
-            "position_ids": as_t(np.repeat(self.enc.position_ids[None, :], b, axis=0)),
-        }
-        if self.model.is_longformer:
-            inputs["global_attention_mask"] = as_t(np.repeat(self.enc.global_mask[None, :], b, axis=0))
+        inputs = self.model.family.inputs(self.enc, self.model.device, ids=ids)
         with torch.no_grad():
-            logits = self.model.model(**inputs).logits
+            logits = self.model(**inputs).logits
         return torch.log_softmax(logits.double(), dim=-1).cpu().numpy()
 
 

@@ -10,8 +10,11 @@ called from run_longformer_classification.py):
     I[l, h] = sum over theta in S(l, h) of (theta * G_theta)^2
 
 S(l, h) is head h's share of layer l's attention: its rows of W_Q, W_K, W_V and of their biases, and its columns
-of the attention output projection W_O (`attention.output.dense`; W_O's bias is shared by all heads and left
-out). For Longformer these are the local `query`/`key`/`value`, not the `*_global` projections, as in T3-Vis.
+of the attention output projection W_O (W_O's bias is shared by all heads and left out). The model's family
+(model.families.Family.head_parameters) names them: BERT / RoBERTa / Longformer / BigBird
+`attention.self.{query,key,value}` and `attention.output.dense` (for Longformer the local projections, not the
+`*_global` ones, as in T3-Vis); ModernBERT's fused `attn.Wqkv` (head h's rows in each of its Q, K and V thirds)
+and `attn.Wo`; EuroBERT / GTE / UltraBERT `self_attn.{q,k,v,o}_proj`.
 The scores are then min-max scaled to [0, 1] over all layers and heads at once (T3-Vis's helpers.normalize).
 G is a sum and the square is taken after the accumulation: T3-Vis calls loss.backward() once per batch without
 zeroing the gradients and recomputes the scores from the accumulated .grad after every batch, so the scores it
@@ -19,8 +22,8 @@ keeps come from the full sum. Its batch loss is the batch mean (16 documents); h
 weighted equally, which scales G by a constant when T3-Vis's batches are full, and the min-max removes it.
 
 "michel" — the gate gradient of Michel et al. 2019 ("Are Sixteen Heads Really Better than One?"). Every head
-gets a gate xi = 1 multiplying its slice of the attention context just before W_O (a forward pre-hook on
-`attention.output.dense`, since transformers 5 dropped `head_mask`); one gate per document, as transformers'
+gets a gate xi = 1 multiplying its slice of the attention context just before W_O (a forward pre-hook on W_O,
+since transformers 5 dropped `head_mask`); one gate per document, as transformers'
 bertology script (adapted from Michel's code) has with a batch of one:
 
     I[l, h] = mean over documents d of |dL_d / dxi[l, h]|
@@ -41,8 +44,6 @@ from __future__ import annotations
 
 import io
 import os
-import re
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -51,6 +52,7 @@ import torch
 from .._disk import cache_folder, read_sealed, write_sealed
 from ..errors import LongvizError
 from ..model.encoding import DEFAULT_MAX_TOKENS, encode
+from ..model.families import FamilyLayoutError, HeadParameters
 from ..model.loading import LoadedModel, dataset_fingerprint
 from ..progress import Progress, report
 from ..runtime import COMPUTE
@@ -64,21 +66,10 @@ DEFAULT_METHOD = "t3vis"
 NORMALISATIONS: tuple[str, ...] = ("minmax", "layer+minmax", "layer", "none")
 DEFAULT_NORMALISATION: dict[str, str] = {"t3vis": "minmax", "michel": "layer+minmax"}
 DEFAULT_EXAMPLES = 32
-_ATTENTION = re.compile(r"(?:^|\.)layers?\.(\d+)\.attention$")
 
 
 class HeadImportanceError(LongvizError, ValueError):
     """Head importance cannot be computed or imported (no labels, wrong shape, unknown layout, unreadable file)."""
-
-
-@dataclass(frozen=True)
-class _AttentionBlock:
-    """One layer's projections whose per-head slices T3-Vis scores."""
-
-    query: torch.nn.Linear  # weight (heads * head_dim, hidden): head h = rows h*d:(h+1)*d
-    key: torch.nn.Linear
-    value: torch.nn.Linear
-    output: torch.nn.Linear  # W_O, weight (hidden, heads * head_dim): head h = columns h*d:(h+1)*d
 
 
 def head_importance(
@@ -224,18 +215,13 @@ def load_head_importance(source, num_layers: int | None = None, num_heads: int |
 def _document_loss(model: LoadedModel, text: str, label: int, max_tokens: int) -> torch.Tensor:
     """Cross-entropy of one document with its gold label, with the autograd graph (caller enables grad)."""
     enc = encode(model.tokenizer, text, max_tokens, model_max=model.max_tokens, position_offset=model.position_offset)
-    inputs = enc.torch_inputs(model.device)
-    if not model.is_longformer:
-        inputs.pop("global_attention_mask")
-    logits = model.model(**inputs).logits
+    logits = model(**model.family.inputs(enc, model.device)).logits
     return torch.nn.functional.cross_entropy(logits.double(), torch.tensor([int(label)], device=logits.device))
 
 
 def _taylor_t3vis(model: LoadedModel, texts, labels, max_tokens, progress) -> np.ndarray:
     blocks = _attention_blocks(model)
-    per_layer = 7  # W_Q, b_Q, W_K, b_K, W_V, b_V, W_O: the order the scores below read them back in
-    params = [p for b in blocks for p in (b.query.weight, b.query.bias, b.key.weight, b.key.bias,
-                                            b.value.weight, b.value.bias, b.output.weight)]
+    params = [p for b in blocks for p, _axis, _blocks in b.slices]
     total = [torch.zeros(p.shape, dtype=torch.float64, device=p.device) for p in params]  # G, summed over documents
     with COMPUTE.hold():
         for done, (text, label) in enumerate(zip(texts, labels)):
@@ -249,14 +235,14 @@ def _taylor_t3vis(model: LoadedModel, texts, labels, max_tokens, progress) -> np
             report(progress, (done + 1) / len(texts), f"head importance: document {done + 1}/{len(texts)}")
     H = model.num_heads
     scores = torch.zeros(len(blocks), H, dtype=torch.float64)  # (layers, heads)
+    g = iter(total)
     with torch.no_grad():
         for layer, block in enumerate(blocks):
-            g = iter(total[per_layer * layer: per_layer * (layer + 1)])
-            for proj in (block.query, block.key, block.value):
-                w, b = (proj.weight.double() * next(g)) ** 2, (proj.bias.double() * next(g)) ** 2
-                scores[layer] += (w.reshape(H, -1).sum(1) + b.reshape(H, -1).sum(1)).cpu()
-            o = (block.output.weight.double() * next(g)) ** 2  # (hidden, heads * head_dim): head h = its columns
-            scores[layer] += o.reshape(o.shape[0], H, -1).sum((0, 2)).cpu()
+            for p, axis, parts in block.slices:
+                sq = (p.double() * next(g)) ** 2  # axis = parts x heads x head_dim
+                shape = (*sq.shape[:axis], parts, H, -1, *sq.shape[axis + 1:])
+                per_head = sq.reshape(shape).movedim(axis + 1, 0).reshape(H, -1).sum(1)  # (heads,)
+                scores[layer] += per_head.cpu()
     return scores.numpy()
 
 
@@ -296,35 +282,16 @@ def _gate_hook(gates: torch.Tensor, layer: int, num_heads: int):
     return hook
 
 
-def _attention_blocks(model: LoadedModel) -> list[_AttentionBlock]:
-    """Every layer's query/key/value and attention output projection, in layer order (the BERT / RoBERTa /
-    Longformer layout: encoder.layer.<i>.attention.self.{query,key,value} and .attention.output.dense)."""
-    found, problems = {}, []
-    for name, module in model.model.named_modules():
-        match = _ATTENTION.search(name)
-        if not match:
-            continue
-        attn = getattr(module, "self", None)
-        parts = [getattr(attn, p, None) for p in ("query", "key", "value")]
-        parts.append(getattr(getattr(module, "output", None), "dense", None))
-        if not all(isinstance(p, torch.nn.Linear) for p in parts):
-            continue
-        block = _AttentionBlock(*parts)
-        width = block.query.out_features
-        if getattr(module, "pruned_heads", None):
-            problems.append(f"layer {match.group(1)} has pruned heads")
-        elif width % model.num_heads or any(p.bias is None for p in parts[:3]) or any(
-                p.out_features != width for p in parts[1:3]) or block.output.in_features != width:
-            problems.append(f"layer {match.group(1)}'s projections do not split into {model.num_heads} equal heads")
-        found[int(match.group(1))] = block
-    if problems:
-        raise HeadImportanceError("Head importance cannot slice this model's heads: " + "; ".join(problems) + ".")
-    if sorted(found) != list(range(model.num_layers)):
-        raise HeadImportanceError(
-            "Head importance needs the BERT-style layout (encoder.layer.<i>.attention.self.query/key/value and "
-            f".attention.output.dense); found it for {len(found)} of {model.num_layers} layers in this model."
-        )
-    return [found[i] for i in range(model.num_layers)]
+def _attention_blocks(model: LoadedModel) -> list[HeadParameters]:
+    """Every layer's per-head attention parameters and W_O, in layer order (Family.head_parameters)."""
+    try:
+        blocks = model.family.head_parameters(model.model)
+    except FamilyLayoutError as exc:
+        raise HeadImportanceError(f"Head importance cannot slice this model's heads: {exc}") from exc
+    if len(blocks) != model.num_layers:
+        raise HeadImportanceError(f"Head importance found attention in {len(blocks)} of {model.num_layers} layers "
+                                  "of this model.")
+    return blocks
 
 
 def _check_method(method: str) -> None:

@@ -75,7 +75,7 @@ def _p_target(model, ids, enc, target):
     """An independent plain forward: p_target for `ids` with the document's position ids, no padding by us."""
     t = lambda a: torch.as_tensor(np.asarray(a), dtype=torch.long)[None]  # noqa: E731
     kwargs = dict(input_ids=t(ids), attention_mask=t(np.ones(len(ids))), position_ids=t(enc.position_ids))
-    if model.is_longformer:
+    if model.family.name == "longformer":
         kwargs["global_attention_mask"] = t(enc.global_mask)
     with torch.no_grad():
         return float(torch.softmax(model.model(**kwargs).logits, -1)[0, target])

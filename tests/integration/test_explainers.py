@@ -109,7 +109,7 @@ def _captured(model, analysis, target, objective, layers):
 
 def _dense_oracle(model, analysis):
     """(layers, heads, n, n) attention recomputed from the weights in float64 (support.oracles)."""
-    oracle = oracle_longformer if model.is_longformer else oracle_bert
+    oracle = oracle_longformer if model.family.name == "longformer" else oracle_bert
     return np.stack([oracle(model, analysis, l) for l in range(model.num_layers)])
 
 

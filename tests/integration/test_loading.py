@@ -15,7 +15,7 @@ from tiny import text_of
 def test_local_checkpoint_loads_in_eval_mode_with_fingerprint(tiny_longformer, tiny_longformer_dir):
     m = tiny_longformer
     assert not m.model.training
-    assert m.is_longformer and m.num_layers == 2 and m.num_heads == 2
+    assert m.family.name == "longformer" and m.num_layers == 2 and m.num_heads == 2
     assert m.max_tokens == 128 and m.position_offset == 2 and m.attention_window == 4
     again = lv.load_model(str(tiny_longformer_dir))
     assert again.fingerprint == m.fingerprint

@@ -12,7 +12,7 @@ from longviz_core.model.bands import AttentionBands
 
 def hidden_states(model, analysis):
     inputs = analysis.encoded.torch_inputs(model.device)
-    if not model.is_longformer:
+    if model.family.name != "longformer":
         inputs.pop("global_attention_mask")
     with torch.no_grad():
         out = model.model(**inputs, output_hidden_states=True)

@@ -4,6 +4,7 @@ ValueError are still ValueErrors, so callers that caught ValueError keep working
 from __future__ import annotations
 
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -82,7 +83,10 @@ def test_time_estimates(tiny_longformer):
 def test_a_model_without_embeddings_cannot_be_attributed():
     import torch
 
-    _raises(lv.AttributionError, "BERT-, RoBERTa- or Longformer-style", _inputs.embeddings_layer, torch.nn.Linear(2, 2))
+    from longviz_core.model.families import Family
+
+    model = SimpleNamespace(model=torch.nn.Linear(2, 2), family=Family(SimpleNamespace()))
+    _raises(lv.AttributionError, "no embeddings module", _inputs.embeddings_layer, model)
 
 
 def test_attribution_tables(analysis):

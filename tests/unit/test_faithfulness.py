@@ -20,7 +20,7 @@ def _probs(model, enc, ids) -> np.ndarray:
     """Oracle: one unbatched forward of `ids` with the document's own position ids and masks."""
     inputs = enc.torch_inputs(model.device)
     inputs["input_ids"] = torch.as_tensor(ids, dtype=torch.long)[None]
-    if not model.is_longformer:
+    if model.family.name != "longformer":
         inputs.pop("global_attention_mask")
     with torch.no_grad():
         logits = model.model(**inputs).logits[0].double()

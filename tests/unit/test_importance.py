@@ -15,7 +15,7 @@ import torch
 from longviz_core import encode, load_model
 from longviz_core._disk import unsealed
 from longviz_core.views import importance as imp
-from tiny import make_tiny_bert, make_tiny_longformer, text_of
+from tiny import make_tiny_bert, make_tiny_bigbird, make_tiny_longformer, make_tiny_modernbert, text_of
 
 MAX_TOKENS = 40
 EPS64 = np.finfo(np.float64).eps
@@ -34,12 +34,16 @@ def _float64(model):
 
 @pytest.fixture(scope="module")
 def models64(tmp_path_factory):
-    """float64 tiny models: a Longformer with per-layer windows [16, 8] (and the global <s>) and a BERT."""
+    """float64 tiny models: a Longformer with per-layer windows [16, 8] (and the global <s>), a BERT, a ModernBERT
+    (fused Q/K/V projection, sliding radius 8, layers 0 and 3 full) and a BigBird (at these lengths it runs full
+    attention)."""
     root = tmp_path_factory.mktemp("imp64")
     return {
         "longformer": _float64(load_model(str(make_tiny_longformer(root / "lf", window=[16, 8],
                                                                    initializer_range=0.5)))),
         "bert": _float64(load_model(str(make_tiny_bert(root / "bert")))),
+        "modernbert": _float64(load_model(str(make_tiny_modernbert(root / "mb", heads=2, initializer_range=0.3)))),
+        "bigbird": _float64(load_model(str(make_tiny_bigbird(root / "bb")))),
     }
 
 
@@ -51,10 +55,31 @@ def labelled():
 
 
 def _inputs(model, text):
-    inputs = encode(model.tokenizer, text, MAX_TOKENS, position_offset=model.position_offset).torch_inputs()
-    if not model.is_longformer:
-        inputs.pop("global_attention_mask")
-    return inputs
+    return model.family.inputs(encode(model.tokenizer, text, MAX_TOKENS, position_offset=model.position_offset))
+
+
+def _head_slices(model, net):
+    """Per layer, (weight or bias, index of head h's share) for every parameter T3-Vis scores, written out per
+    layout: BERT-style separate Q, K, V (rows) and W_O (columns); ModernBERT's fused Wqkv, whose rows are
+    [Q | K | V] with head h at rows h*d:(h+1)*d inside each third, and Wo (columns)."""
+    H = model.num_heads
+    if model.family.name == "sliding-window":
+        for layer in net.model.layers:
+            width = layer.attn.Wo.in_features
+            d = width // H
+            yield [(layer.attn.Wqkv.weight, lambda h, d=d, w=width: ([t * w + h * d + i for t in range(3)
+                                                                      for i in range(d)], slice(None))),
+                   (layer.attn.Wo.weight, lambda h, d=d: (slice(None), slice(h * d, (h + 1) * d)))]
+        return
+    layers = net.longformer.encoder.layer if model.family.name == "longformer" else net.bert.encoder.layer
+    for layer in layers:
+        attn = layer.attention
+        d = attn.self.query.weight.shape[0] // H
+        rows = lambda h, d=d: slice(h * d, (h + 1) * d)  # noqa: E731
+        params = [(p.weight, lambda h, r=rows: (r(h), slice(None))) for p in (attn.self.query, attn.self.key,
+                                                                             attn.self.value)]
+        params += [(p.bias, lambda h, r=rows: (r(h),)) for p in (attn.self.query, attn.self.key, attn.self.value)]
+        yield params + [(attn.output.dense.weight, lambda h, r=rows: (slice(None), r(h)))]
 
 
 def _t3vis_oracle(model, data) -> np.ndarray:
@@ -65,25 +90,17 @@ def _t3vis_oracle(model, data) -> np.ndarray:
     for text, label in zip(data["text"], data["label"]):
         logits = net(**_inputs(model, text)).logits
         torch.nn.functional.cross_entropy(logits, torch.tensor([int(label)])).backward()
-    layers = net.longformer.encoder.layer if model.is_longformer else net.bert.encoder.layer
     H = model.num_heads
     out = np.zeros((model.num_layers, H))
-    for i, layer in enumerate(layers):
-        attn = layer.attention
-        d = attn.self.query.weight.shape[0] // H
+    for i, params in enumerate(_head_slices(model, net)):
         for h in range(H):
-            rows = slice(h * d, (h + 1) * d)
-            total = 0.0
-            for proj in (attn.self.query, attn.self.key, attn.self.value):
-                total += ((proj.weight.grad[rows, :] * proj.weight[rows, :]) ** 2).sum().item()
-                total += ((proj.bias.grad[rows] * proj.bias[rows]) ** 2).sum().item()
-            dense = attn.output.dense
-            total += ((dense.weight.grad[:, rows] * dense.weight[:, rows]) ** 2).sum().item()
-            out[i, h] = total
+            for p, index in params:
+                out[i, h] += ((p.grad[index(h)] * p[index(h)]) ** 2).sum().item()
     return out
 
 
-@pytest.mark.parametrize("which", [pytest.param("longformer", marks=pytest.mark.slow), "bert"])
+@pytest.mark.parametrize("which", [pytest.param("longformer", marks=pytest.mark.slow), "bert", "modernbert",
+                                   "bigbird"])
 def test_t3vis_matches_a_loop_over_the_parameters(which, models64, labelled):
     model = models64[which]
     raw = imp.raw_head_importance(model, labelled, MAX_TOKENS, max_examples=None, method="t3vis")
@@ -110,7 +127,7 @@ def _losses(model, data, gates: torch.Tensor, scale: bool = False) -> np.ndarray
         out, sizes = [], []
         for text, label in zip(data["text"], data["label"]):
             with torch.no_grad():
-                logits = model.model(**_inputs(model, text)).logits
+                logits = model(**_inputs(model, text)).logits
             loss = torch.nn.functional.cross_entropy(logits, torch.tensor([int(label)])).item()
             out.append(loss)
             sizes.append(abs(loss) + logits.abs().max().item())
@@ -128,19 +145,20 @@ def _central(model, data, layer, head, step) -> np.ndarray:
     return (_losses(model, data, up) - _losses(model, data, down)) / (2 * step)
 
 
-@pytest.mark.parametrize("which", ["longformer", "bert"])
+@pytest.mark.parametrize("which", ["longformer", "bert", "modernbert"])
 def test_michel_matches_finite_differences(which, models64, labelled):
     model = models64[which]
     raw = imp.raw_head_importance(model, labelled, MAX_TOKENS, max_examples=None, method="michel")
     L, H = model.num_layers, model.num_heads
-    # Rounding: a float64 model still runs Longformer's attention softmax in float32 (transformers hard-codes
-    # dtype=torch.float32 there), so its losses carry float32 rounding; BERT's are float64 throughout. Each loss
+    # Rounding: a float64 model still runs Longformer's and ModernBERT's attention softmax in float32
+    # (transformers hard-codes dtype=torch.float32 there), so their losses carry float32 rounding; BERT's are
+    # float64 throughout. Each loss
     # is off by at most r = 10 u (|L| + max|logit|), u the unit roundoff: a few roundings of the logits, carried
     # through two layers (about 0.2 u is measured on these models), so a central difference D(h) is off by <= r / h.
     # Truncation: D(h) = f' + c h^2 + O(h^4); Richardson's (4 D(h) - D(2h)) / 3 = f' + O(h^4), rounded to within
     # (4 r / h + r / 2h) / 3 = 1.5 r / h, and |D(2h) - D(h)| / 3 = |c| h^2 (+ noise) bounds its truncation error
     # many times over. h = u^(1/3) balances the two terms for a third derivative of order 1.
-    u = np.finfo(np.float32 if model.is_longformer else np.float64).eps
+    u = np.finfo(np.float64 if model.family.name == "full-attention" else np.float32).eps
     step = float(u ** (1 / 3))
     _, sizes = _losses(model, labelled, torch.ones(L, H, dtype=torch.float64), scale=True)
     rounding = 1.5 * 10 * u * sizes / step
@@ -319,7 +337,7 @@ def test_layouts_it_cannot_slice(tiny_bert, labelled):
                                                                   hidden_dim=64)).eval()
     other = dataclasses.replace(tiny_bert, model=distil)  # attention.q_lin / out_lin: not the BERT layout
     for method in imp.IMPORTANCE_METHODS:
-        with pytest.raises(imp.HeadImportanceError, match="BERT-style layout.*0 of 2 layers"):
+        with pytest.raises(imp.HeadImportanceError, match="cannot slice .* no encoder layer list"):
             imp.raw_head_importance(other, labelled, MAX_TOKENS, method=method)
     uneven = copy.deepcopy(tiny_bert.model)
     uneven.bert.encoder.layer[1].attention.self.query = torch.nn.Linear(32, 30)
