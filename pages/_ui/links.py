@@ -14,6 +14,7 @@ from __future__ import annotations
 import streamlit as st
 
 from pages._ui.keys import K
+from pages._ui.url import drop, url_int
 
 SEED = "seed"  # query parameter of K.DOC_SEED
 _MAX_SEED = 10**9
@@ -28,9 +29,12 @@ def sync() -> None:
     first_run = K.page("links", "restored")
     if not ss.get(first_run):
         ss[first_run] = True
-        raw = st.query_params.get(SEED, "")
-        if raw.isdigit() and int(raw) < _MAX_SEED:
-            ss[K.DOC_SEED] = int(raw)
+        raw = st.query_params.get(SEED)
+        seed = url_int(raw, 0, _MAX_SEED - 1)
+        if seed is not None:
+            ss[K.DOC_SEED] = seed
+        elif raw is not None:
+            drop(SEED, raw, f"a seed is a whole number below {_MAX_SEED:,}")
     seed = int(ss.get(K.DOC_SEED, 0))
     if seed:
         if st.query_params.get(SEED) != str(seed):
