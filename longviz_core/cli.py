@@ -322,10 +322,12 @@ def _leaderboard(a) -> int:
           file=sys.stderr)
     print(table[["method", "aopc", "aopc_sd", "lodds", "lodds_sd", "first_flip", "flip_rate", "seconds",
                  "best"]].to_string(index=False))
+    from .export import table_csv
+
     if a.out:
-        table.to_csv(a.out, index=False)
+        Path(a.out).write_bytes(table_csv(table))
     if a.runs:
-        runs.to_csv(a.runs, index=False)
+        Path(a.runs).write_bytes(table_csv(runs))
     return 0
 
 
