@@ -38,10 +38,11 @@ def url_text(raw) -> str | None:
 
 
 def url_option(raw) -> str | None:
-    """A widget's value from the URL (an option's label, a number, true/false): text the app can use that, if
-    Python would read it as a number, is a plain decimal one (no "inf", "nan", "1e400", "1_0", "²", " 5")."""
+    """A widget's value from the URL (an option's label, a number, true/false): text the app can use, without
+    digits other than ASCII 0-9, that, if Python would read it as a number, is a plain decimal one (no "inf",
+    "nan", "1e400", "1_0", " 5")."""
     text = url_text(raw)
-    if text is None:
+    if text is None or any(ch.isnumeric() and not "0" <= ch <= "9" for ch in text):  # no option is spelt "²"
         return None
     try:
         float(text)
