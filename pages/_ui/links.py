@@ -7,6 +7,7 @@
   server does not offer) are dropped by Streamlit before they reach the session. Selectboxes carry their
   *label*, so hosted links name models and datasets, never server paths.
 - State that is not a widget value goes through `sync()`: the seed of the random document picks.
+- Before any of it, `pages/_ui/url.py` drops every URL value its type's parser refuses, with a notice.
 Pasted text and uploads never enter the URL (size, privacy).
 """
 from __future__ import annotations
