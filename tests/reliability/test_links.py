@@ -109,6 +109,17 @@ def test_the_attribution_page_survives_a_bad_token_target_or_seed(local, query):
     assert not at.exception and not _unexpected(at)
 
 
+@traceback
+@pytest.mark.parametrize("path, message", [("{tmp}", "is a folder"), ("/dev/zero", "not a regular file"),
+                                           ("{tmp}/missing.csv", "No dataset at")], ids=["folder", "dev-zero", "missing"])
+def test_a_link_to_a_dataset_path_that_is_not_a_file_shows_the_reason(local, tmp_path, path, message):
+    at = app_test()
+    at.query_params = {K.DATASET_KIND: "file path", K.DATASET_PATH: path.format(tmp=tmp_path), "max_tokens": "64"}
+    at.run()  # the document page: its document comes from the dataset
+    assert not at.exception and not _unexpected(at)
+    assert any(message in e.value for e in at.error), [e.value for e in at.error]
+
+
 # ------------------------------------------------------------------------------------------ uploads
 @pytest.fixture()
 def hosted(demo, tmp_path, monkeypatch):
