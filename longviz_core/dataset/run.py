@@ -198,7 +198,7 @@ def documents_done(store: ResultStore | None, df: pd.DataFrame, what, settings: 
 
 def clamped(model: LoadedModel, settings: Settings) -> Settings:
     """`settings` with max_tokens at most the model's (what a run and its manifest use)."""
-    return replace(settings, max_tokens=min(int(settings.max_tokens), model.max_tokens))
+    return replace(settings, max_tokens=min(whole_number(settings.max_tokens, "max_tokens", lo=3), model.max_tokens))
 
 
 class _Timer:

@@ -30,6 +30,20 @@ def test_max_tokens_that_is_not_a_usable_count_is_refused(tiny_longformer, max_t
         lv.analyze(tiny_longformer, "the model learns", max_tokens=max_tokens)
 
 
+@traceback
+@pytest.mark.parametrize("max_tokens", [float("nan"), float("inf"), 2.5], ids=repr)
+def test_a_precompute_with_max_tokens_that_is_not_a_count_writes_nothing(tiny_longformer, tmp_path, max_tokens):
+    from longviz_core.dataset.kinds import Settings
+    from longviz_core.dataset.run import precompute
+
+    df = pd.DataFrame({"text": ["the model learns", "the data"], "label": [0, 1]})
+    with pytest.raises(lv.SettingsError, match="max_tokens"):
+        precompute(tiny_longformer, df, tmp_path / "s", "attention", Settings(max_tokens=max_tokens))
+    with pytest.raises(lv.SettingsError, match="limit"):
+        precompute(tiny_longformer, df, tmp_path / "s", "attention", Settings(max_tokens=32), limit=-1)
+    assert not (tmp_path / "s").exists()
+
+
 @wrong
 def test_max_tokens_given_as_a_whole_float_is_that_count(tiny_longformer):
     a = lv.analyze(tiny_longformer, "the model learns attention over long documents", max_tokens=5.0)
