@@ -63,7 +63,13 @@ def drop(key: str, raw, why: str = "not a value this page can use") -> None:
     st.query_params.pop(key, None)
     _forget_initial(key)
     shown = raw if isinstance(raw, str) and len(raw) <= 40 else f"{str(raw)[:40]}…"
-    st.toast(f"The link's {key}={shown!r} was ignored: {why}.", icon=":material/link_off:")
+    st.toast(f"The link's {inert(key)}={inert(repr(shown))} was ignored: {why}.", icon=":material/link_off:")
+
+
+def inert(text: str) -> str:
+    """`text` shown as typed in Markdown: every ASCII punctuation character backslash-escaped, so a link's value
+    cannot become a link, an image, emphasis or LaTeX in the notice."""
+    return re.sub(r"([!-/:-@\[-`{-~])", r"\\\1", text)
 
 
 def sweep() -> None:

@@ -45,6 +45,15 @@ def test_the_whole_number_parser_reads_ascii_digits_only():
     assert url.url_option("0.95") == "0.95" and url.url_option("layer 3") == "layer 3"
 
 
+@pytest.mark.guards("injection")
+@pytest.mark.parametrize("raw", ["[x](http://evil.example)", "![i](http://evil.example/a.png)", "**b** $x$ <b>",
+                                 "`code`", "\\[x\\](y)"])
+def test_a_dropped_value_is_shown_as_typed_never_as_markdown(raw):
+    shown = url.inert(repr(raw))
+    assert re.sub(r"\\(.)", r"\1", shown) == repr(raw)  # what is read is what was typed
+    assert not re.search(r"(?<!\\)[\[\]()*`$<>!]", shown)  # no markdown character left unescaped
+
+
 @traceback
 @pytest.mark.parametrize("raw", ["demo\x00", "a\nb", "x" * (url.MAX_LENGTH + 1), "\x7f"], ids=repr)
 def test_text_values_refuse_control_characters_and_lengths_no_path_has(raw):
@@ -86,7 +95,7 @@ def test_bad_values_of_every_url_key_are_dropped_with_a_notice_and_the_page_work
     at.query_params = {**query, K.MODEL: "demo\x00" if shift == 0 else "demo"}
     at.run()
     assert not at.exception and not _unexpected(at), (query, at.exception, [e.value for e in at.error])
-    dropped = {re.match(r"The link's (\S+?)=", t.value).group(1) for t in at.toast}
+    dropped = {re.sub(r"\\(.)", r"\1", re.match(r"The link's (\S+?)=", t.value).group(1)) for t in at.toast}
     assert set(SIDEBAR_KEYS) | ({K.MODEL} if shift == 0 else set()) <= dropped, (query, dropped)
     assert not set(SIDEBAR_KEYS) & set(at.query_params.keys())
     at.run()  # the next run (a rerun, any widget) is clean too
