@@ -3,7 +3,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from pages._ui import common, hosting, links
+from pages._ui import common, hosting, links, url
 
 st.set_page_config(page_title="longviz", page_icon=":material/search:", layout="wide")
 common.page_style()
@@ -27,6 +27,7 @@ with common.guard():  # one error contract (pages/_ui/common.py) for the sign-in
     hosting.login_gate()
 navigation = st.navigation(pages)
 with common.guard():
+    url.sweep()  # before any widget seeds itself from the URL
     common.sidebar()
     links.sync()
     navigation.run()

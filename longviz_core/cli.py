@@ -31,6 +31,28 @@ class _CommandList(argparse.HelpFormatter):
                                           max(names, default=0) + self._current_indent + self._indent_increment)
 
 
+def _count(lo: int = 1):
+    """An argparse type: a whole number (ASCII digits) of at least `lo`; anything else is a usage error."""
+    def parse(text: str) -> int:
+        if not text.isascii() or not text.lstrip("-").isdigit() or int(text) < lo:
+            raise argparse.ArgumentTypeError(f"must be a whole number >= {lo}, got {text!r}")
+        return int(text)
+
+    parse.__name__ = "count"
+    return parse
+
+
+def _finite(text: str) -> float:
+    """An argparse type: a finite number (NaN and infinity are usage errors, not settings)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not text.isascii() or value != value or value in (float("inf"), float("-inf")):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     from .dataset.kinds import ALL_KINDS, Settings
 
@@ -55,28 +77,28 @@ def _parser() -> argparse.ArgumentParser:
     pre.add_argument("--what", default="attention",
                      help=f"comma-separated kinds among {','.join(ALL_KINDS)} (dependencies are added)")
     pre.add_argument("--out", required=True, help="the store directory (created; re-runs resume)")
-    pre.add_argument("--max-tokens", type=int, default=d.max_tokens)
-    pre.add_argument("--n-steps", type=int, default=d.n_steps, help="Integrated Gradients steps")
+    pre.add_argument("--max-tokens", type=_count(3), default=d.max_tokens)
+    pre.add_argument("--n-steps", type=_count(), default=d.n_steps, help="Integrated Gradients steps")
     pre.add_argument("--ig-method", default=d.ig_method)
     pre.add_argument("--target", default=d.target,
                      help="class IG explains: 'positive' (class 1, as the paper), 'predicted' or a class index")
     pre.add_argument("--precision", default=d.precision, choices=("fp32", "bf16", "fp16"))
-    pre.add_argument("--grid", type=int, default=d.grid, help="cells per axis of the pooled head maps")
-    pre.add_argument("--importance-docs", type=int, default=None,
+    pre.add_argument("--grid", type=_count(), default=d.grid, help="cells per axis of the pooled head maps")
+    pre.add_argument("--importance-docs", type=_count(), default=None,
                      help="head importance on the first N labelled documents (default: 32)")
     pre.add_argument("--importance-method", default=d.importance_method, choices=("t3vis", "michel"),
                      help="head importance: 't3vis' (Taylor, as T3-Vis and the paper) or 'michel' (gate gradient)")
-    pre.add_argument("--rbo-p", type=float, default=None, help="agreement: RBO persistence p (default 0.99)")
-    pre.add_argument("--top", type=float, default=None, help="agreement: the top set's fraction (default 0.05)")
+    pre.add_argument("--rbo-p", type=_finite, default=None, help="agreement: RBO persistence p (default 0.99)")
+    pre.add_argument("--top", type=_finite, default=None, help="agreement: the top set's fraction (default 0.05)")
     pre.add_argument("--mask", default=None,
                      help="agreement: mask kinds among special,nonalnum,stopwords ('' for none; default all)")
     pre.add_argument("--layer-range", default=None,
                      help="agreement: an extra attention source, layers lo-hi (1-based, as the app shows them)")
     pre.add_argument("--replacement", default=d.replacement, choices=("mask", "pad"),
                      help="faithfulness and leaderboard: what a removed token becomes")
-    pre.add_argument("--seeds", type=int, default=None,
+    pre.add_argument("--seeds", type=_count(), default=None,
                      help="faithfulness and leaderboard: random seeds 0..N-1 (default 5)")
-    pre.add_argument("--max-removed", type=float, default=d.max_removed,
+    pre.add_argument("--max-removed", type=_finite, default=d.max_removed,
                      help="faithfulness and leaderboard: the flip scan's limit, a fraction of the text tokens "
                           "(default 1.0: all)")
     pre.add_argument("--faithfulness-layers", default=None,
@@ -87,12 +109,12 @@ def _parser() -> argparse.ArgumentParser:
                      help="leaderboard: comma-separated explainers (default: all; IG takes --n-steps)")
     pre.add_argument("--rank-by", default=d.rank_by, choices=("signed", "magnitude"),
                      help="leaderboard: delete tokens by score (high to low) or by |score|")
-    pre.add_argument("--limit", type=int, default=None, help="only the first N documents of the dataset")
+    pre.add_argument("--limit", type=_count(), default=None, help="only the first N documents of the dataset")
     pre.add_argument("--shard", default="0/1", help="i/N: compute rows r with r %% N == i")
     pre.add_argument("--ray", action="store_true", help="run --workers shards as Ray tasks (RAY_ADDRESS or local)")
-    pre.add_argument("--workers", type=int, default=None, help="shards on Ray (default: the cluster's GPUs, or 1)")
+    pre.add_argument("--workers", type=_count(), default=None, help="shards on Ray (default: the cluster's GPUs, or 1)")
     pre.add_argument("--device", default=None, help="cpu / cuda (default: cuda when available)")
-    pre.add_argument("--threads", type=int, default=None, help="torch CPU threads of this process")
+    pre.add_argument("--threads", type=_count(), default=None, help="torch CPU threads of this process")
     pre.add_argument("--allow-version-change", action="store_true",
                      help="add to a store made with other versions of torch/transformers/captum/numpy")
 
@@ -101,7 +123,7 @@ def _parser() -> argparse.ArgumentParser:
     info.add_argument("--verify", action="store_true", help="check every file's checksum")
 
     prune = sub.add_parser("prune-stores", help="delete the app's local stores not written for DAYS days")
-    prune.add_argument("--older-than", type=float, required=True, metavar="DAYS")
+    prune.add_argument("--older-than", type=_finite, required=True, metavar="DAYS")
     prune.add_argument("--cache-dir", default=None, help="default: $LONGVIZ_CACHE_DIR, else ~/.cache/longviz")
     prune.add_argument("--dry-run", action="store_true", help="only list them")
 
@@ -248,18 +270,18 @@ def _leaderboard_arguments(p) -> None:
     p.add_argument("--dataset", required=True, help="'demo' or a CSV / Parquet / JSONL file")
     p.add_argument("--text-column", default=None)
     p.add_argument("--label-column", default=None)
-    p.add_argument("--limit", type=int, default=10, help="the first N documents (default 10)")
-    p.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS)
+    p.add_argument("--limit", type=_count(), default=10, help="the first N documents (default 10)")
+    p.add_argument("--max-tokens", type=_count(3), default=DEFAULT_MAX_TOKENS)
     p.add_argument("--methods", default=",".join(EXPLAINERS), help="comma-separated explainers (default: all)")
     p.add_argument("--target", type=int, default=None, help="class explained (default: each document's prediction)")
-    p.add_argument("--ig-steps", type=int, default=EXPLAINERS["ig"].options["n_steps"])
-    p.add_argument("--seeds", type=int, default=len(DEFAULT_SEEDS),
+    p.add_argument("--ig-steps", type=_count(), default=EXPLAINERS["ig"].options["n_steps"])
+    p.add_argument("--seeds", type=_count(), default=len(DEFAULT_SEEDS),
                    help=f"random seeds 0 .. N-1 (default {len(DEFAULT_SEEDS)}, at least {MIN_SEEDS})")
     p.add_argument("--replacement", default="mask", choices=REPLACEMENTS)
-    p.add_argument("--max-removed", type=float, default=1.0, help="the flip scan's limit, a fraction (default 1)")
+    p.add_argument("--max-removed", type=_finite, default=1.0, help="the flip scan's limit, a fraction (default 1)")
     p.add_argument("--rank-by", default="signed", choices=RANK_BY)
     p.add_argument("--device", default=None, help="cpu / cuda (default: cuda when available)")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads of this process")
+    p.add_argument("--threads", type=_count(), default=None, help="torch CPU threads of this process")
     p.add_argument("--store", default=None,
                    help="compute into (or resume, or read) this result store, as `longviz precompute --what "
                         "leaderboard --out` does (default: the local store under the cache root)")
@@ -300,10 +322,12 @@ def _leaderboard(a) -> int:
           file=sys.stderr)
     print(table[["method", "aopc", "aopc_sd", "lodds", "lodds_sd", "first_flip", "flip_rate", "seconds",
                  "best"]].to_string(index=False))
+    from .export import table_csv
+
     if a.out:
-        table.to_csv(a.out, index=False)
+        Path(a.out).write_bytes(table_csv(table))
     if a.runs:
-        runs.to_csv(a.runs, index=False)
+        Path(a.runs).write_bytes(table_csv(runs))
     return 0
 
 
@@ -318,4 +342,7 @@ def main(argv=None) -> int:
                 "leaderboard": _leaderboard}[a.command](a)
     except (LongvizError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a path the command was given: unreadable, a folder for a file, a full disk
+        print(f"error: {exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else ""), file=sys.stderr)
         return 2

@@ -76,3 +76,19 @@ def finite_vector(values, what: str, error: type[LongvizError]) -> np.ndarray:
         bad = np.flatnonzero(~np.isfinite(v))
         raise error(f"{what} has {bad.size} NaN/inf values (first at position {bad[0]})")
     return v
+
+
+def whole_number(value, what: str, lo: int | None = None, hi: int | None = None,
+                 error: type[LongvizError] = SettingsError) -> int:
+    """`value` as an int when it is a whole number (an int, or a float such as 512.0) within [lo, hi], else
+    `error` naming `what` and the accepted range: the front door's one check of counts, positions and limits
+    (NaN, infinity, 2.5, True and "7" are refused, not rounded or read)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise error(f"{what} must be a whole number, got {value!r} ({type(value).__name__}).")
+    if isinstance(value, (float, np.floating)) and (not np.isfinite(value) or value != int(value)):
+        raise error(f"{what} must be a whole number, got {value!r}.")
+    v = int(value)
+    if (lo is not None and v < lo) or (hi is not None and v > hi):
+        accepted = (f"{lo}..{hi}" if hi is not None else f"at least {lo}") if lo is not None else f"at most {hi}"
+        raise error(f"{what} must be {accepted}, got {v if abs(v) < 10**18 else 'a number that large'}.")
+    return v

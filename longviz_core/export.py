@@ -56,14 +56,24 @@ def table_csv(df: pd.DataFrame, index: bool = False) -> bytes:
     if not isinstance(df, pd.DataFrame):
         raise ValueError(f"Expected a pandas DataFrame, got {type(df).__name__}.")
     safe = df.copy()
-    safe.columns = [_escape_cell(c) for c in safe.columns]
+    safe.columns = _escape_labels(safe.columns)
     if index:
-        safe.index = safe.index.map(_escape_cell)
+        safe.index = _escape_labels(safe.index)
     for i in range(safe.shape[1]):
         col = safe.iloc[:, i]
         if not (pd.api.types.is_numeric_dtype(col) or pd.api.types.is_datetime64_any_dtype(col)):
             safe.isetitem(i, col.astype(object).map(_escape_cell))
     return safe.to_csv(index=index, quoting=csv.QUOTE_MINIMAL, lineterminator="\r\n").encode("utf-8-sig")
+
+
+def _escape_labels(labels: pd.Index) -> pd.Index:
+    """Row or column labels escaped as cells, every level of a MultiIndex and the levels' names included (they
+    are written as cells too)."""
+    if isinstance(labels, pd.MultiIndex):
+        escaped = labels.set_levels([level.map(_escape_cell) for level in labels.levels])
+    else:
+        escaped = labels.map(_escape_cell)
+    return escaped.set_names([_escape_cell(name) for name in labels.names])
 
 
 def _escape_cell(value):

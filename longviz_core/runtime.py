@@ -70,6 +70,32 @@ def default_device():
     return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
 
 
+def usable_device(device):
+    """`device` (a name such as "cpu", "cuda", "cuda:1", "mps", or a torch.device) as a torch.device this machine
+    has, else SettingsError saying which it has; None -> default_device()."""
+    import torch
+
+    from .errors import SettingsError
+
+    if device is None:
+        return default_device()
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError) as exc:
+        raise SettingsError(f"Unknown device {device!r} ({exc}); use 'cpu' or 'cuda'.") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise SettingsError(f"Device {device!r} asked for, but this machine has no usable CUDA GPU (torch sees "
+                            "none); use 'cpu', or leave the device out to pick one.")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise SettingsError(f"Device {device!r} asked for, but this machine has {torch.cuda.device_count()} "
+                            "GPU(s), numbered from 0.")
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise SettingsError(f"Device {device!r} asked for, but MPS is not available here; use 'cpu'.")
+    if dev.type not in ("cpu", "cuda", "mps"):
+        raise SettingsError(f"Device {device!r} is not supported; use 'cpu' or 'cuda'.")
+    return dev
+
+
 class BudgetLRU:
     """A thread-safe least-recently-used map bounded by total bytes and entry count.
 

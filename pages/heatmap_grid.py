@@ -8,7 +8,7 @@ from longviz_core.figures import attention as fig
 from longviz_core.tokens import readable_token
 from longviz_core.views import importance as imp
 from longviz_core.views import pooling
-from pages._ui import common, dataset, export, labels
+from pages._ui import common, dataset, export, hosting, labels
 
 common.run_through_app()
 
@@ -32,12 +32,13 @@ scale = c4.checkbox("Scale by head importance", **K.option(P, "scale"),
 importance = None
 if scale:
     c1, c2 = st.columns(2)
-    source = c1.radio("Head importance", ("computed on the dataset", "imported file"), horizontal=True,
-                      **K.option(P, "importance_source"))
+    # an imported file is a user's bytes: offered only where uploads are (hosted: allow_upload = true)
+    sources = ("computed on the dataset",) + (("imported file",) if hosting.uploads_allowed() else ())
+    source = c1.radio("Head importance", sources, horizontal=True, **K.option(P, "importance_source"))
     with common.guard():
         if source == "imported file":
-            upload = st.file_uploader("head_importance (.npy or .pt, shape layers x heads)", type=["npy", "pt", "pth"],
-                                      key=K.page(P, "importance_file"))
+            upload = hosting.uploader("head_importance (.npy or .pt, shape layers x heads)", ["npy", "pt", "pth"],
+                                      K.page(P, "importance_file"))
             if upload is not None:
                 st.session_state[IMPORTED] = imp.load_head_importance(
                     upload.getvalue(), model.num_layers, model.num_heads, filename=upload.name)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..progress import Progress, report
 from .kinds import KINDS, Settings, resolve_kinds
+from .folders import check_store_target
 from .run import RunSummary, precompute, shard_rows, tqdm_bar
 from .store import scan_units
 
@@ -37,6 +38,8 @@ def run_on_ray(
     import ray
 
     kinds = resolve_kinds(what)
+    shard_rows(0, (0, 1), limit)  # the arguments checked before a cluster starts or anything is written
+    check_store_target(out)
     if not ray.is_initialized():
         ray.init(address=os.environ.get("RAY_ADDRESS") or None, include_dashboard=False)
     resources = ray.cluster_resources()

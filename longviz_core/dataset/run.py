@@ -25,7 +25,7 @@ from .. import _disk
 from .._disk import digest, file_lock, package_versions
 from .._version import __version__
 from ..attribution.explainers import EXPLAINERS
-from ..errors import DatasetError, InputTextError, LongvizError
+from ..errors import DatasetError, InputTextError, LongvizError, whole_number
 from ..model.encoding import DEFAULT_MAX_TOKENS
 from ..model.loading import LoadedModel, dataset_fingerprint
 from ..progress import Progress, format_seconds, report
@@ -33,6 +33,7 @@ from ..views.agreement import MASK_KINDS
 from ..views.faithfulness import DEFAULT_SEEDS, KS, RANKINGS, check_settings
 from ..views.similarity import DEFAULT_P, DEFAULT_TOP
 from . import leaderboard as lb
+from .folders import check_store_target, deletable_stores
 from .aggregate import DatasetAgreement, DatasetAttribution, DatasetFaithfulness
 from .kinds import ALL_KINDS, KINDS, Doc, Job, Settings, kind_names, resolve_kinds
 from .store import ResultStore, StoreWriter, open_manifest
@@ -58,7 +59,7 @@ def shard_rows(n_documents: int, shard: tuple[int, int] = (0, 1), limit: int | N
     i, n = (int(v) for v in shard)
     if not (n >= 1 and 0 <= i < n):
         raise ValueError(f"shard must be (i, N) with 0 <= i < N, got {shard}")
-    stop = n_documents if limit is None else min(n_documents, int(limit))
+    stop = n_documents if limit is None else min(n_documents, whole_number(limit, "limit (documents)", lo=0))
     return list(range(i, stop, n))
 
 
@@ -121,7 +122,8 @@ def precompute(
         raise ValueError("the dataset needs a 'text' column (load it with load_dataset)")
     kinds = run_kinds(df, what, settings)
     settings = clamped(model, settings)
-    out = Path(out)
+    shard_rows(len(df), shard, limit)  # its arguments checked before anything is written
+    out = check_store_target(out)
     open_manifest(out, build_manifest(model, df, settings, kinds, model_source, dataset_source),
                   allow_version_change)
     i, n = shard
@@ -196,7 +198,7 @@ def documents_done(store: ResultStore | None, df: pd.DataFrame, what, settings: 
 
 def clamped(model: LoadedModel, settings: Settings) -> Settings:
     """`settings` with max_tokens at most the model's (what a run and its manifest use)."""
-    return replace(settings, max_tokens=min(int(settings.max_tokens), model.max_tokens))
+    return replace(settings, max_tokens=min(whole_number(settings.max_tokens, "max_tokens", lo=3), model.max_tokens))
 
 
 class _Timer:
@@ -281,7 +283,8 @@ def prune_local_stores(older_than_days: float, cache_dir=None, *, dry_run: bool 
     if not root.is_dir():
         return []
     cutoff = (time.time() if now is None else now) - float(older_than_days) * 86400
-    old = [p for p in sorted(root.iterdir()) if p.is_dir() and _last_written(p) < cutoff]
+    stores, _others = deletable_stores(root)  # symlinks, files and folders that are not stores stay
+    old = [p for p in stores if _last_written(p) < cutoff]
     if not dry_run:
         for store in old:
             shutil.rmtree(store)
@@ -292,7 +295,7 @@ def _last_written(folder: Path) -> float:
     """The newest modification time in `folder` (itself included); now when a file vanishes while looking (a
     writer is at work)."""
     try:
-        return max([folder.stat().st_mtime, *(p.stat().st_mtime for p in folder.rglob("*"))])
+        return max([folder.lstat().st_mtime, *(p.lstat().st_mtime for p in folder.rglob("*"))])
     except FileNotFoundError:
         return time.time()
 

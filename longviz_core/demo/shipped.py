@@ -11,6 +11,7 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 from .._disk import atomic_write, bytes_digest, cache_root, file_lock
@@ -124,6 +125,20 @@ def _remove_abandoned_builds(base: Path, lock_held: bool) -> None:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+_DEMO_ENTRIES = frozenset({_COMPLETE, "model", "bpe", "dataset.parquet", "metrics.json"})
+
+
+def _clear_demo_folder(root: Path) -> None:
+    """Delete a damaged demo at `root`; a folder there holding anything a demo does not (a result store written
+    into it, someone's files) is moved aside to a name beside it instead, with a warning: never deleted."""
+    if root.is_symlink() or not root.is_dir() or {p.name for p in root.iterdir()} - _DEMO_ENTRIES:
+        kept = root.with_name(f"{root.name}.kept-{int(time.time())}")
+        os.rename(root, kept)
+        log.warning("%s held files that are not the demo's; moved to %s (nothing deleted).", root, kept)
+    else:
+        shutil.rmtree(root)
+
+
 def ensure_demo(cache_dir: str | os.PathLike | None = None, progress: Progress | None = None,
                 rebuild: bool = False) -> DemoPaths:
     """The cached demo (cache_root(cache_dir) / f"demo-{DEMO_VERSION}"), made on first use from the shipped
@@ -154,7 +169,7 @@ def ensure_demo(cache_dir: str | os.PathLike | None = None, progress: Progress |
                 build_demo(tmp, progress)
             atomic_write(tmp / _COMPLETE, _marker(file_checksums(tmp)))
             if root.exists():  # a damaged or incomplete directory (e.g. copied by hand)
-                shutil.rmtree(root)
+                _clear_demo_folder(root)
             os.rename(tmp, root)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..errors import DatasetError, NoAttentionError, SettingsError
+from ..errors import DatasetError, NoAttentionError, SelectionError, SettingsError, whole_number
 from ..progress import report
 from ..runtime import COMPUTE
 from .bands import AttentionBands
@@ -109,6 +109,9 @@ def pick_document(probs: np.ndarray, labels, how: str, positive: int = 1, seed: 
     if how not in DOCUMENT_CHOICES:
         raise SettingsError(f"Unknown document choice {how!r}: choose one of {', '.join(map(repr, DOCUMENT_CHOICES))}.")
     probs = np.asarray(probs)
+    if probs.ndim != 2 or probs.shape[1] < 2:
+        raise SettingsError(f"probs must be (documents, classes) with at least 2 classes, got shape {probs.shape}.")
+    positive = whole_number(positive, "positive (the positive class)", 0, probs.shape[1] - 1, error=SelectionError)
     predicted = probs.argmax(axis=1)
     if how == "most confident positive":
         return int(np.argmax(probs[:, positive]))

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import SelectionError, SettingsError
+from ..errors import SelectionError, SettingsError, whole_number
 from . import _kernels
 
 
@@ -127,9 +127,13 @@ class AttentionBands:
             out[self.global_idx, :] = self.global_rows[layer, head]
         return out
 
+    def _check_position(self, position, what: str) -> int:
+        return whole_number(position, f"{what} position", 0, self.n - 1, error=SelectionError)
+
     def row(self, layer: int, head: int, i: int) -> np.ndarray:
         """Query i's attention over all keys, (n,)."""
         self._check(layer, head)
+        i = self._check_position(i, "Query")
         n, w = self.n, self.window
         out = np.zeros(n, dtype=np.float32)
         gpos = np.flatnonzero(self.global_idx == i)
@@ -143,6 +147,7 @@ class AttentionBands:
     def column(self, layer: int, head: int, j: int) -> np.ndarray:
         """Attention every query gives key j, (n,)."""
         self._check(layer, head)
+        j = self._check_position(j, "Key")
         n, w = self.n, self.window
         out = np.zeros(n, dtype=np.float32)
         lo, hi = max(0, j - w), min(n, j + w + 1)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import InputTextError
+from ..errors import InputTextError, whole_number
 
 DEFAULT_MAX_TOKENS = 2048
 
@@ -67,6 +67,14 @@ def special_ids(tokenizer) -> tuple:
     return cls_id, sep_id, tokenizer.pad_token_id
 
 
+def text_token_ids(tokenizer, text: str) -> list[int]:
+    """The ids of `text` read as text: a special token's spelling written in the document (`<s>`, `</s>`,
+    `<pad>`, `<mask>`, `[CLS]`, …) is split like any other characters, never turned into the special id, so
+    the model's own special tokens are only those `encode` adds by position (first and last)."""
+    return tokenizer(text, add_special_tokens=False, truncation=False, verbose=False,
+                     split_special_tokens=True)["input_ids"]
+
+
 def encode(
     tokenizer,
     text: str,
@@ -86,16 +94,14 @@ def encode(
     except UnicodeEncodeError as exc:  # lone surrogates, e.g. from a "\ud800" escape in a JSON file
         raise InputTextError(f"The document is not valid Unicode (an unpaired surrogate at character {exc.start}); "
                              "re-save it as UTF-8 text.") from None
-    max_tokens = int(max_tokens)
-    if max_tokens < 3:
-        raise InputTextError(f"max_tokens must be at least 3 (<s>, one token, </s>), got {max_tokens}.")
+    max_tokens = whole_number(max_tokens, "max_tokens (<s>, at least one token, </s>)", lo=3, error=InputTextError)
     if model_max is not None and max_tokens > model_max:
         raise InputTextError(f"max_tokens={max_tokens} exceeds what this model accepts ({model_max} tokens).")
     cls_id, sep_id, pad_id = special_ids(tokenizer)
     if cls_id is None or sep_id is None or pad_id is None:
         raise InputTextError("The tokenizer lacks a CLS/<s>/BOS, SEP/</s>/EOS or pad token; it cannot build the "
                              "inputs.")
-    text_ids = tokenizer(text, add_special_tokens=False, truncation=False, verbose=False)["input_ids"]
+    text_ids = text_token_ids(tokenizer, text)
     if not text_ids:
         raise InputTextError("The document produced no tokens.")
     kept = text_ids[: max_tokens - 2]

@@ -27,9 +27,11 @@ from ..errors import (
     NotAClassifierError,
 )
 from ..progress import Progress, report
-from ..runtime import default_device
+from ..runtime import usable_device
+from .checks import check_shapes, check_vocabulary, distinct_labels
 from .encoding import Encoded, special_ids
 from .families import Family, family_of
+from .files import check_no_nul, read_bounded, read_dataset_file
 
 DEMO = "demo"
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
@@ -77,7 +79,7 @@ def load_model(source: str, device=None, progress: Progress | None = None) -> Lo
         path = str(ensure_demo(progress=progress).model_dir)
     else:
         path = _resolve_path(source)
-    device = torch.device(device) if device is not None else default_device()
+    device = usable_device(device)
     report(progress, 0.9, "Loading the model")
     try:
         config = AutoConfig.from_pretrained(path, trust_remote_code=False)
@@ -87,7 +89,8 @@ def load_model(source: str, device=None, progress: Progress | None = None) -> Lo
         _check_tokenizer_files(path, config, source)
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
         model, info = AutoModelForSequenceClassification.from_pretrained(
-            path, trust_remote_code=False, attn_implementation="eager", output_loading_info=True
+            path, trust_remote_code=False, attn_implementation="eager", output_loading_info=True,
+            ignore_mismatched_sizes=True,  # reported below by name, not as a damaged file
         )
     except ModelLoadError:
         raise
@@ -104,6 +107,8 @@ def load_model(source: str, device=None, progress: Progress | None = None) -> Lo
             "word would become an unknown token. Save the tokenizer the model was trained with next to it "
             "(tokenizer.save_pretrained(<dir>))."
         )
+    check_shapes(info, config, source)
+    check_vocabulary(tokenizer, model, source)
     missing_head = [k for k in info.get("missing_keys", []) if "classifier" in k or k.startswith("score")]
     if missing_head:
         raise NotAClassifierError(
@@ -121,7 +126,7 @@ def load_model(source: str, device=None, progress: Progress | None = None) -> Lo
         family=family,
         num_layers=int(config.num_hidden_layers),
         num_heads=int(config.num_attention_heads),
-        id2label={int(k): str(v) for k, v in (config.id2label or {}).items()},
+        id2label=distinct_labels(config.id2label or {}),
         max_tokens=family.max_tokens,
         position_offset=family.position_offset,
         attention_window=max(windows, default=0),
@@ -270,10 +275,11 @@ def load_dataset(
         df = pd.read_parquet(ensure_demo().dataset_path)
         df = df[df["split"] == "test"].reset_index(drop=True) if "split" in df else df
     elif isinstance(source, (bytes, bytearray, io.IOBase)):
-        df = _read_bytes(bytes(source) if not isinstance(source, io.IOBase) else source.read(), filename)
+        data = read_bounded(source, "The upload") if isinstance(source, io.IOBase) else bytes(source)
+        df = _read_bytes(data, filename)
     elif isinstance(source, (str, Path)) and Path(source).expanduser().exists():
         p = Path(source).expanduser()
-        df = _read_bytes(p.read_bytes(), p.name)
+        df = _read_bytes(read_dataset_file(p), p.name)
     elif isinstance(source, str) and _HUB_ID.match(source):
         df = _read_hub(source, split)
     else:
@@ -299,7 +305,9 @@ def _read_bytes(data: bytes, filename: str | None) -> pd.DataFrame:
         if name.endswith((".jsonl", ".json", ".ndjson")) or text.lstrip().startswith(("{", "[")):
             return pd.read_json(io.StringIO(text), lines=not text.lstrip().startswith("["))
         sep = "\t" if name.endswith(".tsv") else ","
-        return pd.read_csv(io.StringIO(text), sep=sep)
+        # only an empty cell is missing: pandas' other missing-value words ("NA", "None", "null", "nan", …) are
+        # text a document or a label may be
+        return pd.read_csv(io.StringIO(text), sep=sep, keep_default_na=False, na_values=[""])
     except DatasetError:
         raise
     except Exception as exc:  # parser errors of pandas/pyarrow come in many types
@@ -326,6 +334,9 @@ def normalise_dataset(df: pd.DataFrame, text_column=None, label_column=None, id2
         raise DatasetError("The dataset has no rows.")
     df = df.copy()
     df.columns = [str(c) for c in df.columns]
+    repeated = sorted({c for c in df.columns if list(df.columns).count(c) > 1})
+    if repeated:
+        raise DatasetError(f"Column name(s) {repeated} appear more than once: give every column its own name.")
     tcol = text_column or _detect_text_column(df)
     if tcol not in df.columns:
         raise DatasetError(f"No text column '{tcol}'. Columns are: {', '.join(df.columns)}.")
@@ -334,6 +345,7 @@ def normalise_dataset(df: pd.DataFrame, text_column=None, label_column=None, id2
         raise DatasetError(f"No label column '{label_column}'. Columns are: {', '.join(df.columns)}.")
     texts = df[tcol]
     keep = texts.map(lambda t: isinstance(t, str) and bool(t.strip()))
+    check_no_nul(texts[keep], tcol)
     out = df[keep].reset_index(drop=True)
     out.attrs["dropped_rows"] = int((~keep).sum())
     if len(out) == 0:
@@ -374,7 +386,11 @@ def _normalise_labels(col: pd.Series, id2label: dict | None) -> pd.Series:
         else:
             if not id2label:
                 raise DatasetError("Labels are strings and the model has no id2label to map them.")
-            by_name = {str(v).lower(): int(k) for k, v in id2label.items()}
+            by_name = {str(v).strip().lower(): int(k) for k, v in id2label.items()}
+            if len(by_name) < len(id2label):
+                raise DatasetError(f"The model's classes {sorted(map(str, id2label.values()))} repeat a name, so a "
+                                   "label written as a name cannot say which class it is; label the rows with class "
+                                   "numbers, or give the classes distinct names in config.json (id2label).")
             unknown = sorted(set(as_str.str.lower()) - set(by_name))
             if unknown:
                 raise DatasetError(

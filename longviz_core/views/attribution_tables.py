@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from ..attribution.ig import Attribution
-from ..errors import AttributionError, SelectionError, SettingsError
+from ..errors import AttributionError, SelectionError, SettingsError, finite_vector, whole_number
 from ..model.analysis import DocumentAnalysis
 from ..tokens import token_label
 from .masking import build_mask, special_mask
@@ -26,6 +26,7 @@ def top_attributions(tokens, scores, k: int = 10, sign: str = "positive", mask=N
     all its pieces are masked): columns word, position (its first token), attribution."""
     if sign not in ("positive", "negative"):
         raise SettingsError(f"sign must be 'positive' or 'negative', got {sign!r}.")
+    k = whole_number(k, "k (rows shown)", lo=1)
     scores = _scores(tokens, scores)
     shown = units(tokens, scores, ~_keep(len(scores), mask), unit)
     vals = shown.values  # (units,)
@@ -87,7 +88,7 @@ def token_detail(analysis: DocumentAnalysis, attribution: Attribution, position:
 
 
 def _scores(tokens, scores) -> np.ndarray:
-    s = np.asarray(scores, dtype=np.float64).reshape(-1)
+    s = finite_vector(np.asarray(scores).reshape(-1), "The attribution scores", AttributionError)
     if s.shape[0] != len(tokens):
         raise AttributionError(f"{len(tokens)} tokens but {s.shape[0]} scores: give the tokens and the "
                                "attribution scores of one document.")

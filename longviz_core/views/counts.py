@@ -101,6 +101,7 @@ def topk_indices(
     k = _check_k(k)
     L, H, n = bands.num_layers, bands.num_heads, bands.n
     dtype = np.int16 if n <= np.iinfo(np.int16).max else np.int32  # positions and -1: half the memory at k = 64
+    _check_lists_fit(k, n * L * H * 2 * np.dtype(dtype).itemsize)
     # stored owner-major, (n, layers, heads, k), seen as (layers, heads, n, k): a count reads one owner's lists
     # of every head in turn, adjacent in this order. One count over 144 heads at 4,096 tokens took 25-50 ms
     # for k = 8-64 so; head-major (each owner's lists 0.5 MB apart) 19-25 ms up to k = 16, 70-105 ms from k = 20
@@ -561,6 +562,16 @@ def _check_k(k) -> int:
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
         raise CountsError(f"k must be a positive integer, got {k!r}")
     return int(k)
+
+
+TOPK_BYTES = 8 * 2**30  # the two lists' ceiling: k = 64 at 4,096 tokens, 12 x 12 heads takes 145 MB
+
+
+def _check_lists_fit(k: int, bytes_per_k: int) -> None:
+    """Refuse a k whose lists (both directions, every head and token) would not fit, before allocating them."""
+    if k * bytes_per_k > TOPK_BYTES:
+        raise CountsError(f"k = {k} would need {k * bytes_per_k / 2**30:,.0f} GiB of top-k lists for this document; "
+                          f"use k <= {TOPK_BYTES // bytes_per_k:,} (the app offers 1..{TOPK_MAX}).")
 
 
 def _check_mask(mask, n: int) -> np.ndarray:

@@ -183,8 +183,7 @@ def sidebar() -> None:
             if kind == "file path":
                 st.text_input("Dataset file (CSV, Parquet, JSONL)", key=K.DATASET_PATH, bind="query-params")
             elif kind == "upload":
-                st.file_uploader("Upload a dataset", type=["csv", "tsv", "parquet", "jsonl", "json"],
-                                 key=K.DATASET_UPLOAD)
+                hosting.uploader("Upload a dataset", hosting.DATASET_TYPES, K.DATASET_UPLOAD)
         mode = st.selectbox("Document", hosting.doc_modes(cfg), key=K.DOC_MODE, bind="query-params")
         if mode == "by index":
             st.number_input("Index in the dataset", min_value=0, value=0, step=1, key=K.DOC_INDEX,
@@ -234,7 +233,7 @@ def current_dataset(model: lv.LoadedModel):
         if not path:
             return None
         return cache.get_dataset(path, model.id2label, *hosting.dataset_columns(hosting.config(), path))
-    upload = ss.get(K.DATASET_UPLOAD)
+    upload = ss.get(K.DATASET_UPLOAD) if hosting.uploads_allowed() else None
     if upload is None:
         return None
     return lv.load_dataset(upload.getvalue(), filename=upload.name, id2label=model.id2label)
@@ -340,7 +339,7 @@ def computed_importance(model: lv.LoadedModel, method: str, required: bool = Tru
 
 def imported_importance(model: lv.LoadedModel) -> HeadImportance | None:
     """The head-importance file imported on the heatmap page, when there is one that fits this model."""
-    values = st.session_state.get(K.IMPORTED_IMPORTANCE)
+    values = st.session_state.get(K.IMPORTED_IMPORTANCE) if hosting.uploads_allowed() else None
     if values is None or values.shape != (model.num_layers, model.num_heads):
         return None
     return HeadImportance(values, None, "imported file", "the file imported on the heatmap page")

@@ -19,6 +19,8 @@ from longviz_core import cache
 from longviz_core.config import ConfigError, HostConfig, config_path, load_config
 from pages._ui.keys import DOC_MODES, K
 
+DATASET_TYPES = ["csv", "tsv", "parquet", "jsonl", "json"]
+
 
 @st.cache_resource(show_spinner=False, max_entries=4)
 def _load(path: str, mtime: float) -> HostConfig:
@@ -112,6 +114,22 @@ def _secrets(section: str) -> dict:
         return {}
 
 
+# ------------------------------------------------------------------------------------------- uploads
+def uploads_allowed() -> bool:
+    """Whether a user's files may enter the server: always locally, only with `allow_upload = true` hosted."""
+    cfg = config()
+    return cfg is None or cfg.allow_upload
+
+
+def uploader(label: str, types: list[str], key: str):
+    """The one door for a user's file (a dataset, a head-importance file): st.file_uploader when uploads are
+    allowed, else no widget and None, whatever a link or the session holds."""
+    if not uploads_allowed():
+        st.session_state.pop(key, None)
+        return None
+    return st.file_uploader(label, type=types, key=key)
+
+
 # ------------------------------------------------------------------------------------------- sidebar
 def sidebar_sources(cfg: HostConfig) -> None:
     """Model and dataset chosen by name from the configuration (inside `with st.sidebar`).
@@ -133,8 +151,7 @@ def sidebar_sources(cfg: HostConfig) -> None:
                               bind="query-params", help=_descriptions(cfg.datasets))
         ss[K.DATASET_KIND] = "upload" if choice == "upload" else "file path"
         if choice == "upload":
-            st.file_uploader("Upload a dataset", type=["csv", "tsv", "parquet", "jsonl", "json"],
-                             key=K.DATASET_UPLOAD)
+            uploader("Upload a dataset", DATASET_TYPES, K.DATASET_UPLOAD)
 
 
 def doc_modes(cfg: HostConfig | None) -> tuple[str, ...]:

@@ -7,6 +7,7 @@
   server does not offer) are dropped by Streamlit before they reach the session. Selectboxes carry their
   *label*, so hosted links name models and datasets, never server paths.
 - State that is not a widget value goes through `sync()`: the seed of the random document picks.
+- Before any of it, `pages/_ui/url.py` drops every URL value its type's parser refuses, with a notice.
 Pasted text and uploads never enter the URL (size, privacy).
 """
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import streamlit as st
 
 from pages._ui.keys import K
+from pages._ui.url import drop, url_int
 
 SEED = "seed"  # query parameter of K.DOC_SEED
 _MAX_SEED = 10**9
@@ -28,9 +30,12 @@ def sync() -> None:
     first_run = K.page("links", "restored")
     if not ss.get(first_run):
         ss[first_run] = True
-        raw = st.query_params.get(SEED, "")
-        if raw.isdigit() and int(raw) < _MAX_SEED:
-            ss[K.DOC_SEED] = int(raw)
+        raw = st.query_params.get(SEED)
+        seed = url_int(raw, 0, _MAX_SEED - 1)
+        if seed is not None:
+            ss[K.DOC_SEED] = seed
+        elif raw is not None:
+            drop(SEED, raw, f"a seed is a whole number below {_MAX_SEED:,}")
     seed = int(ss.get(K.DOC_SEED, 0))
     if seed:
         if st.query_params.get(SEED) != str(seed):

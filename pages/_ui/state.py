@@ -8,6 +8,7 @@ from __future__ import annotations
 import streamlit as st
 
 from pages._ui.keys import K
+from pages._ui.url import drop, url_int
 
 TARGET_PARAM, TOKEN_PARAM = "target", "token"
 
@@ -27,10 +28,6 @@ def new_document(page: str, analysis) -> bool:
     return changed
 
 
-def _linked(param: str) -> str | None:
-    return st.query_params.get(param)
-
-
 def class_target(where, page: str, analysis, changed: bool, help: str = "") -> int:
     """The class explained: the predicted class unless the user picks another; back to the predicted class on
     a new document unless "Pin" is ticked; a link's `target` (a class name) on the page's first run."""
@@ -38,8 +35,10 @@ def class_target(where, page: str, analysis, changed: bool, help: str = "") -> i
     key, pin = K.page(page, "target"), K.page(page, "pin_target")
     names = [analysis.label_name(i) for i in range(len(analysis.probs))]
     if key not in ss:
-        linked = _linked(TARGET_PARAM)
+        linked = st.query_params.get(TARGET_PARAM)
         ss[key] = names.index(linked) if linked in names else analysis.predicted
+        if linked is not None and linked not in names:
+            drop(TARGET_PARAM, linked, f"this model's classes are {', '.join(names)}")
     elif (changed and not ss.get(pin)) or not 0 <= ss[key] < len(names):
         ss[key] = analysis.predicted
     target = where.selectbox("Attribution label (class explained)", range(len(names)), format_func=names.__getitem__,
@@ -57,8 +56,11 @@ def selected_token(where, page: str, n: int, default: int) -> int:
     ss = st.session_state
     key = K.page(page, "pos")
     if key not in ss:
-        linked = _linked(TOKEN_PARAM) or ""
-        ss[key] = int(linked) if linked.isdigit() and int(linked) < n else default
+        linked = st.query_params.get(TOKEN_PARAM)
+        position = url_int(linked, 0, n - 1)
+        ss[key] = default if position is None else position
+        if linked is not None and position is None:
+            drop(TOKEN_PARAM, linked, f"this document's positions are 0..{n - 1}")
     elif not 0 <= ss[key] < n:
         ss[key] = default
     pos = int(where.number_input("Token position (or click a token or a table row)", 0, n - 1, key=key))

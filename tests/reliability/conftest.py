@@ -1,6 +1,6 @@
-"""The reliability matrix (issue 16): bad inputs, bad checkpoints, damaged files of every kind the cache and the
-store write, injection through overlays and exports, hosted-mode escapes, and faults (full disk, SIGKILL,
-server restart).
+"""The reliability matrix (issues 16 and 23): bad inputs, links, files and arguments, bad checkpoints, damaged
+files of every kind the cache and the store write, injection through overlays and exports, hosted-mode escapes,
+folders that are not stores, and faults (full disk, SIGKILL, server restart).
 
 Every case is marked with what its failure would be, `@pytest.mark.guards(kind)`:
 
@@ -8,6 +8,7 @@ Every case is marked with what its failure would be, `@pytest.mark.guards(kind)`
   wrong       the case must give the right result: damage detected and recomputed, a resumed store identical
   injection   user text must come out inert (escaped HTML, spreadsheet formulas neutralised)
   allowlist   a hosted server must not let a link or a widget reach what its configuration does not offer
+  loss        nothing that was there before is lost: rows of a dataset, files of a folder that is not a store
 
 At the end of the run the counts are printed: cases run, and the failures of each kind (all 0 when it holds).
 """
@@ -19,7 +20,7 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 GUARDS = {"traceback": "tracebacks", "wrong": "silent wrong results", "injection": "injections",
-          "allowlist": "allowlist escapes"}
+          "allowlist": "allowlist escapes", "loss": "losses"}
 _outcomes: dict[str, tuple[str, str]] = {}  # nodeid -> (guard kind, "passed" | "failed" | "skipped")
 
 

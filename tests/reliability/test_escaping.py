@@ -166,3 +166,32 @@ def test_widgets_offer_names_only_and_refuse_other_values(hosted_app):
         model.set_value("/etc/passwd").run()
     with pytest.raises(Exception):
         at.number_input(key="max_tokens").set_value(10**6).run()
+
+
+def _frames_with_multi_index():
+    cells = [v for v, _ in CSV_CELLS.values() if v.startswith(("=", "+", "-", "@"))]
+    rows = pd.MultiIndex.from_tuples([(c, f"{c}-inner") for c in cells] + [("plain", -3)], names=["=level", "@n"])
+    yield "rows", pd.DataFrame({"value": np.arange(len(rows), dtype=float)}, index=rows), True
+    columns = pd.MultiIndex.from_tuples([(c, "+sub") for c in cells], names=["-names", None])
+    yield "columns", pd.DataFrame([np.arange(len(cells))], columns=columns), False
+    yield "columns-with-index", pd.DataFrame([np.arange(len(cells))], columns=columns), True
+    yield "named-index", pd.DataFrame({"v": [1]}, index=pd.Index(["=1+1"], name="=cmd")), True
+
+
+@injection
+@pytest.mark.parametrize("name, df, index", list(_frames_with_multi_index()),
+                         ids=[n for n, *_ in _frames_with_multi_index()])
+def test_index_cells_of_every_level_and_their_names_are_escaped(name, df, index):
+    rows = list(csv.reader(io.StringIO(export.table_csv(df, index=index).decode("utf-8-sig"), newline="")))
+    cells = [c for row in rows for c in row]
+    assert not [c for c in cells if c.startswith(("=", "+", "@", "\t", "\r"))]
+    assert not [c for c in cells if c.startswith("-") and not _is_number(c)]  # -3 stays the number -3
+    assert sum(c.startswith("'") for c in cells) >= 2
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True

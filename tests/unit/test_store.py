@@ -342,6 +342,9 @@ def test_prune_stores_deletes_only_local_stores_not_written_for_days(tmp_path, c
             f.parent.mkdir(parents=True, exist_ok=True)
             f.write_bytes(b"x")
             os.utime(f, (now - age * day, now - age * day))
+        manifest = stores / name / "manifest.json"  # what makes a folder a store (prune deletes nothing else)
+        manifest.write_text("{}")
+        os.utime(manifest, (now - max(files) * day, now - max(files) * day))
         for folder in (stores / name / "docs", stores / name):
             os.utime(folder, (now - 20 * day, now - 20 * day))
     args = ["prune-stores", "--older-than", "7", "--cache-dir", str(tmp_path)]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...errors import whole_number
+
 _SEQUENCES = {"importance_values": lambda row: tuple(float(x) for x in row), "mask_kinds": str, "layer_range": int,
               "rankings": str, "ks": float, "seeds": int, "faithfulness_layers": int, "explainers": str,
               "explainer_options": lambda t: (str(t[0]), str(t[1]), t[2])}
@@ -55,14 +57,12 @@ class Settings:
                 except (TypeError, ValueError):
                     raise ValueError(f"{name} must be a sequence" + (" of rows (layers x heads)" if name ==
                                      "importance_values" else "") + f", got {value!r}") from None
-        if int(self.max_tokens) < 3:
-            raise ValueError(f"max_tokens must be >= 3, got {self.max_tokens}")
-        if int(self.n_steps) < 2:
-            raise ValueError(f"n_steps must be >= 2 (captum's minimum), got {self.n_steps}")
-        if not (self.target in ("positive", "predicted") or str(self.target).isdigit()):
+        whole_number(self.max_tokens, "max_tokens", lo=3)
+        whole_number(self.n_steps, "n_steps (captum's minimum is 2)", lo=2)
+        if not (self.target in ("positive", "predicted") or str(self.target).isascii() and str(self.target).isdigit()):
             raise ValueError(f"target must be 'positive', 'predicted' or a class index, got {self.target!r}")
-        if self.importance_docs is not None and int(self.importance_docs) < 1:
-            raise ValueError(f"importance_docs must be >= 1, got {self.importance_docs}")
+        if self.importance_docs is not None:
+            whole_number(self.importance_docs, "importance_docs", lo=1)
         if self.importance_method not in ("t3vis", "michel"):
             raise ValueError(f"importance_method must be 't3vis' or 'michel', got {self.importance_method!r}")
         if self.rbo_p is not None and not 0 < float(self.rbo_p) < 1:
