@@ -1,4 +1,4 @@
-"""One document through the model: probabilities, prediction and the attention bands."""
+"""One document through the model: probabilities, prediction and its attention (bands or layer by layer)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -10,7 +10,9 @@ from ..errors import DatasetError, SettingsError
 from ..progress import report
 from ..runtime import COMPUTE
 from .bands import AttentionBands
+from .capture import analyze_layers
 from .encoding import DEFAULT_MAX_TOKENS, Encoded, encode, text_hash
+from .layered import LayeredAttention
 from .loading import LoadedModel
 
 
@@ -21,7 +23,7 @@ class DocumentAnalysis:
     logits: np.ndarray  # (classes,)
     probs: np.ndarray  # (classes,)
     predicted: int
-    attention: AttentionBands = field(repr=False)
+    attention: AttentionBands | LayeredAttention = field(repr=False)  # Longformer: bands; others: by layer
     model_fingerprint: str
     id2label: dict
     text_hash: str
@@ -54,22 +56,23 @@ def analyze(model: LoadedModel, text: str, max_tokens: int = DEFAULT_MAX_TOKENS,
     if not model.is_longformer:
         inputs.pop("global_attention_mask")
     with COMPUTE.hold(on_wait), torch.no_grad():
-        out = model.model(**inputs, output_attentions=True)
+        if model.is_longformer:
+            out = model.model(**inputs, output_attentions=True)
+        else:  # each layer by its pattern: banded or streamed from its queries and keys, never n x n per layer
+            out, attention = analyze_layers(model.model, inputs, model.num_layers)
     logits = out.logits[0].float().cpu().numpy()
     probs = torch.softmax(out.logits[0].float(), dim=-1).cpu().numpy()
     if model.is_longformer:
-        bands = AttentionBands.from_longformer(
+        attention = AttentionBands.from_longformer(
             out.attentions, out.global_attentions, np.flatnonzero(enc.global_mask), enc.n
         )
-    else:
-        bands = AttentionBands.from_full(out.attentions, enc.n)
     return DocumentAnalysis(
         text=text,
         encoded=enc,
         logits=logits,
         probs=probs,
         predicted=int(np.argmax(probs)),
-        attention=bands,
+        attention=attention,
         model_fingerprint=model.fingerprint,
         id2label=dict(model.id2label),
         text_hash=text_hash(text),

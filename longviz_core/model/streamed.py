@@ -1,0 +1,166 @@
+"""A full-attention layer kept as its queries and keys; every view streamed from them in chunks of query rows.
+
+A full layer's attention is softmax(Q K^T * scaling) row by row over all n keys (`capture` takes Q and K after
+RoPE from the model's own attention call). Storing it would take heads x n x n floats per layer (22 x 12 x
+8,192^2 x 4 B = 71 GB for ModernBERT-base at 8,192 tokens), so this layer keeps Q and K, (heads, n, d), and
+computes what the views read in passes over chunks of query rows: each chunk's scores are a (heads, rows, n)
+matrix whose exact float32 softmax (max subtracted, as eager attention computes it) lives only while the chunk
+is read. One pass (`summary`) gives per head the attention every key receives (column sums), the CLS row,
+each query's top-k keys and each key's top-k queries (Algorithms 1 and 3 need both) and the block sums the
+heatmap grid pools; any single row, column or dense head is computed on demand. Memory: Q and K plus
+O(heads * n * k) for the lists, and one chunk.
+
+Top-k order is the views' (`views.counts`): value descending, ties to the lower position, positive values
+only, -1 padded. A tie exactly at the k-th place is resolved by `torch.topk`, which may keep either of the
+tied positions; with float32 softmax values such ties have probability ~0 except for exact zeros (excluded).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+_CHUNK_BYTES = 48 << 20  # one chunk's (heads, rows, n) float32 probabilities
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What one pass over a full layer's rows gives, per head."""
+
+    received: np.ndarray  # (heads, n) float32 column sums
+    cls_row: np.ndarray  # (heads, n) float32 attention of query 0
+    attended: np.ndarray | None  # (heads, n, k) int32 each query's top-k keys, -1 padded
+    attending: np.ndarray | None  # (heads, n, k) int32 each key's top-k queries, -1 padded
+    block: int  # tokens per pooled block (0: not pooled)
+    block_sums: np.ndarray | None  # (heads, g, g) float64 attention from query block a to key block b
+
+
+@dataclass(frozen=True)
+class StreamedLayer:
+    """One full-attention layer: its queries and keys, views computed from them (module docstring)."""
+
+    query: torch.Tensor  # (heads, n, d) float32, after RoPE
+    key: torch.Tensor  # (heads, n, d) float32, after RoPE
+    scaling: float
+    _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        if self.query.shape != self.key.shape or self.query.ndim != 3:
+            raise ValueError(f"queries {tuple(self.query.shape)} and keys {tuple(self.key.shape)} must be (heads, n, d)")
+
+    @property
+    def num_heads(self) -> int:
+        return self.query.shape[0]
+
+    @property
+    def n(self) -> int:
+        return self.query.shape[1]
+
+    @property
+    def nbytes(self) -> int:
+        cached = sum(a.nbytes for s in self._cache.values() for a in vars(s).values() if isinstance(a, np.ndarray))
+        return self.query.numel() * 4 + self.key.numel() * 4 + cached
+
+    # ---- rows on demand ---------------------------------------------------------------------------------
+    def probs(self, rows: slice, heads=None) -> torch.Tensor:
+        """Attention of the queries in `rows` over all keys, (heads, rows, n) float32: exact softmax."""
+        q = self.query[:, rows] if heads is None else self.query[heads, rows]
+        k = self.key if heads is None else self.key[heads]
+        scores = torch.matmul(q, k.transpose(-1, -2)) * self.scaling  # (heads, rows, n)
+        return torch.softmax(scores, dim=-1, dtype=torch.float32)
+
+    def dense(self, head: int) -> np.ndarray:
+        """The (n, n) matrix of one head (rows = queries, sum to 1)."""
+        return self.probs(slice(None), [head])[0].numpy()
+
+    def row(self, head: int, i: int) -> np.ndarray:
+        """Query i's attention over all keys, (n,)."""
+        return self.probs(slice(i, i + 1), [head])[0, 0].numpy().copy()
+
+    def column(self, head: int, j: int) -> np.ndarray:
+        """Attention every query gives key j, (n,): one row chunk at a time, keeping column j."""
+        out = np.empty(self.n, dtype=np.float32)
+        for rows in self._chunks(1):
+            out[rows] = self.probs(rows, [head])[0, :, j].numpy()
+        return out
+
+    def vecmat_mean(self, v: np.ndarray) -> np.ndarray:
+        """v^T Ā for Ā the mean over heads of this layer's attention, (n,) float64 (rollout through the CLS
+        row vector)."""
+        v = torch.as_tensor(np.asarray(v, dtype=np.float64))
+        out = torch.zeros(self.n, dtype=torch.float64)
+        for rows in self._chunks(self.num_heads):
+            out += torch.einsum("r,hrn->n", v[rows], self.probs(rows).double())
+        return (out / self.num_heads).numpy()
+
+    # ---- one pass over every row ------------------------------------------------------------------------
+    def received(self) -> np.ndarray:
+        """(heads, n) attention each key receives (column sums)."""
+        return self.summary().received
+
+    def summary(self, k: int = 0, block: int = 0) -> Summary:
+        """One pass: received and the CLS row always; top-k lists for k > 0 (prefixes of a longer cached
+        list serve a smaller k); block sums for `block` > 0 tokens per block. Cached per (k, block) need."""
+        for (ck, cb), s in self._cache.items():
+            if ck >= k and (block == 0 or cb == block):
+                return s if ck == k or k == 0 else _prefix(s, k)
+        s = self._pass(k, block)
+        self._cache[(k, block)] = s
+        return s
+
+    def _pass(self, k: int, block: int) -> Summary:
+        H, n = self.num_heads, self.n
+        kk = min(k, n)
+        received = torch.zeros((H, n), dtype=torch.float64)
+        cls_row = None
+        att_v = att_i = None
+        key_v = torch.full((H, kk, n), -1.0) if kk else None  # running top-k queries of every key
+        key_i = torch.full((H, kk, n), -1, dtype=torch.int64) if kk else None
+        g = -(-n // block) if block else 0
+        sums = torch.zeros((H, g, g), dtype=torch.float64) if block else None
+        attended = np.full((H, n, k), -1, dtype=np.int32) if k else None
+        for rows in self._chunks(H, multiple=max(block, 1)):
+            p = self.probs(rows)  # (H, c, n)
+            received += p.sum(dim=1, dtype=torch.float64)
+            if rows.start == 0:
+                cls_row = p[:, 0].numpy().copy()
+            if kk:
+                v, i = torch.topk(p, kk, dim=-1)  # (H, c, kk)
+                attended[:, rows, :kk] = _ordered(v, i).numpy()
+                cv, ci = torch.topk(p, min(kk, p.shape[1]), dim=1)  # (H, <=kk, n) best queries of the chunk
+                both_v, both_i = torch.cat([key_v, cv], dim=1), torch.cat([key_i, ci + rows.start], dim=1)
+                key_v, pick = torch.topk(both_v, kk, dim=1)
+                key_i = torch.gather(both_i, 1, pick)
+            if block:
+                c = p.shape[1]
+                a0 = rows.start // block
+                per_block = p.new_zeros((H, -(-c // block) * block, g * block))
+                per_block[:, :c, :n] = p
+                sums[:, a0 : a0 + per_block.shape[1] // block] += per_block.view(
+                    H, -1, block, g, block).sum(dim=(2, 4), dtype=torch.float64)
+        attending = None
+        if kk:
+            attending = np.full((H, n, k), -1, dtype=np.int32)
+            attending[:, :, :kk] = _ordered(key_v.transpose(1, 2), key_i.transpose(1, 2)).numpy()
+        return Summary(received.float().numpy(), cls_row, attended, attending, block,
+                       None if sums is None else sums.numpy())
+
+    def _chunks(self, heads: int, multiple: int = 1):
+        """Slices of query rows, each about _CHUNK_BYTES of (heads, rows, n) float32, a multiple of `multiple`."""
+        rows = max(1, _CHUNK_BYTES // (4 * heads * self.n) // multiple) * multiple
+        for start in range(0, self.n, rows):
+            yield slice(start, min(start + rows, self.n))
+
+
+def _ordered(values: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """(..., k) positions by value descending then position ascending; -1 where the value is not positive."""
+    idx_sorted, order = torch.sort(idx, dim=-1, stable=True)
+    vals = torch.gather(values, -1, order)
+    _, order = torch.sort(-vals, dim=-1, stable=True)
+    idx_sorted, vals = torch.gather(idx_sorted, -1, order), torch.gather(vals, -1, order)
+    return torch.where(vals > 0, idx_sorted, -1).to(torch.int32)
+
+
+def _prefix(s: Summary, k: int) -> Summary:
+    return Summary(s.received, s.cls_row, s.attended[..., :k], s.attending[..., :k], s.block, s.block_sums)
