@@ -46,7 +46,7 @@ def make_tiny_longformer(path: Path, layers=2, heads=2, hidden=32, window=8, lab
     return path
 
 
-def make_tiny_bert(path: Path, layers=2, heads=2, hidden=32, labels=2, seed=0) -> Path:
+def make_tiny_bert(path: Path, layers=2, heads=2, hidden=32, labels=2, seed=0, initializer_range=0.02) -> Path:
     from transformers import (
         BertConfig,
         BertForSequenceClassification,
@@ -62,7 +62,7 @@ def make_tiny_bert(path: Path, layers=2, heads=2, hidden=32, labels=2, seed=0) -
     config = BertConfig(
         vocab_size=len(vocab), hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
         intermediate_size=hidden * 2, max_position_embeddings=64, num_labels=labels,
-        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+        initializer_range=initializer_range, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
         id2label={i: f"class_{i}" for i in range(labels)}, label2id={f"class_{i}": i for i in range(labels)},
     )
     BertForSequenceClassification(config).save_pretrained(path)

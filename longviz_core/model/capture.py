@@ -2,9 +2,10 @@
 
 transformers 5 returns attention weights only from its eager implementation, and then as n x n for every layer
 (sliding layers included, zeros outside the window). Instead a longviz attention function is registered with
-`AttentionInterface` (and sdpa's mask builder under the same name with `AttentionMaskInterface`): it calls
-sdpa for the layer's output, so the model computes what it computes under sdpa, and hands each layer's queries
-and keys (after RoPE) and its mask to a sink. The sink keeps
+`AttentionInterface` (and sdpa's mask builder, run on chunks of rows, under the same name with `AttentionMaskInterface`): it calls
+sdpa for the layer's output, so the model computes what it computes under sdpa (a sliding layer's sdpa on
+chunks of rows and the keys their window reaches), and hands each layer's queries and keys (after RoPE) and its
+mask to a sink. The sink keeps
 - a *banded* layer (ModernBERT's sliding layers, radius r = local_attention // 2) as its band, (heads, n,
   2r+1): softmax over the keys |i - j| <= r inside the document, computed from Q and K in chunks of rows;
 - a *full* layer (ModernBERT's global layers, BERT / RoBERTa / EuroBERT / GTE) as a `StreamedLayer` (Q, K).
@@ -26,6 +27,7 @@ from .streamed import StreamedLayer
 
 IMPLEMENTATION = "longviz"
 _ROWS = 256  # query rows per chunk of a banded layer
+_MASK_ROWS = 1024  # query rows per chunk of the mask
 
 
 class AttentionPatternError(LongvizError, RuntimeError):
@@ -57,6 +59,7 @@ def analyze_layers(model: torch.nn.Module, inputs: dict, num_layers: int):
         scaling = float(scaling if scaling is not None else q.shape[-1] ** -0.5)
         _check_mask(mask, q.shape[1], r, len(layers))
         layers.append(StreamedLayer(q, k, scaling) if r is None else band_of(q, k, scaling, r))
+        return r
 
     with _capturing(model, sink):
         out = model(**inputs)
@@ -93,7 +96,7 @@ def _check_mask(mask, n: int, r: int | None, layer: int) -> None:
         allowed = n * n
     else:
         m = mask[0, 0] if mask.dim() == 4 else mask
-        allowed = int(m.sum()) if m.dtype == torch.bool else int((m == 0).sum())
+        allowed = int(torch.count_nonzero(m)) if m.dtype == torch.bool else int(torch.count_nonzero(m == 0))
         if m.shape[-2:] != (n, n):
             raise AttentionPatternError(f"layer {layer}: a mask of shape {tuple(m.shape)} for {n} tokens")
     if r is None or r >= n - 1:
@@ -112,23 +115,48 @@ _LOCAL = threading.local()
 
 
 def _attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
-    """transformers' sdpa attention for the output; queries, keys and mask to the current sink."""
+    """transformers' sdpa attention for the output; queries, keys and mask to the current sink first, which
+    answers the layer's radius (None: full). A banded layer's sdpa runs on chunks of query rows with the keys
+    and mask columns that the chunk's window reaches: the keys left out are masked for those rows, so every
+    row's softmax and output are the ones sdpa computes on the whole, without sdpa's (heads, n, n) scores."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    out = sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
-                                 **kwargs)
     sink = getattr(_LOCAL, "sink", None)
-    if sink is not None:
-        sink(module, query, key, attention_mask, scaling)
-    return out
+    r = sink(module, query, key, attention_mask, scaling) if sink is not None else None
+    n = query.shape[-2]
+    if r is None or attention_mask is None or n <= _ROWS:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      **kwargs)
+    parts = []
+    for a in range(0, n, _ROWS):
+        b = min(a + _ROWS, n)
+        lo, hi = max(0, a - r), min(n, b + r)
+        parts.append(sdpa_attention_forward(module, query[..., a:b, :], key[..., lo:hi, :], value[..., lo:hi, :],
+                                            attention_mask[..., a:b, lo:hi], dropout=dropout, scaling=scaling,
+                                            **kwargs)[0])  # (1, rows, heads, d)
+    return torch.cat(parts, dim=1), None
+
+
+def _mask(batch_size: int, q_length: int, kv_length: int, q_offset: int = 0, **kwargs):
+    """transformers' sdpa mask, built for chunks of query rows: on the whole it broadcasts int64 index tensors
+    of n x n (1 GiB at 8,192 tokens for a sliding window) to give an n x n bool mask (64 MiB)."""
+    from transformers.masking_utils import sdpa_mask
+
+    parts = [sdpa_mask(batch_size, min(_MASK_ROWS, q_length - a), kv_length, q_offset=q_offset + a, **kwargs)
+             for a in range(0, q_length, _MASK_ROWS)]
+    if all(p is None for p in parts):
+        return None  # full attention without padding: sdpa needs no mask
+    full = torch.ones((batch_size, 1, 1, kv_length), dtype=torch.bool)
+    return torch.cat([full.expand(-1, -1, min(_MASK_ROWS, q_length - i * _MASK_ROWS), -1) if p is None else p
+                      for i, p in enumerate(parts)], dim=2)
 
 
 def _register() -> None:
     from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+    from transformers.masking_utils import AttentionMaskInterface
 
     AttentionInterface.register(IMPLEMENTATION, _attention)
-    AttentionMaskInterface.register(IMPLEMENTATION, sdpa_mask)
+    AttentionMaskInterface.register(IMPLEMENTATION, _mask)
 
 
 @contextmanager
