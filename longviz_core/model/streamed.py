@@ -6,8 +6,10 @@ RoPE from the model's own attention call). Storing it would take heads x n x n f
 computes what the views read in passes over chunks of query rows: each chunk's scores are a (heads, rows, n)
 matrix whose exact float32 softmax (max subtracted, as eager attention computes it) lives only while the chunk
 is read. One pass (`summary`) gives per head the attention every key receives (column sums), the CLS row,
-each query's top-k keys and each key's top-k queries (Algorithms 1 and 3 need both) and the block sums the
-heatmap grid pools; any single row, column or dense head is computed on demand. Memory: Q and K plus
+each query's top-k keys and the block sums the heatmap grid pools; each key's top-k queries (Algorithm 3
+needs them beside Algorithm 1's) come from a second pass over chunks of keys, K Q^T with each query's
+log-sum-exp from the first, so that a key's column is contiguous (exp(score - lse): the same softmax, rounded
+in another order, to a few ulp); any single row, column or dense head is computed on demand. Memory: Q and K plus
 O(heads * n * k) for the lists, and one chunk.
 
 Top-k order is the views' (`views.counts`): value descending, ties to the lower position, positive values
@@ -22,6 +24,8 @@ import numpy as np
 import torch
 
 _CHUNK_BYTES = 48 << 20  # one chunk's (heads, rows, n) float32 probabilities
+DEFAULT_K = 64  # the app's top-k lists (views.counts.TOPK_MAX)
+DEFAULT_GRID = 64  # the heatmap grid's cells per axis (views.pooling.DEFAULT_GRID)
 
 
 @dataclass(frozen=True)
@@ -30,8 +34,8 @@ class Summary:
 
     received: np.ndarray  # (heads, n) float32 column sums
     cls_row: np.ndarray  # (heads, n) float32 attention of query 0
-    attended: np.ndarray | None  # (heads, n, k) int32 each query's top-k keys, -1 padded
-    attending: np.ndarray | None  # (heads, n, k) int32 each key's top-k queries, -1 padded
+    attended: np.ndarray | None  # (heads, n, k) int16 (int32 from 32,768 tokens) each query's top-k keys, -1 padded
+    attending: np.ndarray | None  # (heads, n, k) int16 / int32 each key's top-k queries, -1 padded
     block: int  # tokens per pooled block (0: not pooled)
     block_sums: np.ndarray | None  # (heads, g, g) float64 attention from query block a to key block b
 
@@ -100,49 +104,55 @@ class StreamedLayer:
         return self.summary().received
 
     def summary(self, k: int = 0, block: int = 0) -> Summary:
-        """One pass: received and the CLS row always; top-k lists for k > 0 (prefixes of a longer cached
-        list serve a smaller k); block sums for `block` > 0 tokens per block. Cached per (k, block) need."""
+        """Received and the CLS row always; top-k lists for k > 0 (prefixes of a longer cached list serve a
+        smaller k); block sums for `block` > 0 tokens per block. The first pass computes what the app's views
+        ask by default too (k = DEFAULT_K, the DEFAULT_GRID grid's blocks), so that one row pass and one key
+        pass serve every view of a document; other k or grids take passes of their own. Cached."""
         for (ck, cb), s in self._cache.items():
             if ck >= k and (block == 0 or cb == block):
                 return s if ck == k or k == 0 else _prefix(s, k)
-        s = self._pass(k, block)
-        self._cache[(k, block)] = s
-        return s
+        want = (max(k, DEFAULT_K), block or -(-self.n // DEFAULT_GRID)) if not self._cache else (k, block)
+        self._cache[want] = self._pass(*want)
+        return self.summary(k, block)
 
     def _pass(self, k: int, block: int) -> Summary:
         H, n = self.num_heads, self.n
         kk = min(k, n)
         received = torch.zeros((H, n), dtype=torch.float64)
+        lse = torch.empty((H, n)) if kk else None  # each query's log-sum-exp of its scores, for the key side
         cls_row = None
-        att_v = att_i = None
-        key_v = torch.full((H, kk, n), -1.0) if kk else None  # running top-k queries of every key
-        key_i = torch.full((H, kk, n), -1, dtype=torch.int64) if kk else None
         g = -(-n // block) if block else 0
         sums = torch.zeros((H, g, g), dtype=torch.float64) if block else None
-        attended = np.full((H, n, k), -1, dtype=np.int32) if k else None
+        dtype = np.int16 if n <= np.iinfo(np.int16).max else np.int32  # positions and -1, as views.counts
+        attended = np.full((H, n, k), -1, dtype=dtype) if k else None
         for rows in self._chunks(H, multiple=max(block, 1)):
-            p = self.probs(rows)  # (H, c, n)
-            received += p.sum(dim=1, dtype=torch.float64)
+            p = torch.matmul(self.query[:, rows], self.key.transpose(-1, -2)) * self.scaling  # (H, c, n) scores
+            top = p.amax(dim=-1, keepdim=True)
+            z = p.sub_(top).exp_().sum(dim=-1, keepdim=True)
+            p.div_(z)  # the softmax, in place; its log-sum-exp is top + log z
+            c = p.shape[1]
+            received += p.sum(dim=1)  # float32 over the chunk's rows, float64 across chunks
             if rows.start == 0:
                 cls_row = p[:, 0].numpy().copy()
             if kk:
+                lse[:, rows] = (top + torch.log(z))[..., 0]
                 v, i = torch.topk(p, kk, dim=-1)  # (H, c, kk)
                 attended[:, rows, :kk] = _ordered(v, i).numpy()
-                cv, ci = torch.topk(p, min(kk, p.shape[1]), dim=1)  # (H, <=kk, n) best queries of the chunk
-                both_v, both_i = torch.cat([key_v, cv], dim=1), torch.cat([key_i, ci + rows.start], dim=1)
-                key_v, pick = torch.topk(both_v, kk, dim=1)
-                key_i = torch.gather(both_i, 1, pick)
             if block:
-                c = p.shape[1]
-                a0 = rows.start // block
-                per_block = p.new_zeros((H, -(-c // block) * block, g * block))
-                per_block[:, :c, :n] = p
-                sums[:, a0 : a0 + per_block.shape[1] // block] += per_block.view(
-                    H, -1, block, g, block).sum(dim=(2, 4), dtype=torch.float64)
+                a0, rb = rows.start // block, -(-c // block)
+                if c % block or n % block:  # the last rows or keys: pad to whole blocks
+                    padded = p.new_zeros((H, rb * block, g * block))
+                    padded[:, :c, :n] = p
+                    p = padded
+                sums[:, a0 : a0 + rb] += p.view(H, rb, block, g, block).sum(dim=(2, 4))
         attending = None
-        if kk:
-            attending = np.full((H, n, k), -1, dtype=np.int32)
-            attending[:, :, :kk] = _ordered(key_v.transpose(1, 2), key_i.transpose(1, 2)).numpy()
+        if kk:  # a second pass over chunks of keys: column j of the attention is exp(score - lse) of its queries
+            attending = np.full((H, n, k), -1, dtype=dtype)
+            for keys in self._chunks(H):
+                pt = torch.exp(torch.matmul(self.key[:, keys], self.query.transpose(-1, -2)) * self.scaling
+                               - lse[:, None, :])  # (H, keys, n): key j's attention from every query
+                v, i = torch.topk(pt, kk, dim=-1)
+                attending[:, keys, :kk] = _ordered(v, i).numpy()
         return Summary(received.float().numpy(), cls_row, attended, attending, block,
                        None if sums is None else sums.numpy())
 

@@ -142,3 +142,10 @@ def test_8192_tokens_in_far_less_memory_than_dense():
     assert result["dense_bytes"] == 4 * 4 * 8192**2 * 4  # layers x heads x n^2 x 4 B: what eager returns
     assert result["growth"] < 512 * 2**20  # measured 257 MiB (bands, Q/K, one chunk), against 4 GiB dense
     assert result["rel"] < 1e-4
+
+
+def test_streamed_defaults_are_the_views_defaults():
+    from longviz_core.model import streamed
+    from longviz_core.views import counts, pooling
+
+    assert (streamed.DEFAULT_K, streamed.DEFAULT_GRID) == (counts.TOPK_MAX, pooling.DEFAULT_GRID)
