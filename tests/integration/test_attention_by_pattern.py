@@ -133,6 +133,7 @@ def test_streamed_summary_serves_smaller_k_and_a_wrong_pattern_fails(modernbert,
     assert modernbert.model.config._attn_implementation == "eager"  # restored
 
 
+@pytest.mark.slow  # a fresh process, an 8,192-token analysis and the eager oracle's four n x n layers
 def test_8192_tokens_in_far_less_memory_than_dense():
     script = Path(__file__).resolve().parents[1] / "support" / "stream_memory.py"
     done = subprocess.run([sys.executable, str(script), "8192"], capture_output=True, text=True, timeout=900)
