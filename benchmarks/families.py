@@ -4,6 +4,7 @@ ModernBERT-base dimensions (22 layers x 12 heads, hidden 768, GLU 1,152, sliding
 global layer in three: 8 full layers), random weights, the tests' byte-level BPE tokenizer, saved once under a
 folder. For each size (default 2,048 / 4,096 / 8,192 tokens), each measured in a fresh process so that its peak
 memory is its own:
+Times are wall / CPU seconds (CPU of all the process's threads: the steadier figure on a shared machine).
 - one sdpa forward (the reference: what the model costs without longviz), its time and peak memory growth;
 - `lv.analyze` (the forward through longviz's attention function: sliding layers kept as bands (heads, n, 129),
   full layers as their queries and keys), time and peak growth;
@@ -79,31 +80,33 @@ def one(path: Path, n: int, route: str) -> dict:
     enc = encode(model.tokenizer, text, n, model_max=model.max_tokens, position_offset=model.position_offset)
     ids = torch.as_tensor(enc.input_ids)[None]
     before, seconds = _rss(), {}
-    start = time.perf_counter()
+
+    def timed(name, fn):
+        wall, cpu = time.perf_counter(), time.process_time()
+        result = fn()
+        seconds[name] = (time.perf_counter() - wall, time.process_time() - cpu)  # (wall, CPU of all threads)
+        return result
+
     if route in ("sdpa", "eager"):
         model.model.config._attn_implementation = route
         with torch.no_grad():
-            out = model.model(input_ids=ids, attention_mask=torch.ones_like(ids), output_attentions=route == "eager")
-        seconds["forward"] = time.perf_counter() - start
-        del out
+            timed("forward", lambda: model.model(input_ids=ids, attention_mask=torch.ones_like(ids),
+                                                 output_attentions=route == "eager"))
+        kept = 0
     else:
-        analysis = lv.analyze(model, text, max_tokens=n)
-        seconds["analyze"] = time.perf_counter() - start
-        for name, fn in (("received", lambda: analysis.attention.received_per_head()),
-                         ("topk64", lambda: topk_indices(analysis.attention, 64)),
-                         ("pooled64", lambda: pool_attention(analysis.attention, 64))):
-            start = time.perf_counter()
-            result = fn()
-            seconds[name] = time.perf_counter() - start
-            if name == "topk64":
-                topk = result
-        start = time.perf_counter()
-        tallies = tally(topk, analysis.tokens)
-        tables = {d: token_counts(analysis, 10, d, "type", tallies=tallies) for d in ("attended", "attending")}
-        count_intersection(tables["attended"], tables["attending"])
-        seconds["counts"] = time.perf_counter() - start
-        seconds["kept_bytes"] = analysis.attention.nbytes
-    return {"n": int(ids.shape[1]), "seconds": seconds, "growth": _peak() - before}
+        analysis = timed("analyze", lambda: lv.analyze(model, text, max_tokens=n))
+        timed("received", lambda: analysis.attention.received_per_head())
+        topk = timed("topk64", lambda: topk_indices(analysis.attention, 64))
+        timed("pooled64", lambda: pool_attention(analysis.attention, 64))
+
+        def counts():
+            tallies = tally(topk, analysis.tokens)
+            tables = {d: token_counts(analysis, 10, d, "type", tallies=tallies) for d in ("attended", "attending")}
+            count_intersection(tables["attended"], tables["attending"])
+
+        timed("counts", counts)
+        kept = analysis.attention.nbytes
+    return {"n": int(ids.shape[1]), "seconds": seconds, "growth": _peak() - before, "kept": kept}
 
 
 def main() -> None:
@@ -135,7 +138,7 @@ def main() -> None:
             print(f"n={n}: sdpa forward failed: {ref['error']}")
             continue
         fwd = ref["seconds"]["forward"]
-        print(f"\nn={ref['n']}: sdpa forward {fwd:.1f} s, peak growth {ref['growth'] / gib:.2f} GiB "
+        print(f"\nn={ref['n']}: sdpa forward {_wc(fwd)}, peak growth {ref['growth'] / gib:.2f} GiB "
               f"(load {os.getloadavg()[0]:.1f})")
         if n in args.sizes:
             got = run(n, "longviz")
@@ -143,19 +146,27 @@ def main() -> None:
                 print(f"  longviz failed: {got['error']}")
             else:
                 s = got["seconds"]
-                views = s["received"] + s["topk64"] + s["pooled64"] + s["counts"]
-                print(f"  analyze {s['analyze']:.1f} s = {s['analyze'] / fwd:.2f} x forward; views {views:.1f} s = "
-                      f"{views / fwd:.2f} x forward (received {s['received']:.1f} s, top-64 lists {s['topk64']:.1f} s,"
-                      f" pooled grid {s['pooled64']:.1f} s, count tables {s['counts']:.2f} s)")
+                views = [sum(s[v][i] for v in ("received", "topk64", "pooled64", "counts")) for i in (0, 1)]
+                print(f"  analyze {_wc(s['analyze'])} = {_ratio(s['analyze'], fwd)} x forward; views {_wc(views)} = "
+                      f"{_ratio(views, fwd)} x forward (received {_wc(s['received'])}, top-64 lists "
+                      f"{_wc(s['topk64'])}, pooled grid {_wc(s['pooled64'])}, count tables {_wc(s['counts'])})")
                 print(f"  peak growth, analysis + views: {got['growth'] / gib:.2f} GiB; attention kept "
-                      f"{s['kept_bytes'] / gib:.2f} GiB")
+                      f"{got['kept'] / gib:.2f} GiB (load {os.getloadavg()[0]:.1f})")
         dense = LAYERS * HEADS * n * n * 4
         line = f"  dense eager route: layers x heads x n^2 x 4 B = {dense / gib:.1f} GiB of weights"
         if n in args.dense_sizes:
             eager = run(n, "eager")
-            line += (f"; eager forward with output_attentions: {eager['seconds']['forward']:.1f} s, peak growth "
+            line += (f"; eager forward with output_attentions: {_wc(eager['seconds']['forward'])}, peak growth "
                      f"{eager['growth'] / gib:.2f} GiB" if "error" not in eager else f"; eager failed: {eager['error']}")
         print(line)
+
+
+def _wc(pair) -> str:
+    return f"{pair[0]:.1f} / {pair[1]:.1f} s"
+
+
+def _ratio(a, b) -> str:
+    return f"{a[0] / b[0]:.2f} / {a[1] / b[1]:.2f}"
 
 
 if __name__ == "__main__":
