@@ -89,15 +89,6 @@ class StreamedLayer:
             out[rows] = self.probs(rows, [head])[0, :, j].numpy()
         return out
 
-    def vecmat_mean(self, v: np.ndarray) -> np.ndarray:
-        """v^T Ā for Ā the mean over heads of this layer's attention, (n,) float64 (rollout through the CLS
-        row vector)."""
-        v = torch.as_tensor(np.asarray(v, dtype=np.float64))
-        out = torch.zeros(self.n, dtype=torch.float64)
-        for rows in self._chunks(self.num_heads):
-            out += torch.einsum("r,hrn->n", v[rows], self.probs(rows).double())
-        return (out / self.num_heads).numpy()
-
     # ---- one pass over every row ------------------------------------------------------------------------
     def received(self) -> np.ndarray:
         """(heads, n) attention each key receives (column sums)."""
