@@ -13,8 +13,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..errors import SettingsError
 from .bands import AttentionBands, head_weights
 from .streamed import StreamedLayer
+
+
+DENSE_LAYER_MAX = 2048  # tokens up to which a full layer is made whole for `layer_bands` (12 heads: 0.8 GiB)
 
 
 @dataclass(frozen=True)
@@ -87,6 +91,10 @@ class LayeredAttention:
         a = self.layers[layer]
         if isinstance(a, AttentionBands):
             return a
+        if self.n > DENSE_LAYER_MAX:
+            raise SettingsError(f"Layer {layer} attends to all {self.n} tokens: as one band it would take "
+                                f"{a.num_heads * self.n * (2 * self.n - 1) * 4 / 2**30:.1f} GiB. Explainers that need "
+                                f"a full layer whole work up to {DENSE_LAYER_MAX:,} tokens: lower Max tokens.")
         return AttentionBands.from_full([np.stack([a.dense(h) for h in range(a.num_heads)])[None]], self.n)
 
     # ---- received attention (Algorithm 4) -------------------------------------------------------------

@@ -150,3 +150,16 @@ def test_streamed_defaults_are_the_views_defaults():
     from longviz_core.views import counts, pooling
 
     assert (streamed.DEFAULT_K, streamed.DEFAULT_GRID) == (counts.TOPK_MAX, pooling.DEFAULT_GRID)
+
+
+def test_a_full_layer_is_made_whole_only_up_to_its_limit(modernbert, monkeypatch):
+    from longviz_core.errors import SettingsError
+    from longviz_core.model import layered
+
+    a = lv.analyze(modernbert, text_of(40), max_tokens=1024)
+    whole = a.attention.layer_bands(0)  # (1, heads, n, 2n - 1): what the explainers read for one layer
+    np.testing.assert_array_equal(whole.dense(0, 1), a.attention.dense(0, 1))
+    assert a.attention.layer_bands(1) is a.attention.layers[1]
+    monkeypatch.setattr(layered, "DENSE_LAYER_MAX", a.n - 1)
+    with pytest.raises(SettingsError, match="lower Max tokens"):
+        a.attention.layer_bands(0)
