@@ -34,6 +34,8 @@ is built and the band is never transposed or copied ("attending" reads each key'
 (`topk_indices`) are computed once per document and cached; every count (any scope, k, direction, rule and
 mask) is then one compiled pass over the owners' lists with a "last owner seen" stamp per position and per
 type, owners x heads x k steps (`_kernels.count_sets`), with no per-type table.
+Encoders held layer by layer (`model.layered.LayeredAttention`: ModernBERT, BERT-like) go through the same
+loops for their banded layers; a full layer's lists come from its streamed passes (`model.streamed`).
 """
 from __future__ import annotations
 

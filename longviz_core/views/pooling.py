@@ -3,7 +3,7 @@
 A document of n tokens is cut into blocks of B = ceil(n / grid) consecutive positions (the last block may be
 shorter), giving ceil(n / B) <= grid blocks per axis. Cell (a, b) of a head is the mean attention from the
 queries of block a to the keys of block b, i.e. the block mean of that head's dense matrix; it is computed
-from the bands without building the matrix.
+from the bands without building the matrix (a full layer of a `LayeredAttention`: from its streamed pass).
 
 Dataset-wide (the paper's "averaged aggregate attention for all examples"): every document's cells are placed
 on a common grid of relative positions (cell a covers the fraction [a / grid, (a + 1) / grid) of a document;
