@@ -100,10 +100,10 @@ class Explanation:
 def head_mean(bands: AttentionBands, layer: int) -> AttentionBands:
     """Ā_l = mean over heads of layer `layer`'s attention, as a one-layer, one-head AttentionBands (banded form,
     float64)."""
-    sl = slice(layer, layer + 1)
-    mean = lambda a: a[sl].mean(axis=1, dtype=np.float64, keepdims=True)  # noqa: E731  (1, 1, ...)
-    return AttentionBands(mean(bands.local), mean(bands.global_cols), mean(bands.global_rows), bands.global_idx,
-                          bands.window, (bands.windows[layer],))
+    one = bands.layer_bands(layer)
+    mean = lambda a: a.mean(axis=1, dtype=np.float64, keepdims=True)  # noqa: E731  (1, 1, ...)
+    return AttentionBands(mean(one.local), mean(one.global_cols), mean(one.global_rows), one.global_idx,
+                          one.window, one.windows)
 
 
 def vecmat(v, m: AttentionBands) -> np.ndarray:
@@ -402,10 +402,9 @@ def _head_mean_product(grads: AttentionBands, bands: AttentionBands, layer: int,
             acc += np.maximum(grad[h] * att[h], 0.0) if positive else grad[h] * att[h].astype(np.float64)
         return (acc / grad.shape[0])[None, None]
 
-    sl = slice(layer, layer + 1)
-    return AttentionBands(mean(grads.local[0], bands.local[sl][0]), mean(grads.global_cols[0], bands.global_cols[sl][0]),
-                          mean(grads.global_rows[0], bands.global_rows[sl][0]), bands.global_idx, bands.window,
-                          (bands.windows[layer],))
+    one = bands.layer_bands(layer)
+    return AttentionBands(mean(grads.local[0], one.local[0]), mean(grads.global_cols[0], one.global_cols[0]),
+                          mean(grads.global_rows[0], one.global_rows[0]), one.global_idx, one.window, one.windows)
 
 
 def _att_x_grad(model, analysis, target):

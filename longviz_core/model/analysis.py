@@ -1,4 +1,4 @@
-"""One document through the model: probabilities, prediction and the attention bands."""
+"""One document through the model: probabilities, prediction and its attention (bands or layer by layer)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -10,8 +10,10 @@ from ..errors import DatasetError, NoAttentionError, SelectionError, SettingsErr
 from ..progress import report
 from ..runtime import COMPUTE
 from .bands import AttentionBands
+from .capture import analyze_layers
 from .encoding import DEFAULT_MAX_TOKENS, Encoded, encode, text_hash
-from .families import BANDED_GLOBAL, BLOCK_SPARSE, LayerPattern
+from .families import BANDED, BANDED_GLOBAL, BLOCK_SPARSE, LayerPattern
+from .layered import LayeredAttention
 from .loading import LoadedModel
 
 
@@ -22,7 +24,7 @@ class DocumentAnalysis:
     logits: np.ndarray  # (classes,)
     probs: np.ndarray  # (classes,)
     predicted: int
-    attention: AttentionBands = field(repr=False)
+    attention: AttentionBands | LayeredAttention = field(repr=False)  # Longformer: bands; others: by layer
     model_fingerprint: str
     id2label: dict
     text_hash: str
@@ -59,8 +61,13 @@ def analyze(model: LoadedModel, text: str, max_tokens: int = DEFAULT_MAX_TOKENS,
             f"This BigBird runs block-sparse attention on documents longer than {model.family.sparse_from} tokens, "
             "and longviz cannot read the weights it applies yet. Choose a Max tokens of at most "
             f"{model.family.sparse_from}, where it runs full attention.")
+    inputs = model.family.inputs(enc, model.device)
     with COMPUTE.hold(on_wait), torch.no_grad():
-        out = model(**model.family.inputs(enc, model.device), output_attentions=True)
+        if model.family.attention_interface:  # each layer by its pattern: banded, or streamed from Q and K
+            out, attention = analyze_layers(model, inputs, [p.radius if p.kind == BANDED else None for p in patterns])
+        else:
+            out = model(**inputs, output_attentions=True)
+            attention = _bands(out, enc, patterns)
     logits = out.logits[0].float().cpu().numpy()
     probs = torch.softmax(out.logits[0].float(), dim=-1).cpu().numpy()
     return DocumentAnalysis(
@@ -69,7 +76,7 @@ def analyze(model: LoadedModel, text: str, max_tokens: int = DEFAULT_MAX_TOKENS,
         logits=logits,
         probs=probs,
         predicted=int(np.argmax(probs)),
-        attention=_bands(out, enc, patterns),
+        attention=attention,
         model_fingerprint=model.fingerprint,
         id2label=dict(model.id2label),
         text_hash=text_hash(text),
@@ -77,8 +84,8 @@ def analyze(model: LoadedModel, text: str, max_tokens: int = DEFAULT_MAX_TOKENS,
 
 
 def _bands(out, enc: Encoded, patterns: tuple[LayerPattern, ...]) -> AttentionBands:
-    """Longformer's banded + global layers from its band outputs; every other pattern (sliding, full) from the
-    eager n x n weights, stored as a band of width n (the dense route)."""
+    """Longformer's banded + global layers from its band outputs; BigBird's full mode (bounded by the length at
+    which it turns block-sparse) from the eager n x n weights, stored as a band of width n."""
     if all(p.kind == BANDED_GLOBAL for p in patterns):
         return AttentionBands.from_longformer(out.attentions, out.global_attentions, np.flatnonzero(enc.global_mask),
                                               enc.n)

@@ -107,6 +107,12 @@ class AttentionBands:
         empty_r = np.zeros((L, H, 0, n), dtype=np.float32)
         return cls(local, empty_c, empty_r, np.zeros(0, dtype=np.int64), w, (w,) * L)
 
+    def layer_bands(self, layer: int) -> "AttentionBands":
+        """Layer `layer` alone, as a one-layer AttentionBands (views of these arrays, at this band's window)."""
+        sl = slice(layer, layer + 1)
+        return AttentionBands(self.local[sl], self.global_cols[sl], self.global_rows[sl], self.global_idx,
+                              self.window, (self.windows[layer],))
+
     # ---- one head -------------------------------------------------------------------------------------
     def _check(self, layer: int, head: int) -> None:
         if not (0 <= layer < self.num_layers and 0 <= head < self.num_heads):

@@ -70,6 +70,8 @@ class Family:
 
     name = "full-attention"
     global_tokens = False  # the forward takes a global_attention_mask (Longformer)
+    # attention goes through transformers' AttentionInterface, so model/capture.py sees each layer's Q and K
+    attention_interface = True
 
     def __init__(self, config, source: str = "") -> None:
         self.config, self.source = config, source
@@ -211,6 +213,7 @@ class Family:
 class LongformerFamily(Family):
     name = "longformer"
     global_tokens = True
+    attention_interface = False  # its own banded kernels; the band outputs are read as they are
 
     @property
     def windows(self) -> tuple[int, ...]:
@@ -276,6 +279,7 @@ class BigBirdFamily(Family):
     and the next long one block-sparse again."""
 
     name = "bigbird"
+    attention_interface = False  # its own attention modules
 
     @property
     def block_sparse(self) -> bool:

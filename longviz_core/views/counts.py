@@ -34,6 +34,8 @@ is built and the band is never transposed or copied ("attending" reads each key'
 (`topk_indices`) are computed once per document and cached; every count (any scope, k, direction, rule and
 mask) is then one compiled pass over the owners' lists with a "last owner seen" stamp per position and per
 type, owners x heads x k steps (`_kernels.count_sets`), with no per-type table.
+Encoders held layer by layer (`model.layered.LayeredAttention`: ModernBERT, BERT-like) go through the same
+loops for their banded layers; a full layer's lists come from its streamed passes (`model.streamed`).
 """
 from __future__ import annotations
 
@@ -50,6 +52,7 @@ import pandas as pd
 from ..errors import LongvizError
 from ..model import _kernels
 from ..model.bands import AttentionBands, selection
+from ..model.layered import LayeredAttention
 from ..progress import Progress, report
 from ..tokens import type_labels, word_spans
 
@@ -96,8 +99,10 @@ def topk_indices(
 
     Heads are processed by `workers` threads (default: up to 2; the compiled workers release the GIL), each
     with its own buffers (chunk maxima and the candidate keys), so the extra memory is a few heads' worth."""
+    if isinstance(bands, LayeredAttention):
+        return _topk_by_layer(bands, _check_k(k), progress, workers)
     if not isinstance(bands, AttentionBands):
-        raise CountsError(f"expected AttentionBands, got {type(bands).__name__}")
+        raise CountsError(f"expected AttentionBands or LayeredAttention, got {type(bands).__name__}")
     k = _check_k(k)
     L, H, n = bands.num_layers, bands.num_heads, bands.n
     dtype = np.int16 if n <= np.iinfo(np.int16).max else np.int32  # positions and -1: half the memory at k = 64
@@ -125,6 +130,25 @@ def topk_indices(
     with ThreadPoolExecutor(workers) as pool:
         for done, _ in enumerate(pool.map(one, heads), start=1):  # progress from the caller's thread
             report(progress, done / len(heads), f"top-{k} lists: {done}/{len(heads)} heads")
+    return TopK(attended, attending, k)
+
+
+def _topk_by_layer(attention: LayeredAttention, k: int, progress, workers) -> TopK:
+    """`topk_indices` of a document held layer by layer: a banded layer through the band kernels above, a
+    streamed (full) layer from its one pass over the query rows (`StreamedLayer.summary`); same order, same
+    owner-major storage."""
+    L, H, n = attention.num_layers, attention.num_heads, attention.n
+    dtype = np.int16 if n <= np.iinfo(np.int16).max else np.int32
+    attended = np.moveaxis(np.full((n, L, H, k), -1, dtype=dtype), 0, 2)  # (layers, heads, n, k)
+    attending = np.moveaxis(np.full((n, L, H, k), -1, dtype=dtype), 0, 2)  # (layers, heads, n, k)
+    for layer, part in enumerate(attention.layers):
+        if isinstance(part, AttentionBands):
+            lists = topk_indices(part, k, workers=workers)
+            attended[layer], attending[layer] = lists.attended[0], lists.attending[0]
+        else:
+            summary = part.summary(k=k)
+            attended[layer], attending[layer] = summary.attended, summary.attending
+        report(progress, (layer + 1) / L, f"top-{k} lists: {layer + 1}/{L} layers")
     return TopK(attended, attending, k)
 
 

@@ -3,7 +3,7 @@
 A document of n tokens is cut into blocks of B = ceil(n / grid) consecutive positions (the last block may be
 shorter), giving ceil(n / B) <= grid blocks per axis. Cell (a, b) of a head is the mean attention from the
 queries of block a to the keys of block b, i.e. the block mean of that head's dense matrix; it is computed
-from the bands without building the matrix.
+from the bands without building the matrix (a full layer of a `LayeredAttention`: from its streamed pass).
 
 Dataset-wide (the paper's "averaged aggregate attention for all examples"): every document's cells are placed
 on a common grid of relative positions (cell a covers the fraction [a / grid, (a + 1) / grid) of a document;
@@ -22,6 +22,7 @@ import numpy as np
 from ..errors import LongvizError, SelectionError
 from ..model import _kernels
 from ..model.bands import AttentionBands, by_layers
+from ..model.layered import LayeredAttention
 from ..progress import Progress, report
 
 GRID_SIZES: tuple[int, ...] = (32, 64, 128)
@@ -54,16 +55,18 @@ class PooledAttention:
 
 def pool_attention(bands: AttentionBands, grid: int = DEFAULT_GRID) -> PooledAttention:
     """Block means of every head's attention, from the bands: (layers, heads, g, g), g = ceil(n / B)."""
-    if not isinstance(bands, AttentionBands):
+    if not isinstance(bands, (AttentionBands, LayeredAttention)):
         raise PoolingError(f"Expected AttentionBands, got {type(bands).__name__}: pass an analysis's attention "
                            "(analyze(model, text).attention).")
     grid = _check_grid(grid)
     n = bands.n
     block = -(-n // grid)
     g = -(-n // block)
-    sums = np.concatenate(by_layers(lambda s: _block_sums(  # (layers, heads, g, g) float64
-        bands.local[s], bands.global_cols[s], bands.global_rows[s], bands.global_idx, bands.window, block, g),
-        bands.num_layers), axis=0)
+    if isinstance(bands, LayeredAttention):  # layer by layer: a band's kernel, or a full layer's streamed pass
+        sums = np.stack([_bands_sums(a, block, g)[0] if isinstance(a, AttentionBands)
+                         else a.summary(block=block).block_sums for a in bands.layers])  # (layers, heads, g, g)
+    else:
+        sums = np.concatenate(by_layers(lambda s: _bands_sums(bands, block, g, s), bands.num_layers), axis=0)
     sizes = np.minimum(np.arange(g) * block + block, n) - np.arange(g) * block  # (g,)
     cells = (sums / (sizes[:, None] * sizes[None, :])).astype(np.float32)
     edges = np.minimum(np.arange(g + 1) * block, n).astype(np.float64)
@@ -131,6 +134,11 @@ def block_tokens(pooled: PooledAttention, cell: int) -> tuple[int, int]:
 
 
 # ---------------------------------------------------------------------------------------------- workers
+def _bands_sums(bands: AttentionBands, block: int, g: int, layers: slice = slice(None)) -> np.ndarray:
+    return _block_sums(bands.local[layers], bands.global_cols[layers], bands.global_rows[layers],
+                       bands.global_idx, bands.window, block, g)
+
+
 def _block_sums(local, global_cols, global_rows, gidx, w: int, block: int, g: int) -> np.ndarray:
     """(layers, heads, g, g) float64 sums of attention from query block a to key block b, from the bands'
     arrays (AttentionBands.local, .global_cols, .global_rows, .global_idx, .window) of some layers: the band

@@ -1,0 +1,173 @@
+"""Benchmark: attention by pattern for ModernBERT at long-document scale, against one sdpa forward.
+
+ModernBERT-base dimensions (22 layers x 12 heads, hidden 768, GLU 1,152, sliding window 128 = radius 64, one
+global layer in three: 8 full layers), random weights, the tests' byte-level BPE tokenizer, saved once under a
+folder. For each size (default 2,048 / 4,096 / 8,192 tokens), each measured in a fresh process so that its peak
+memory is its own:
+Times are wall / CPU seconds (CPU of all the process's threads: the steadier figure on a shared machine).
+- one sdpa forward (the reference: what the model costs without longviz), its time and peak memory growth;
+- `lv.analyze` (the forward through longviz's attention function: sliding layers kept as bands (heads, n, 129),
+  full layers as their queries and keys), time and peak growth;
+- the views on that analysis: received attention of every head (one streamed pass over the full layers), the
+  top-k attended and attending lists at k = 64 (the app's ceiling: a second pass), the pooled 64 x 64 grid
+  (a third pass), and the token-count tables (Algorithm 2) from the lists; time of each as a multiple of the
+  forward, and the peak growth of analysis and views together;
+- the dense eager route (every layer's n x n weights, what longviz stored before): its size is layers x heads x
+  n^2 x 4 B; measured (eager forward with output_attentions) only for --dense-sizes, the others printed.
+
+    /work/main/.venv/bin/python benchmarks/families.py [--sizes 2048 4096 8192] [--dense-sizes 1024]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+import torch  # noqa: E402
+
+LAYERS, HEADS = 22, 12
+
+
+def base_modernbert(path: Path):
+    """ModernBERT-base dimensions, random weights, saved at `path` once; loaded through load_model (eager)."""
+    from transformers import ModernBertConfig, ModernBertForSequenceClassification
+
+    from longviz_core import load_model
+    from tiny import _bpe_tokenizer
+
+    if not (path / "config.json").exists():
+        tok = _bpe_tokenizer(path)
+        torch.manual_seed(0)
+        config = ModernBertConfig(
+            vocab_size=len(tok), hidden_size=768, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+            intermediate_size=1152, local_attention=128, global_attn_every_n_layers=3, max_position_embeddings=8192,
+            pad_token_id=1, bos_token_id=0, eos_token_id=2, sep_token_id=2, cls_token_id=0, num_labels=2)
+        ModernBertForSequenceClassification(config).save_pretrained(path)
+        tok.save_pretrained(path)
+    return load_model(str(path), device="cpu")
+
+
+def _rss() -> int:
+    return int(Path("/proc/self/statm").read_text().split()[1]) * resource.getpagesize()
+
+
+def _peak() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def one(path: Path, n: int, route: str) -> dict:
+    """One size and route in this process: {"seconds": {...}, "growth": bytes, "n": tokens}."""
+    import longviz_core as lv
+    from longviz_core.model.encoding import encode
+    from longviz_core.views.counts import count_intersection, tally, token_counts, topk_indices
+    from longviz_core.views.pooling import pool_attention
+    from tiny import text_of
+
+    model = base_modernbert(path)
+    text = text_of(n + 200)
+    warm = lv.analyze(model, text_of(300), max_tokens=256)  # imports, numba's cached loops, first calls
+    tally(topk_indices(warm.attention, 8), warm.tokens)
+    pool_attention(warm.attention, 64)
+    enc = encode(model.tokenizer, text, n, model_max=model.max_tokens, position_offset=model.position_offset)
+    ids = torch.as_tensor(enc.input_ids)[None]
+    before, seconds = _rss(), {}
+
+    def timed(name, fn):
+        wall, cpu = time.perf_counter(), time.process_time()
+        result = fn()
+        seconds[name] = (time.perf_counter() - wall, time.process_time() - cpu)  # (wall, CPU of all threads)
+        return result
+
+    if route in ("sdpa", "eager"):
+        model.model.config._attn_implementation = route
+        with torch.no_grad():
+            timed("forward", lambda: model.model(input_ids=ids, attention_mask=torch.ones_like(ids),
+                                                 output_attentions=route == "eager"))
+        kept = 0
+    else:
+        analysis = timed("analyze", lambda: lv.analyze(model, text, max_tokens=n))
+        timed("received", lambda: analysis.attention.received_per_head())
+        topk = timed("topk64", lambda: topk_indices(analysis.attention, 64))
+        timed("pooled64", lambda: pool_attention(analysis.attention, 64))
+
+        def counts():
+            tallies = tally(topk, analysis.tokens)
+            tables = {d: token_counts(analysis, 10, d, "type", tallies=tallies) for d in ("attended", "attending")}
+            count_intersection(tables["attended"], tables["attending"])
+
+        timed("counts", counts)
+        kept = analysis.attention.nbytes
+    return {"n": int(ids.shape[1]), "seconds": seconds, "growth": _peak() - before, "kept": kept}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[2048, 4096, 8192])
+    parser.add_argument("--dense-sizes", type=int, nargs="*", default=[1024])
+    parser.add_argument("--folder", type=Path, default=Path("/tmp/longviz-bench-modernbert"))
+    parser.add_argument("--one", nargs=2, metavar=("N", "ROUTE"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps(one(args.folder, int(args.one[0]), args.one[1])))
+        return
+    base_modernbert(args.folder)  # built once, before the timed processes
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
+          f"load average {os.getloadavg()[0]:.1f}; torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print(f"ModernBERT-base dimensions: {LAYERS} layers x {HEADS} heads, 8 full and 14 sliding (radius 64)")
+
+    def run(n, route):
+        done = subprocess.run([sys.executable, __file__, "--folder", str(args.folder), "--one", str(n), route],
+                              capture_output=True, text=True)
+        if done.returncode:
+            return {"error": done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "failed"}
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    gib = 2**30
+    for n in sorted(set(args.sizes) | set(args.dense_sizes)):
+        ref = run(n, "sdpa")
+        if "error" in ref:
+            print(f"n={n}: sdpa forward failed: {ref['error']}")
+            continue
+        fwd = ref["seconds"]["forward"]
+        print(f"\nn={ref['n']}: sdpa forward {_wc(fwd)}, peak growth {ref['growth'] / gib:.2f} GiB "
+              f"(load {os.getloadavg()[0]:.1f})")
+        if n in args.sizes:
+            got = run(n, "longviz")
+            if "error" in got:
+                print(f"  longviz failed: {got['error']}")
+            else:
+                s = got["seconds"]
+                views = [sum(s[v][i] for v in ("received", "topk64", "pooled64", "counts")) for i in (0, 1)]
+                print(f"  analyze {_wc(s['analyze'])} = {_ratio(s['analyze'], fwd)} x forward; views {_wc(views)} = "
+                      f"{_ratio(views, fwd)} x forward (received {_wc(s['received'])}, top-64 lists "
+                      f"{_wc(s['topk64'])}, pooled grid {_wc(s['pooled64'])}, count tables {_wc(s['counts'])})")
+                print(f"  peak growth, analysis + views: {got['growth'] / gib:.2f} GiB; attention kept "
+                      f"{got['kept'] / gib:.2f} GiB (load {os.getloadavg()[0]:.1f})")
+        dense = LAYERS * HEADS * n * n * 4
+        line = f"  dense eager route: layers x heads x n^2 x 4 B = {dense / gib:.1f} GiB of weights"
+        if n in args.dense_sizes:
+            eager = run(n, "eager")
+            line += (f"; eager forward with output_attentions: {_wc(eager['seconds']['forward'])}, peak growth "
+                     f"{eager['growth'] / gib:.2f} GiB" if "error" not in eager else f"; eager failed: {eager['error']}")
+        print(line)
+
+
+def _wc(pair) -> str:
+    return f"{pair[0]:.1f} / {pair[1]:.1f} s"
+
+
+def _ratio(a, b) -> str:
+    return f"{a[0] / b[0]:.2f} / {a[1] / b[1]:.2f}"
+
+
+if __name__ == "__main__":
+    main()
