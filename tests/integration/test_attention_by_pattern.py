@@ -16,7 +16,6 @@ import pytest
 import torch
 
 import longviz_core as lv
-from longviz_core.model import capture
 from longviz_core.model.capture import AttentionPatternError, analyze_layers
 from longviz_core.model.streamed import StreamedLayer
 from longviz_core.views.counts import token_counts, topk_indices
