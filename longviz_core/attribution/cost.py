@@ -33,6 +33,11 @@ _MEMORY_FRACTION = 0.5
 _MAX_STEP_SHARE = 0.25
 # On an accelerator, a batch twice the fastest one timed is tried only while the last doubling gained this factor.
 _DOUBLING_GAIN = 1.05
+# Before anything is timed, a batch holds at most this many bytes of activations (and at least one step): one step
+# of a real model is far larger (longformer-base dimensions, 512 tokens: 0.8 GB) and runs alone; a tiny model's
+# steps are batched, since their fixed cost (Python, kernel calls) outweighs their arithmetic (2 layers, hidden 32,
+# 102 tokens, 50 steps: 15 s CPU one step at a time, 1.8 s in batches of 12).
+_START_BYTES = 64 * 2**20
 
 
 def internal_batch_size_for(model: LoadedModel, n_tokens: int, n_steps: int, precision: str = "fp32",
@@ -45,9 +50,10 @@ def internal_batch_size_for(model: LoadedModel, n_tokens: int, n_steps: int, pre
     length bucket (record_timing, beside estimate_ig_seconds' timing). The choice is the fastest size recorded
     inside the budget, the smaller on a tie: a batch measured slower per step than another is never chosen, and
     memory is spent only where it was measured to buy speed.
-    Nothing recorded: one step per batch. That is captum's fastest recipe on a memory-bound CPU (2-core AMD EPYC,
-    Longformer-base dimensions, 512 tokens: 28-29 s for 16 steps at batch 1, 78 s with all 16 in one batch;
-    at 1,024 tokens 3.5 / 3.7 / 7.6 s per step in batches of 1 / 2 / 4), the least memory, and no probing run.
+    Nothing recorded: as many steps as _START_BYTES of activations hold, at least one, so one step per batch for
+    any real model. That is captum's fastest recipe on a memory-bound CPU (2-core AMD EPYC, Longformer-base
+    dimensions, 512 tokens: 28-29 s for 16 steps at batch 1, 78 s with all 16 in one batch; at 1,024 tokens
+    3.5 / 3.7 / 7.6 s per step in batches of 1 / 2 / 4), the least memory, and no probing run.
     Larger sizes are tried only where they can pay: on an accelerator, where one step of a document leaves most
     of the device idle, the next run tries twice the fastest size while it is the largest timed and the last
     doubling gained at least _DOUBLING_GAIN; on a CPU, a larger size is used only once a run at that size (an
@@ -68,7 +74,7 @@ def internal_batch_size_for(model: LoadedModel, n_tokens: int, n_steps: int, pre
     cap = max(1, min(n_steps, fit, int(n_steps * _MAX_STEP_SHARE)))
     timed = {b: s for b, s in _batch_speeds(model, n_tokens, precision, cache_dir).items() if b <= cap}
     if not timed:
-        return 1
+        return max(1, min(cap, int(_START_BYTES // per_step)))
     best = min(timed, key=lambda b: (timed[b], b))
     if best == min(timed) and best > 1 and best // 2 not in timed:
         return best // 2

@@ -388,8 +388,14 @@ def test_internal_batch_size_formula(steep, monkeypatch):
     )
     assert cost._bytes_per_step(steep, 45, "fp32") == per_step
     assert cost._bytes_per_step(steep, 45, "bf16") == per_step / 2
-    monkeypatch.setattr(cost, "_batch_speeds", lambda *args: {})  # nothing timed yet: one step, no probing
-    assert internal_batch_size_for(steep, 45, 500) == internal_batch_size_for(steep, 45, 2) == 1
+    monkeypatch.setattr(cost, "_batch_speeds", lambda *args: {})  # nothing timed yet: no probing
+    # a tiny model's steps are batched up to _START_BYTES of activations, within a quarter of the steps
+    assert internal_batch_size_for(steep, 45, 500) == min(125, cost._START_BYTES // per_step)
+    assert internal_batch_size_for(steep, 45, 40) == 10
+    assert internal_batch_size_for(steep, 45, 2) == 1
+    with monkeypatch.context() as m:  # a real model's step is larger than _START_BYTES: one step at a time
+        m.setattr(cost, "_bytes_per_step", lambda *args: cost._START_BYTES + 1)
+        assert internal_batch_size_for(steep, 45, 500) == 1
     # a larger batch measured faster is chosen only while its memory fits
     monkeypatch.setattr(cost, "_batch_speeds", lambda *args: {1: 2.0, 3: 1.5, 8: 1.0})
     assert internal_batch_size_for(steep, 45, 500) == 8
@@ -428,8 +434,8 @@ def test_internal_batch_follows_measured_throughput(steep, monkeypatch, device, 
 
 @pytest.mark.parametrize("device", [CPU, GPU])
 def test_internal_batch_never_takes_a_size_measured_slower(steep, monkeypatch, device):
-    """Whatever was recorded, the choice is batch 1, the fastest size measured inside the memory budget, or a size
-    not measured yet (never one measured slower per step than another candidate), and never over the budget."""
+    """Whatever was recorded, the choice is the fastest size measured inside the memory budget or a size not
+    measured yet (never one measured slower per step than another candidate), and never over the budget."""
     model = replace(steep, device=device)
     per_step = cost._bytes_per_step(steep, 45, "fp32")
     rng = np.random.default_rng(0)
@@ -446,8 +452,8 @@ def test_internal_batch_never_takes_a_size_measured_slower(steep, monkeypatch, d
         candidates = {b: s for b, s in timed.items() if b <= cap}
         if chosen in candidates:
             assert candidates[chosen] == min(candidates.values()), (timed, cap, chosen)
-        if not candidates:
-            assert chosen == 1
+        if not candidates:  # nothing timed inside the budget: as many steps as _START_BYTES hold, at least one
+            assert chosen == max(1, min(cap, int(cost._START_BYTES // per_step)))
 
 
 def test_runs_record_their_throughput_per_batch(steep, doc, cache_dir, monkeypatch):
