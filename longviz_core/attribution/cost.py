@@ -33,11 +33,12 @@ _MEMORY_FRACTION = 0.5
 _MAX_STEP_SHARE = 0.25
 # On an accelerator, a batch twice the fastest one timed is tried only while the last doubling gained this factor.
 _DOUBLING_GAIN = 1.05
-# Before anything is timed, a batch holds at most this many bytes of activations (and at least one step): one step
-# of a real model is far larger (longformer-base dimensions, 512 tokens: 0.8 GB) and runs alone; a tiny model's
-# steps are batched, since their fixed cost (Python, kernel calls) outweighs their arithmetic (2 layers, hidden 32,
-# 102 tokens, 50 steps: 15 s CPU one step at a time, 1.8 s in batches of 12).
-_START_BYTES = 64 * 2**20
+# Before anything is timed, a batch holds at most this many bytes of activations (and at least one step): a step of
+# longformer-base dimensions (0.8 GiB at 512 tokens) runs alone, as captum's fastest recipe on a memory-bound CPU;
+# smaller models' steps are batched, since their fixed cost (Python, kernel calls) weighs more than their arithmetic
+# (2 layers, hidden 32, 102 tokens, 50 steps: 15 s CPU one step at a time, 1.8 s in batches of 12; the demo model
+# at 2,048 tokens, 105 MiB a step: batches of 2).
+_START_BYTES = 256 * 2**20
 
 
 def internal_batch_size_for(model: LoadedModel, n_tokens: int, n_steps: int, precision: str = "fp32",
@@ -50,8 +51,8 @@ def internal_batch_size_for(model: LoadedModel, n_tokens: int, n_steps: int, pre
     length bucket (record_timing, beside estimate_ig_seconds' timing). The choice is the fastest size recorded
     inside the budget, the smaller on a tie: a batch measured slower per step than another is never chosen, and
     memory is spent only where it was measured to buy speed.
-    Nothing recorded: as many steps as _START_BYTES of activations hold, at least one, so one step per batch for
-    any real model. That is captum's fastest recipe on a memory-bound CPU (2-core AMD EPYC, Longformer-base
+    Nothing recorded: as many steps as _START_BYTES of activations hold, at least one, so one step per batch at
+    longformer-base dimensions. That is captum's fastest recipe on a memory-bound CPU (2-core AMD EPYC, Longformer-base
     dimensions, 512 tokens: 28-29 s for 16 steps at batch 1, 78 s with all 16 in one batch; at 1,024 tokens
     3.5 / 3.7 / 7.6 s per step in batches of 1 / 2 / 4), the least memory, and no probing run.
     Larger sizes are tried only where they can pay: on an accelerator, where one step of a document leaves most
