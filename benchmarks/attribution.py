@@ -1,22 +1,36 @@
-"""Integrated Gradients overhead: wall time of integrated_gradients against the floor n_steps x one
-forward+backward on the same input (gradient of p_target w.r.t. the embeddings output, as each IG step does).
+"""Integrated Gradients: longviz against captum's recipes side by side, and its overhead over the floor.
 
-    python benchmarks/attribution.py [--demo-steps 20] [--base-steps 8] [--skip-base] [--skip-demo] [--repeats 3]
+    python benchmarks/attribution.py [--part captum|overhead|all] [--sizes 512 2048] [--steps 16] [--middle 4]
+        [--demo-steps 20] [--base-steps 8] [--skip-base] [--skip-demo] [--repeats 3]
 
-Cases: the demo model at 2,048 tokens; longformer-base dimensions (12 layers x 12 heads, hidden 768, window 512,
-random weights) at 1,024 tokens. Target: overhead ratio <= 1.10. Both wall and CPU time of this process are
-reported: on a shared machine the wall clock follows the neighbours' load, the CPU time follows the work.
-The demo comes from $LONGVIZ_CACHE_DIR (built there on first use, which takes long). The two forwards captum needs for the
-embeddings of the input and the baseline are the fixed cost (about 2/3 of one step), so few-step runs pay
-relatively more. Also prints estimate_ig_seconds' prediction next to the measured time.
+captum (default): Longformer-base dimensions (12 layers x 12 heads, hidden 768, window 512, random weights) at
+each of --sizes tokens, --steps Gauss-Legendre steps, one run of each recipe, each in a fresh process:
+  longviz fresh    integrated_gradients on an empty cache (a new model or length, as a user meets it)
+  longviz cached   integrated_gradients again, with the timings the fresh run recorded
+  captum b         the notebook's LayerIntegratedGradients call (softmax forward, pad baseline, explicit position
+                   ids) with internal_batch_size = 1, --middle, and None (every step in one batch, captum's default
+                   and the notebook's call), without return_convergence_delta (its fastest form)
+Runs alternate captum and longviz (captum 1, longviz fresh, captum middle, longviz cached, captum all) so that a
+change in the machine's load falls on both; wall and CPU seconds of the run and its peak extra memory (the
+process's peak resident set above its level at the start of the run) are printed with the load average. A
+recipe that would not fit in half of the free memory (its batch times the peak per step measured at batch 1) is
+skipped with that arithmetic.
+
+overhead: wall time of integrated_gradients against the floor n_steps x one forward+backward on the same input
+(gradient of p_target w.r.t. the embeddings output, as each IG step does): the demo model at 2,048 tokens and
+Longformer-base dimensions at 1,024 tokens. The demo comes from $LONGVIZ_CACHE_DIR (built there on first use).
+The two forwards captum needs for the embeddings of the input and the baseline are the fixed cost (about 2/3 of
+one step), so few-step runs pay relatively more. Also prints estimate_ig_seconds' prediction.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import re
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -32,7 +46,9 @@ from _models import base_model  # noqa: E402
 
 from longviz_core import analyze, load_model  # noqa: E402
 from longviz_core import attribution as A  # noqa: E402
+from longviz_core.attribution import cost  # noqa: E402
 from longviz_core.attribution.cost import time_passes  # noqa: E402
+from longviz_core.attribution.explainers import _PeakMemory  # noqa: E402
 
 
 def machine() -> str:
@@ -87,8 +103,90 @@ def case(name: str, model, text: str, n_tokens: int, n_steps: int, cache: Path, 
     print(f"  |delta| / |F(x)-F(x')| {attr.relative_delta:8.3f}", flush=True)
 
 
+# ------------------------------------------------------------------------------- against captum's recipes
+def child(kind: str, model_dir: str, n: int, steps: int, batch: int, cache: str) -> None:
+    """One run in this fresh process; prints its batch, wall and CPU seconds and peak extra bytes as JSON."""
+    from captum.attr import LayerIntegratedGradients
+
+    from tiny import text_of
+
+    model = base_model(Path(model_dir))
+    analysis = analyze(model, text_of(2 * n), max_tokens=n)
+    assert analysis.n == n, (analysis.n, n)
+    enc, net, target = analysis.encoded, model.model, analysis.predicted
+    if kind == "captum":  # the notebook's call ("Get Attributions"), on the unpadded input
+        def custom_forward(inputs, position_ids=None, attention_mask=None):
+            return torch.softmax(net(inputs, position_ids=position_ids, attention_mask=attention_mask).logits, dim=1)
+
+        ids = torch.as_tensor(enc.input_ids).unsqueeze(0)  # (1, n)
+        ref = torch.as_tensor(enc.baseline_ids).unsqueeze(0)  # (1, n) <s> <pad>... </s>
+        positions = torch.as_tensor(enc.position_ids).unsqueeze(0)  # (1, n)
+        lig = LayerIntegratedGradients(custom_forward, net.longformer.embeddings)
+
+        def run():
+            lig.attribute(inputs=ids, baselines=ref, additional_forward_args=(positions, torch.ones_like(ids)),
+                          target=target, n_steps=steps, internal_batch_size=batch or None)
+            return batch or steps
+    else:
+        def run():
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", A.ConvergenceWarning)
+                return A.integrated_gradients(model, analysis, n_steps=steps, use_cache=False,
+                                              cache_dir=cache).internal_batch_size
+    with _PeakMemory(model.device) as peak:
+        w0, c0 = time.perf_counter(), time.process_time()
+        used = run()
+        wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+    print(json.dumps({"batch": used, "seconds": wall, "cpu": cpu, "peak": peak.bytes}))
+
+
+def captum_part(model_dir: Path, sizes, steps: int, middle: int, cache_root: Path) -> None:
+    print(f"\n[longviz against captum's recipes] Longformer-base dimensions, {steps} steps (gausslegendre), one "
+          "fresh process per run", flush=True)
+    print(f"  {'tokens':>6}  {'recipe':<28}{'batch':>6}{'wall s':>9}{'CPU s':>9}{'peak MiB':>10}  load average",
+          flush=True)
+    rows = []
+    for n in sizes:
+        cache = cache_root / f"cache-{n}"  # empty: the first longviz run meets a new model and length
+        order = [("captum", 1), ("longviz", "fresh"), ("captum", middle), ("longviz", "cached"), ("captum", 0)]
+        per_step = None  # peak bytes per step, measured by captum at batch 1
+        for kind, what in order:
+            label = f"longviz {what}" if kind == "longviz" else (
+                f"captum, batch {what}" if what else f"captum, all {steps} steps in one batch")
+            batch = what if kind == "captum" else 0
+            free = cost._free_memory_bytes(torch.device("cpu"))
+            need = (batch or steps) * per_step if kind == "captum" and per_step else 0
+            if need > 0.5 * free:
+                print(f"  {n:>6}  {label:<28} skipped: {batch or steps} steps x {per_step / 2**30:.2f} GiB (peak per "
+                      f"step at batch 1) = {need / 2**30:.1f} GiB, more than half of the {free / 2**30:.1f} GiB free",
+                      flush=True)
+                rows.append({"n": n, "recipe": label, "skipped_need": need, "free": free})
+                continue
+            load = os.getloadavg()[0]
+            out = subprocess.run([sys.executable, __file__, "--child", kind, str(model_dir), str(n), str(steps),
+                                  str(batch), str(cache)], capture_output=True, text=True)
+            if out.returncode:
+                print(f"  {n:>6}  {label:<28} failed ({out.returncode}): {out.stderr.strip()[-300:]}", flush=True)
+                rows.append({"n": n, "recipe": label, "failed": out.returncode})
+                continue
+            r = json.loads(out.stdout.strip().splitlines()[-1])
+            if kind == "captum" and batch == 1:
+                per_step = r["peak"]
+            rows.append({"n": n, "recipe": label, **r, "load_before": load, "load_after": os.getloadavg()[0]})
+            print(f"  {n:>6}  {label:<28}{r['batch']:>6}{r['seconds']:9.1f}{r['cpu']:9.1f}{r['peak'] / 2**20:10.0f}"
+                  f"  {load:.1f} -> {os.getloadavg()[0]:.1f}", flush=True)
+    print("  json " + json.dumps(rows), flush=True)
+
+
 def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        kind, model_dir, n, steps, batch, cache = sys.argv[2:8]
+        return child(kind, model_dir, int(n), int(steps), int(batch), cache)
     ap = argparse.ArgumentParser()
+    ap.add_argument("--part", default="captum", choices=("captum", "overhead", "all"))
+    ap.add_argument("--sizes", type=int, nargs="+", default=[512, 2048])
+    ap.add_argument("--steps", type=int, default=16)
+    ap.add_argument("--middle", type=int, default=4, help="captum's middle recipe: internal_batch_size")
     ap.add_argument("--demo-steps", type=int, default=20)
     ap.add_argument("--base-steps", type=int, default=8)
     ap.add_argument("--skip-base", action="store_true")
@@ -106,6 +204,11 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         cache = Path(tmp) / "cache"
+        if args.part in ("captum", "all"):
+            base_model(Path(tmp) / "base")
+            captum_part(Path(tmp) / "base", args.sizes, args.steps, args.middle, Path(tmp))
+        if args.part == "captum":
+            return
         if not args.skip_demo:
             from longviz_core import load_dataset
 

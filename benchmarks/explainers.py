@@ -17,13 +17,10 @@ tokenizer), one process per size:
                of --ig-at (its cost is n_steps forward+backwards by construction).
                Targets: every explainer except IG <= 3 x one forward+backward; rollout and GAE <= 0.5 x the band
                tensor in extra memory (GAE: above its forward+backward).
-  ig-batch     Integrated Gradients at 512 tokens: captum's default recipe (internal_batch_size=None: every step
-               in one batch) with b steps for every b of --batches, and a --batch-steps run with longviz's
-               internal_batch_size_for (nothing timed yet: its first choice); seconds per step and peak extra
-               memory, each in a fresh process. Runs that would not fit in the free memory are skipped.
 
-    /work/main/.venv/bin/python benchmarks/explainers.py [--part explainers|ig-batch|all] [--sizes 1024 2048 4096]
-        [--ig-at 1024] [--ig-steps 8] [--batch-steps 50] [--batches 2 4 8 12 16]
+IG against captum's recipes (every internal batch size): benchmarks/attribution.py.
+
+    /work/main/.venv/bin/python benchmarks/explainers.py [--sizes 1024 2048 4096] [--ig-at 1024] [--ig-steps 8]
 
 The machine is shared: the load average is printed before every size; wall-clock ratios follow the neighbours'
 load, CPU-time ratios follow the work.
@@ -35,7 +32,6 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -51,8 +47,6 @@ import torch  # noqa: E402
 from _models import base_model  # noqa: E402
 
 import longviz_core as lv  # noqa: E402
-from longviz_core import attribution as A  # noqa: E402
-from longviz_core.attribution import cost  # noqa: E402
 from longviz_core.attribution import explainers as ex  # noqa: E402
 
 
@@ -135,75 +129,19 @@ def explainers_part(model, sizes, ig_at, ig_steps, repeats) -> None:
         del analysis
 
 
-def ig_child(model_dir: str, n: int, steps: int, batch: int) -> None:
-    """One IG run in this (fresh) process: seconds and peak extra memory, as JSON on stdout."""
-    model = base_model(Path(model_dir))
-    analysis = document(model, n)
-    if batch == 0:
-        batch = A.internal_batch_size_for(model, n, steps)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        import captum.attr  # noqa: F401  (its import is not part of the run)
-
-        with ex._PeakMemory(model.device) as peak:
-            w0, c0 = time.perf_counter(), time.process_time()
-            A.integrated_gradients(model, analysis, None, steps, internal_batch_size=batch, use_cache=False)
-            wall, cpu = time.perf_counter() - w0, time.process_time() - c0
-    print(json.dumps({"batch": batch, "seconds": wall, "cpu": cpu, "peak": peak.bytes}))
-
-
-def ig_batch_part(model_dir: Path, n: int, steps: int, batches) -> None:
-    """captum's recipe with b steps (internal_batch_size=None: all b steps in one batch) for every b, then
-    longviz's choice for `steps` steps; per step, the two endpoint forwards included."""
-    print(f"\n[IG internal batch] {n} tokens, one fresh process per run; {load()}", flush=True)
-    print(f"  {'run':<44}{'batch':>6}{'seconds':>9}{'s/step':>8}{'CPU s/step':>11}{'peak MiB':>10}{'MiB/step':>10}")
-    per_step = cost._bytes_per_step(lv.load_model(str(model_dir), device="cpu"), n, "fp32")
-    results = []
-    model = lv.load_model(str(model_dir), device="cpu")
-    with tempfile.TemporaryDirectory() as empty:
-        first = A.internal_batch_size_for(model, n, steps, cache_dir=empty)
-    print(f"  longviz's first choice for {steps} steps (nothing timed yet): {first}", flush=True)
-    for b, k in [*((b, b) for b in batches), (0, steps)]:
-        # longviz's run holds the batch it will choose from the timings recorded so far, not all its steps
-        need = (b or A.internal_batch_size_for(model, n, steps)) * per_step * 1.3
-        if need > cost._free_memory_bytes(torch.device("cpu")):
-            print(f"  skipped batch {b}: needs about {need / 2**30:.0f} GiB, more than is free", flush=True)
-            continue
-        out = subprocess.run([sys.executable, __file__, "--ig-child", str(model_dir), str(n), str(k), str(b)],
-                             capture_output=True, text=True, check=True)
-        r = json.loads(out.stdout.strip().splitlines()[-1])
-        # the captum runs record their speeds (as every run does): longviz's run chooses from them
-        label = f"captum's recipe, {k} steps in one batch" if b else f"longviz (from the timings above), {k} steps"
-        results.append({**r, "steps": k, "label": label})
-        print(f"  {label:<44}{r['batch']:>6}{r['seconds']:9.1f}{r['seconds'] / k:8.2f}{r['cpu'] / k:11.2f}"
-              f"{r['peak'] / 2**20:10.0f}{r['peak'] / 2**20 / r['batch']:10.0f}  ({load()})", flush=True)
-    print("  json " + json.dumps(results), flush=True)
-
-
 def main() -> None:
-    if len(sys.argv) > 1 and sys.argv[1] == "--ig-child":
-        model_dir, n, steps, batch = sys.argv[2], *map(int, sys.argv[3:6])
-        return ig_child(model_dir, n, steps, batch)
     ap = argparse.ArgumentParser()
-    ap.add_argument("--part", default="all", choices=("explainers", "ig-batch", "all"))
     ap.add_argument("--sizes", type=int, nargs="+", default=[1024, 2048, 4096])
     ap.add_argument("--ig-at", type=int, nargs="*", default=[1024])
     ap.add_argument("--ig-steps", type=int, default=8)
     ap.add_argument("--repeats", type=int, default=2, help="(reference, explainer) pairs per explainer")
-    ap.add_argument("--batch-tokens", type=int, default=512)
-    ap.add_argument("--batch-steps", type=int, default=50, help="steps of longviz's run (default 50)")
-    ap.add_argument("--batches", type=int, nargs="+", default=[2, 4, 8, 12, 16],
-                    help="captum's recipe with b steps, all in one batch (captum needs 2 steps at least)")
     args = ap.parse_args()
     print("machine:", machine())
     print("GPU:", torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none (CPU only)")
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = Path(tmp) / "base"
         model = base_model(model_dir)
-        if args.part in ("ig-batch", "all"):
-            ig_batch_part(model_dir, args.batch_tokens, args.batch_steps, args.batches)
-        if args.part in ("explainers", "all"):
-            explainers_part(model, args.sizes, set(args.ig_at), args.ig_steps, args.repeats)
+        explainers_part(model, args.sizes, set(args.ig_at), args.ig_steps, args.repeats)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,8 @@ VARIANTS = ("cosine_raw", "cosine_median", "cosine_mean", "cosine_rank")
 # shorter column headers on screen, so the tables fit a 1,024 px window (files keep the full names)
 SHORT_NAMES = {"Scaled by head importance": "Scaled", "Cosine similarity": "Cosine", "Rank-biased overlap": "RBO",
                "Jaccard of the top 5%": "Jaccard (top 5 %)", "attention_norm": "attention", "attention_rank": "rank",
-               "attribution_norm": "|IG|", "attribution_rank": "|IG| rank", "position": "pos"}
+               "attribution_norm": "|IG|", "attribution_rank": "|IG| rank", "position": "pos",
+               **{METRICS[v]["label"]: v.removeprefix("cosine_") for v in VARIANTS}}
 
 st.title("Agreement: attention vs attribution")
 with common.guard():
@@ -74,7 +75,8 @@ if scope == "this document":
     common.table(fig.table1(table), "table 1", model, meta, column_config=SHORT_NAMES)
     with st.expander("The notebook's extra cosine variants"):
         common.table(fig.table1(table, VARIANTS), "cosine variants", model, meta, column_config=SHORT_NAMES)
-        st.caption(" · ".join(f"**{METRICS[v]['label']}**: {METRICS[v]['description']}" for v in VARIANTS))
+        st.caption(" · ".join(f"**{SHORT_NAMES[METRICS[v]['label']]}**: {METRICS[v]['description']}"
+                              for v in VARIANTS))
     st.subheader("Table 2: Jaccard of the top 5 %")
     common.table(fig.table2(table), "table 2", model, meta, column_config=SHORT_NAMES)
 

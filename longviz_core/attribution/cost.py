@@ -28,31 +28,38 @@ from ._inputs import PRECISIONS, autocast, embeddings_layer, padded_length, padd
 
 # Share of the free memory one batch of steps may take (the rest: weights, fragmentation, other tenants).
 _MEMORY_FRACTION = 0.5
-# Share of the steps one batch may hold. captum's default recipe (internal_batch_size=None) runs every step in
-# one batch and needs n_steps times a step's memory; longviz stays at a quarter of that or less.
+# Share of the steps one batch may hold: captum's default recipe (internal_batch_size=None) runs every step in one
+# batch and needs n_steps times a step's memory; longviz never holds more than a quarter of that.
 _MAX_STEP_SHARE = 0.25
-# Before a batch size has been timed: a batch of about this many token rows (steps x padded length), 8 steps at
-# 512 tokens; later runs move from there by measured throughput (internal_batch_size_for).
-_START_ROWS = 4096
-# A batch twice the fastest one timed is tried only while the last doubling gained at least this factor.
+# On an accelerator, a batch twice the fastest one timed is tried only while the last doubling gained this factor.
 _DOUBLING_GAIN = 1.05
+# Before anything is timed, a batch holds at most this many bytes of activations (and at least one step): a step of
+# longformer-base dimensions (0.8 GiB at 512 tokens) runs alone, as captum's fastest recipe on a memory-bound CPU;
+# smaller models' steps are batched, since their fixed cost (Python, kernel calls) weighs more than their arithmetic
+# (2 layers, hidden 32, 102 tokens, 50 steps: 15 s CPU one step at a time, 1.8 s in batches of 12; the demo model
+# at 2,048 tokens, 105 MiB a step: batches of 2).
+_START_BYTES = 256 * 2**20
 
 
 def internal_batch_size_for(model: LoadedModel, n_tokens: int, n_steps: int, precision: str = "fp32",
                             cache_dir: str | os.PathLike | None = None) -> int:
-    """Steps per batch: the fastest timed batch size inside a memory budget.
+    """Steps per batch: one step at a time, unless a larger batch inside the memory budget was measured faster.
 
-    Budget: at most _MEMORY_FRACTION of the free memory and at most a quarter of the steps (_MAX_STEP_SHARE), so a
-    run needs at most a quarter of the memory of captum's default recipe, which puts every step in one batch.
-    Throughput: every finished run records its seconds per step for its batch size, per model, device, precision
-    and length bucket (beside estimate_ig_seconds' timing). Without a record the batch holds about _START_ROWS
-    token rows; with records it is the size with the best seconds per step, and while the largest size timed is
-    also the fastest (and its doubling gained at least _DOUBLING_GAIN, or it is the only one timed), the next
-    run tries twice that size if the budget allows; while the smallest size timed is the fastest, the next run
-    tries half of it. Throughput grows with the batch until its matrices fill the machine (on a GPU, or a CPU
-    with large caches) and falls beyond: measured on the 2-core AMD EPYC at longformer-base dimensions and 1,024
-    tokens, 3.5 / 3.7 / 7.6 s per step in batches of 1 / 2 / 4. So runs move to the fastest size that fits and
-    stay there.
+    Memory: a batch of b steps keeps b steps' activations for the backward pass, so b is at most what
+    _MEMORY_FRACTION of the free memory holds and at most a quarter of the steps (_MAX_STEP_SHARE).
+    Speed: every finished run records its seconds per step for its batch size, per model, device, precision and
+    length bucket (record_timing, beside estimate_ig_seconds' timing). The choice is the fastest size recorded
+    inside the budget, the smaller on a tie: a batch measured slower per step than another is never chosen, and
+    memory is spent only where it was measured to buy speed.
+    Nothing recorded: as many steps as _START_BYTES of activations hold, at least one, so one step per batch at
+    longformer-base dimensions. That is captum's fastest recipe on a memory-bound CPU (2-core AMD EPYC, Longformer-base
+    dimensions, 512 tokens: 28-29 s for 16 steps at batch 1, 78 s with all 16 in one batch; at 1,024 tokens
+    3.5 / 3.7 / 7.6 s per step in batches of 1 / 2 / 4), the least memory, and no probing run.
+    Larger sizes are tried only where they can pay: on an accelerator, where one step of a document leaves most
+    of the device idle, the next run tries twice the fastest size while it is the largest timed and the last
+    doubling gained at least _DOUBLING_GAIN; on a CPU, a larger size is used only once a run at that size (an
+    explicit internal_batch_size) was measured faster. Records without batch 1 whose smallest size is the fastest
+    make the next run try half of it.
 
     Free memory: torch.cuda.mem_get_info on a GPU, MemAvailable of /proc/meminfo on CPU (sysconf pages as a
     fallback). Memory per step (activations kept for the backward pass), with L layers, hidden size d,
@@ -68,14 +75,15 @@ def internal_batch_size_for(model: LoadedModel, n_tokens: int, n_steps: int, pre
     cap = max(1, min(n_steps, fit, int(n_steps * _MAX_STEP_SHARE)))
     timed = {b: s for b, s in _batch_speeds(model, n_tokens, precision, cache_dir).items() if b <= cap}
     if not timed:
-        return max(1, min(cap, math.ceil(_START_ROWS / padded_length(model, n_tokens))))
+        return max(1, min(cap, int(_START_BYTES // per_step)))
     best = min(timed, key=lambda b: (timed[b], b))
+    if best == min(timed) and best > 1 and best // 2 not in timed:
+        return best // 2
     larger = min(2 * best, cap)
     still_gaining = best // 2 not in timed or timed[best // 2] >= _DOUBLING_GAIN * timed[best]
-    if best == max(timed) and larger > best and larger not in timed and still_gaining:
+    if (model.device.type != "cpu" and best == max(timed) and larger > best and larger not in timed
+            and still_gaining):
         return larger
-    if best == min(timed) and best > 1 and best // 2 not in timed:
-        return best // 2  # the start was already too large (memory-bound CPUs): try half
     return best
 
 

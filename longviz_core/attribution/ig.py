@@ -180,8 +180,8 @@ def integrated_gradients(
     """Token attributions for `target` (default: the predicted class; required when given an Encoded).
 
     adaptive: start at n_steps and double until |delta| <= tolerance * |F(x) - F(x')| (or max_steps).
-    internal_batch_size: steps per forward batch; default from measured throughput inside a memory budget
-    (cost.internal_batch_size_for).
+    internal_batch_size: steps per forward batch; default one, or a larger size measured faster per step inside a
+    memory budget (cost.internal_batch_size_for).
     A cached result is returned at once (from_cache=True); a corrupt cache file is logged and recomputed."""
     enc, target = _resolve(model, analysis, target)
     validate_settings(n_steps, method, precision, internal_batch_size, tolerance, max_steps)

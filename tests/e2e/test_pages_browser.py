@@ -99,3 +99,28 @@ def test_dataset_counts_read_at_the_narrow_width(app_server, browser, shots):
         full_page_screenshot(browser, shots / f"token_counts-dataset-{group}-1024.png", 1024, HEIGHT)
     assert not found, "\n".join(found)
     assert "Traceback" not in log.read_text()
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_agreement_cosine_variants_read_whole(app_server, browser, shots, width):
+    """The Agreement page's expander "The notebook's extra cosine variants", opened after IG has run: its table
+    shows every column without a horizontal scroll at both widths (the page-wide check skips closed expanders)."""
+    base, _log = app_server
+    browser.set_window_size(width, HEIGHT)
+    browser.get(f"{base}/similarity?max_tokens={MAX_TOKENS}")
+    wait_idle(browser)
+    click_run_buttons(browser)
+    summary = next(s for s in browser.find_elements("css selector", '[data-testid="stExpander"] summary')
+                   if "extra cosine variants" in s.text)
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center'});", summary)
+    summary.click()
+    time.sleep(1.0)
+    assert not problems(browser), problems(browser)
+    body = summary.find_element("xpath", "./..")
+    frames = body.find_elements("css selector", '[data-testid="stDataFrame"]')
+    assert len(frames) == 1 and frames[0].is_displayed()
+    scroller = frames[0].find_element("css selector", ".dvn-scroller")
+    widths = browser.execute_script("return [arguments[0].scrollWidth, arguments[0].clientWidth];", scroller)
+    assert widths[0] <= widths[1] + 2, f"content {widths[0]} px wide in a {widths[1]} px box"
+    assert not layout_problems(browser), layout_problems(browser)
+    full_page_screenshot(browser, shots / f"similarity-variants-{width}.png", width, HEIGHT)

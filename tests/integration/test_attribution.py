@@ -388,33 +388,72 @@ def test_internal_batch_size_formula(steep, monkeypatch):
     )
     assert cost._bytes_per_step(steep, 45, "fp32") == per_step
     assert cost._bytes_per_step(steep, 45, "bf16") == per_step / 2
-    monkeypatch.setattr(cost, "_batch_speeds", lambda *args: {})  # nothing timed yet
-    # memory is plentiful: the batch holding _START_ROWS token rows, within a quarter of the steps
-    assert internal_batch_size_for(steep, 45, 500) == math.ceil(cost._START_ROWS / n_pad) == 86
-    assert internal_batch_size_for(steep, 45, 40) == 10  # a quarter of captum's all-steps batch at most
-    assert internal_batch_size_for(steep, 45, 4) == 1
+    monkeypatch.setattr(cost, "_batch_speeds", lambda *args: {})  # nothing timed yet: no probing
+    # a tiny model's steps are batched up to _START_BYTES of activations, within a quarter of the steps
+    assert internal_batch_size_for(steep, 45, 500) == min(125, cost._START_BYTES // per_step)
+    assert internal_batch_size_for(steep, 45, 40) == 10
+    assert internal_batch_size_for(steep, 45, 2) == 1
+    with monkeypatch.context() as m:  # a real model's step is larger than _START_BYTES: one step at a time
+        m.setattr(cost, "_bytes_per_step", lambda *args: cost._START_BYTES + 1)
+        assert internal_batch_size_for(steep, 45, 500) == 1
+    # a larger batch measured faster is chosen only while its memory fits
+    monkeypatch.setattr(cost, "_batch_speeds", lambda *args: {1: 2.0, 3: 1.5, 8: 1.0})
+    assert internal_batch_size_for(steep, 45, 500) == 8
+    assert internal_batch_size_for(steep, 45, 40) == 8
+    assert internal_batch_size_for(steep, 45, 16) == 3  # a quarter of captum's all-steps batch at most
     monkeypatch.setattr(cost, "_free_memory_bytes", lambda device: int(per_step * 6.5))
     assert internal_batch_size_for(steep, 45, 500) == 3  # half of the free memory holds 3 steps
     monkeypatch.setattr(cost, "_free_memory_bytes", lambda device: 1)
     assert internal_batch_size_for(steep, 45, 500) == 1
 
 
-@pytest.mark.parametrize("timed, expected", [
-    ({4: 1.0}, 8),  # the only size timed: try twice as many
-    ({2: 1.5, 4: 1.0}, 8),  # the doubling to 4 gained 1.5x: keep climbing
-    ({2: 1.02, 4: 1.0}, 4),  # it gained 2 %: stay
-    ({4: 1.0, 8: 1.3}, 2),  # 8 was slower and 4 is the smallest timed: try 2
-    ({2: 1.1, 4: 1.0, 8: 1.3}, 4),  # both neighbours timed and slower: stay at the fastest
-    ({2: 0.9, 4: 1.0, 8: 1.3}, 1),  # smaller keeps gaining: try 1
-    ({1: 1.0, 2: 1.1}, 1),  # one step per batch is the floor
-    ({8: 1.0, 16: 0.9, 1: 3.0}, 10),  # the fastest is the largest timed: its doubling capped at a quarter of 40
-    ({10: 1.0, 1: 3.0}, 10),  # at the cap already
-    ({64: 0.5, 4: 1.0}, 8),  # sizes above the cap are not candidates
+CPU, GPU = torch.device("cpu"), torch.device("cuda")
+
+
+@pytest.mark.parametrize("device, timed, expected", [
+    (CPU, {1: 1.0}, 1),  # a CPU never tries a larger batch unmeasured
+    (CPU, {1: 1.0, 2: 0.8}, 2),  # ... but uses one measured faster (a run with an explicit size)
+    (CPU, {1: 1.0, 2: 1.1, 4: 2.0}, 1),
+    (CPU, {1: 1.0, 2: 1.0}, 1),  # a tie: the smaller batch, less memory
+    (CPU, {2: 1.0}, 1),  # one step per batch not timed yet: try it
+    (CPU, {4: 1.0, 8: 1.3}, 2),  # the smallest timed is the fastest: try half
+    (CPU, {2: 1.1, 4: 1.0, 8: 1.3}, 4),  # both neighbours timed and slower: stay at the fastest
+    (CPU, {1: 1.0, 4: 0.5, 64: 0.1}, 4),  # sizes above the cap (a quarter of 40 steps) are not candidates
+    (GPU, {1: 1.0}, 2),  # an accelerator tries twice the fastest ...
+    (GPU, {1: 1.0, 2: 0.5}, 4),  # ... while doubling gains
+    (GPU, {1: 1.0, 2: 0.98}, 2),  # it gained 2 %: stay
+    (GPU, {1: 1.0, 2: 1.2}, 1),  # slower: back to one step
+    (GPU, {8: 1.0, 16: 0.9, 1: 3.0}, 10),  # the doubling of the largest is capped at a quarter of 40
+    (GPU, {10: 1.0, 1: 3.0}, 10),  # at the cap already
 ])
-def test_internal_batch_follows_measured_throughput(steep, monkeypatch, timed, expected):
+def test_internal_batch_follows_measured_throughput(steep, monkeypatch, device, timed, expected):
     monkeypatch.setattr(cost, "_free_memory_bytes", lambda device: 10**12)
     monkeypatch.setattr(cost, "_batch_speeds", lambda *args: timed)
-    assert internal_batch_size_for(steep, 45, 40) == expected
+    assert internal_batch_size_for(replace(steep, device=device), 45, 40) == expected
+
+
+@pytest.mark.parametrize("device", [CPU, GPU])
+def test_internal_batch_never_takes_a_size_measured_slower(steep, monkeypatch, device):
+    """Whatever was recorded, the choice is the fastest size measured inside the memory budget or a size not
+    measured yet (never one measured slower per step than another candidate), and never over the budget."""
+    model = replace(steep, device=device)
+    per_step = cost._bytes_per_step(steep, 45, "fp32")
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        sizes = rng.choice(np.arange(1, 41), size=rng.integers(0, 6), replace=False)
+        timed = {int(b): float(rng.choice([0.5, 1.0, 1.5, rng.uniform(0.1, 3.0)])) for b in sizes}
+        free = float(per_step * rng.choice([1, 7, 30, 1000]))
+        steps = int(rng.integers(2, 80))
+        monkeypatch.setattr(cost, "_free_memory_bytes", lambda device: free)
+        monkeypatch.setattr(cost, "_batch_speeds", lambda *args: timed)
+        chosen = internal_batch_size_for(model, 45, steps)
+        cap = max(1, min(steps, int(0.5 * free // per_step), steps // 4))
+        assert 1 <= chosen <= cap, (timed, free, steps, chosen)
+        candidates = {b: s for b, s in timed.items() if b <= cap}
+        if chosen in candidates:
+            assert candidates[chosen] == min(candidates.values()), (timed, cap, chosen)
+        if not candidates:  # nothing timed inside the budget: as many steps as _START_BYTES hold, at least one
+            assert chosen == max(1, min(cap, int(cost._START_BYTES // per_step)))
 
 
 def test_runs_record_their_throughput_per_batch(steep, doc, cache_dir, monkeypatch):
@@ -428,7 +467,7 @@ def test_runs_record_their_throughput_per_batch(steep, doc, cache_dir, monkeypat
     speeds = cost._batch_speeds(steep, doc.n, "fp32", cache_dir)
     assert speeds == {2: pytest.approx((attr.seconds - 2 * scale * forward) / scale / 8)}
     monkeypatch.setattr(cost, "_free_memory_bytes", lambda device: 10**12)
-    assert internal_batch_size_for(steep, doc.n, 16, cache_dir=cache_dir) == 4  # 2 is all it knows: try 4
+    assert internal_batch_size_for(steep, doc.n, 16, cache_dir=cache_dir) == 1  # 2 is all it knows: try one step
     cost.record_timing(steep, doc.n, "fp32", replace(attr, seconds=attr.seconds * 10), cache_dir)
     assert cost._batch_speeds(steep, doc.n, "fp32", cache_dir)[2] == pytest.approx(speeds[2])  # the fastest is kept
 
