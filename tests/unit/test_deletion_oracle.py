@@ -52,7 +52,7 @@ def _check_against_brute_force(model, analysis, attribution, batch_size, tol):
     batch-to-batch rounding of the logits (~1e-6 relative, a few units of logits here)."""
     assert analysis.encoded.global_mask[0] == 1 and analysis.encoded.global_mask[1:].sum() == 0
     mask_id = model.tokenizer.mask_token_id
-    res = fa.faithfulness(model, analysis, attribution, seeds=(0, 1, 2), batch_size=batch_size)
+    res = fa.faithfulness(model, analysis, attribution, seeds=(0, 1), batch_size=batch_size)
     m = analysis.n - 2
     assert res.flip_limit == m
     flipped = 0
@@ -72,10 +72,10 @@ def _check_against_brute_force(model, analysis, attribution, batch_size, tol):
     return flipped
 
 
-@pytest.mark.parametrize("n_words,batch_size,tol", [(23, 1, 1e-9), (40, 8, 5e-5)])
+@pytest.mark.parametrize("n_words,batch_size,tol", [(21, 1, 1e-9), (30, 8, 5e-5)])
 def test_exact_scan_equals_brute_force_on_windows_16_8(windows_16_8, n_words, batch_size, tol):
     analysis = lv.analyze(windows_16_8, text_of(n_words), 128)
-    assert analysis.n % 2 == 1 or n_words == 40  # an odd length among the cases
+    assert analysis.n % 2 == 1 or n_words == 30  # an odd length among the cases
     attribution = np.random.default_rng(n_words).normal(size=analysis.n)
     flipped = _check_against_brute_force(windows_16_8, analysis, attribution, batch_size, tol)
     assert flipped >= 1  # the case exercises a first flip, not only "no flip"
