@@ -79,6 +79,8 @@ def _parser() -> argparse.ArgumentParser:
     pre.add_argument("--max-removed", type=float, default=d.max_removed,
                      help="faithfulness and leaderboard: the flip scan's limit, a fraction of the text tokens "
                           "(default 1.0: all)")
+    pre.add_argument("--flip-bound", type=int, default=None,
+                     help="faithfulness and leaderboard: the flip scan's limit in tokens (default: none)")
     pre.add_argument("--faithfulness-layers", default=None,
                      help="faithfulness: the attention ranking's layers lo-hi (1-based; default all)")
     pre.add_argument("--faithfulness-scaled", action="store_true",
@@ -121,6 +123,7 @@ def _precompute(a) -> int:
                         mask_kinds=None if a.mask is None else [k for k in a.mask.split(",") if k.strip()],
                         layer_range=_layers(a.layer_range, "--layer-range"), replacement=a.replacement,
                         seeds=None if a.seeds is None else range(a.seeds), max_removed=a.max_removed,
+                        flip_bound=a.flip_bound,
                         faithfulness_layers=_layers(a.faithfulness_layers, "--faithfulness-layers", span=True),
                         faithfulness_scaled=a.faithfulness_scaled, rank_by=a.rank_by,
                         explainers=None if a.explainers is None else [m.strip() for m in a.explainers.split(",") if m.strip()])

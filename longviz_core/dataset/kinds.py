@@ -15,8 +15,9 @@ Kinds and what they store per document:
                      Taylor scores, see views/importance.py), normalised as that method does, and raw; or the
                      values given in Settings.importance_values (an imported file, the API's `importance=`)
     agreement        tables `rows` (Tables 1-2), `heads` (every head's agreement with |IG|), `sets` (top-5 % sets)
-    faithfulness     table `rows`: AOPC / LOdds at each k and the first decision flip (exact scan) per ranking;
-                     the random row: means and sds over its seeds
+    faithfulness     table `rows`: AOPC / LOdds at each k and the first decision flip (exact scan) per ranking
+                     (views.deletion: the deletion test's summary of its runs); the random row: means and sds
+                     over its seeds
     leaderboard      table `runs`: the explainer leaderboard's runs (dataset.leaderboard.document_leaderboard):
                      one row per explainer, one per seed for random, with AOPC / LOdds at each k, the first flip and
                      the explanation's cost (seconds, peak memory)
@@ -80,6 +81,7 @@ class Settings:
     replacement: str = "mask"  # what a removed token becomes: "mask" or "pad"
     seeds: tuple | None = None  # the random ranking's seeds; None = views.faithfulness.DEFAULT_SEEDS
     max_removed: float = 1.0  # the flip scan's limit, a fraction of the removable tokens
+    flip_bound: int | None = None  # the flip scan's limit in tokens (the smaller limit applies); None = no bound
     faithfulness_layers: tuple | None = None  # the attention ranking's layers (0-based); None = all
     faithfulness_scaled: bool = False  # the attention ranking scaled by the store's head importance
     # the explainer leaderboard (also ks, seeds, replacement, max_removed, target; its IG: n_steps, ig_method,
@@ -118,6 +120,8 @@ class Settings:
             raise ValueError(f"replacement must be 'mask' or 'pad', got {self.replacement!r}")
         if not 0 < float(self.max_removed) <= 1:
             raise ValueError(f"max_removed must be a fraction in (0, 1], got {self.max_removed}")
+        if self.flip_bound is not None and int(self.flip_bound) < 1:
+            raise ValueError(f"flip_bound must be at least 1 token, got {self.flip_bound}")
 
 
 @dataclass
@@ -336,8 +340,8 @@ def _faithfulness(job: Job, doc: Doc) -> Record:
     scale = load_unit(job.root, None, "head-importance").arrays["importance"] if cfg["scaled"] else None
     result = faithfulness(job.model, a, doc.load("attribution").arrays["scores"], layers=cfg["attention_layers"],
                           scale=scale, rankings=cfg["rankings"], ks=cfg["ks"], replacement=cfg["replacement"],
-                          seeds=cfg["seeds"], max_removed=cfg["max_removed"], resume=job.use_cache,
-                          cache_dir=job.cache_dir, on_wait=job.on_wait)
+                          seeds=cfg["seeds"], max_removed=cfg["max_removed"], flip_bound=cfg["flip_bound"],
+                          resume=job.use_cache, cache_dir=job.cache_dir, on_wait=job.on_wait)
     rows = result.table()
     rows.insert(0, "p_original", result.p_original)
     rows.insert(0, "n", result.n)
@@ -351,9 +355,15 @@ def _faithfulness_settings(s: Settings) -> dict:
     rankings = list(RANKINGS if s.rankings is None else s.rankings)
     seeds = check_settings(rankings, None, DEFAULT_SEEDS if s.seeds is None else s.seeds, s.max_removed)
     return {"rankings": rankings, "ks": list(check_ks(KS if s.ks is None else s.ks)), "replacement": s.replacement,
-            "flip": "exact scan", "max_removed": float(s.max_removed), "seeds": list(seeds),
+            "flip": "exact scan", "max_removed": float(s.max_removed), "flip_bound": _bound(s), "seeds": list(seeds),
             "attention_layers": None if s.faithfulness_layers is None else list(s.faithfulness_layers),
             "scaled": bool(s.faithfulness_scaled)}
+
+
+def _bound(s: Settings) -> int | None:
+    """The flip bound in tokens as the manifest records it: a store scanned to another bound is another store,
+    never served as exact."""
+    return None if s.flip_bound is None else int(s.flip_bound)
 
 
 def _leaderboard(job: Job, doc: Doc) -> Record:
@@ -373,7 +383,7 @@ def _leaderboard(job: Job, doc: Doc) -> Record:
     target = None if job.settings.target == "predicted" else _target(job, a)
     runs = document_leaderboard(job.model, a, cfg["methods"], target, ks=cfg["ks"], seeds=cfg["seeds"] or (),
                                 replacement=cfg["replacement"], max_removed=cfg["max_removed"],
-                                rank_by=cfg["rank_by"], options=options, resume=job.use_cache,
+                                flip_bound=cfg["flip_bound"], rank_by=cfg["rank_by"], options=options, resume=job.use_cache,
                                 cache_dir=job.cache_dir, on_wait=job.on_wait)
     return Record(tables={"runs": runs})
 
@@ -400,7 +410,7 @@ def _leaderboard_settings(s: Settings) -> dict:
     ig = _attribution_settings(s) if "ig" in methods else None
     return {"methods": methods, "target": str(s.target), "rank_by": s.rank_by,
             "ks": list(check_ks(KS if s.ks is None else s.ks)), "replacement": s.replacement, "flip": "exact scan",
-            "max_removed": float(s.max_removed), "seeds": None if seeds is None else list(seeds),
+            "max_removed": float(s.max_removed), "flip_bound": _bound(s), "seeds": None if seeds is None else list(seeds),
             "ig": None if ig is None else {k: ig[k] for k in ("n_steps", "method", "precision", "scores")},
             "options": options}
 

@@ -189,7 +189,7 @@ def table2(table: pd.DataFrame, digits: int = 3) -> pd.DataFrame:
 
 
 def faithfulness_summary(summary: pd.DataFrame, columns: Sequence[str] = ("aopc", "aopc@10%", "lodds",
-                                                                             "flip_fraction")) -> pd.DataFrame:
+                                                                             "first_flip")) -> pd.DataFrame:
     """A compact dataset summary: ranking, documents, 'mean ± std' per chosen number, flipped and no-flip counts
     (from faithfulness.summarise)."""
     _require(summary, ["ranking", "documents", "flipped", "no flip", *(f"{c} mean" for c in columns)])

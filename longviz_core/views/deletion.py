@@ -213,7 +213,7 @@ class DeletionResult:
             row.update(zip(metric_columns(self.ks), [*r.aopc_k, r.aopc, *r.lodds_k, r.lodds]))
             row.update(first_flip=nan if r.flip_fraction is None else r.flip_fraction,
                        flip_removed=nan if r.flip_removed is None else float(r.flip_removed), scanned=r.scanned,
-                       copies=r.copies)
+                       settled=r.flip_removed is not None or r.scanned >= self.n_removable, copies=r.copies)
             out.append(row)
         return pd.DataFrame(out, columns=row_columns(self.ks)).astype({c: float for c in metric_columns(self.ks)})
 
@@ -278,15 +278,18 @@ def metric_columns(ks: Sequence[float] = KS) -> list[str]:
 
 def row_columns(ks: Sequence[float] = KS) -> list[str]:
     """The one row schema of a run: method, seed (random only), the curve numbers, first_flip (fraction of the
-    removable tokens), flip_removed (count), scanned (counts settled) and copies (scored for this run)."""
-    return ["method", "seed", *metric_columns(ks), "first_flip", "flip_removed", "scanned", "copies"]
+    removable tokens), flip_removed (count), scanned (every count 1 .. scanned was scored), settled (the first flip
+    is known: found, or every count scanned) and copies (scored for this run)."""
+    return ["method", "seed", *metric_columns(ks), "first_flip", "flip_removed", "scanned", "settled", "copies"]
 
 
 def summarise(runs: pd.DataFrame, ks: Sequence[float] = KS) -> pd.DataFrame:
     """Runs of one document or many (a 'doc' column tells documents apart) -> one row per method, in order of
     first appearance: every number's mean over documents; first_flip over the runs that flipped, flip_rate the
     share that did. Random (rows with a seed): each seed's mean over documents first, then the mean and the
-    population sd over the seeds (`<number>_sd`; NaN for the other methods). `documents`, `runs` (seeds or 1)."""
+    population sd over the seeds (`<number>_sd`; NaN for the other methods). `documents`, `runs` (seeds or 1);
+    `no_flip_within`: the fewest counts scanned by a run that neither flipped nor reached its end (a bounded
+    scan: "no flip within the first N tokens"), NaN when every run is settled."""
     cols = metric_columns(ks) + ["first_flip"]
     missing = [c for c in ["method", "seed", *cols] if c not in runs]
     if missing:
@@ -306,6 +309,8 @@ def summarise(runs: pd.DataFrame, ks: Sequence[float] = KS) -> pd.DataFrame:
         row["flip_removed"] = float(group["flip_removed"].mean()) if "flip_removed" in group else math.nan
         row["flip_rate"] = float(group["first_flip"].notna().mean())
         row["runs"] = int(group["seed"].nunique()) if seeded else 1
+        open_ = group[~group["settled"].astype(bool)] if "settled" in group else group.iloc[:0]
+        row["no_flip_within"] = float(open_["scanned"].min()) if len(open_) else math.nan
         out.append(row)
     return pd.DataFrame(out)
 
