@@ -213,7 +213,8 @@ class DeletionResult:
             row.update(zip(metric_columns(self.ks), [*r.aopc_k, r.aopc, *r.lodds_k, r.lodds]))
             row.update(first_flip=nan if r.flip_fraction is None else r.flip_fraction,
                        flip_removed=nan if r.flip_removed is None else float(r.flip_removed), scanned=r.scanned,
-                       settled=r.flip_removed is not None or r.scanned >= self.n_removable, copies=r.copies)
+                       settled=r.flip_removed is not None or r.scanned >= self.n_removable, copies=r.copies,
+                       deletion_seconds=self.seconds * r.copies / max(1, self.forward_passes))
             out.append(row)
         return pd.DataFrame(out, columns=row_columns(self.ks)).astype({c: float for c in metric_columns(self.ks)})
 
@@ -279,8 +280,10 @@ def metric_columns(ks: Sequence[float] = KS) -> list[str]:
 def row_columns(ks: Sequence[float] = KS) -> list[str]:
     """The one row schema of a run: method, seed (random only), the curve numbers, first_flip (fraction of the
     removable tokens), flip_removed (count), scanned (every count 1 .. scanned was scored), settled (the first flip
-    is known: found, or every count scanned) and copies (scored for this run)."""
-    return ["method", "seed", *metric_columns(ks), "first_flip", "flip_removed", "scanned", "settled", "copies"]
+    is known: found, or every count scanned), copies (scored for this run) and deletion_seconds (the test's time
+    in proportion to those copies)."""
+    return ["method", "seed", *metric_columns(ks), "first_flip", "flip_removed", "scanned", "settled", "copies",
+            "deletion_seconds"]
 
 
 def summarise(runs: pd.DataFrame, ks: Sequence[float] = KS) -> pd.DataFrame:
