@@ -260,6 +260,7 @@ def _leaderboard_arguments(p) -> None:
                    help=f"random seeds 0 .. N-1 (default {len(DEFAULT_SEEDS)}, at least {MIN_SEEDS})")
     p.add_argument("--replacement", default="mask", choices=REPLACEMENTS)
     p.add_argument("--max-removed", type=float, default=1.0, help="the flip scan's limit, a fraction (default 1)")
+    p.add_argument("--flip-bound", type=int, default=None, help="the flip scan's limit in tokens (default: none)")
     p.add_argument("--rank-by", default="signed", choices=RANK_BY)
     p.add_argument("--device", default=None, help="cpu / cuda (default: cuda when available)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads of this process")
@@ -285,8 +286,8 @@ def _leaderboard(a) -> int:
     methods = [m.strip() for m in a.methods.split(",") if m.strip()]
     options = {"ig": {"n_steps": a.ig_steps}} if "ig" in methods else None
     settings = run.leaderboard_settings(methods, a.target, max_tokens=a.max_tokens, seeds=range(a.seeds),
-                                        replacement=a.replacement, max_removed=a.max_removed, rank_by=a.rank_by,
-                                        options=options)
+                                        replacement=a.replacement, max_removed=a.max_removed,
+                                        flip_bound=a.flip_bound, rank_by=a.rank_by, options=options)
     if a.threads:
         import torch
 

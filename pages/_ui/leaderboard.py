@@ -19,8 +19,13 @@ FORMATS.update({c: None for c in ("method", "AOPC sd (seeds)", "LOdds sd (seeds)
 
 
 def flips_in_words(df):
-    """The table as shown: "no flip" where first_flip is NaN rather than an empty cell."""
-    return df.assign(first_flip=[fig.flip_text(v) for v in df["first_flip"]])
+    """The table as shown: "no flip" (or "no flip within the first N tokens" for a scan not yet at its end)
+    where first_flip is NaN, rather than an empty cell; for the leaderboard or its runs."""
+    if "no_flip_within" in df:
+        within = df["no_flip_within"]
+    else:
+        within = df["scanned"].where(~df["settled"].astype(bool))
+    return df.assign(first_flip=[fig.flip_text(v, w) for v, w in zip(df["first_flip"], within)])
 
 
 def show_table(runs, model, meta, title, pending=None):
@@ -49,7 +54,7 @@ def show_leaderboard(runs, model, meta, title):
                      meta, where=tab, width="content")  # the figure's fixed aspect, not stretched past the column
     export.chart(fig_faith.flip_chart(lb.flips(runs)), "explainer decision flips", model, meta, where=tabs[2])
     shown = ["doc"] * ("doc" in runs) + ["label", "seed", "aopc", "lodds", "first_flip", "seconds"]
-    common.table(flips_in_words(runs[shown]), "explainer runs", model, meta, where=tabs[3],
+    common.table(flips_in_words(runs)[shown], "explainer runs", model, meta, where=tabs[3],
                  download=runs)  # every column, NaN for no flip, in the CSV
 
 

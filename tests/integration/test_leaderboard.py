@@ -145,7 +145,7 @@ def _settings(**changes):
 
 
 def _cost_free(runs: pd.DataFrame) -> pd.DataFrame:
-    return runs.drop(columns=["seconds", "peak_bytes"])
+    return runs.drop(columns=["seconds", "peak_bytes", "deletion_seconds"])
 
 
 def test_store_kind_holds_document_leaderboard(tiny_longformer, tmp_path):
