@@ -53,8 +53,16 @@ def one_forward(model, analysis, repeats: int = 3) -> float:
 
 def line(name: str, seconds: float, forward: float, res=None) -> None:
     copies = "" if res is None else f"  copies {res.forward_passes:>6,} of {res.copies_needed:>6,} needed"
-    print(f"  {name:<22} {seconds:8.1f} s  {seconds / forward:7.1f} forwards{copies}  "
+    print(f"  {name:<24} {seconds:8.1f} s  {seconds / forward:7.1f} forwards (one: {forward:.2f} s){copies}  "
           f"(load {os.getloadavg()[0]:.1f})", flush=True)
+
+
+def timed(model, analysis, work):
+    """(work(), the forward's time as the mean of one measured just before and one just after): on a shared
+    machine the load moves, and the ratio is only meaningful against a forward taken at the same time."""
+    before = one_forward(model, analysis, 1)
+    out = work()
+    return out, (before + one_forward(model, analysis, 1)) / 2
 
 
 def deletion_stages(model, analysis, stages, exact_s: float, cache_dir: Path) -> None:
@@ -65,42 +73,45 @@ def deletion_stages(model, analysis, stages, exact_s: float, cache_dir: Path) ->
         ig = integrated_gradients(model, analysis, None, 8, use_cache=False)
     kwargs = dict(resume=True, cache_dir=cache_dir)
     if "curves" in stages:
-        res = fa.faithfulness(model, analysis, ig.scores, flip_bound=0, **kwargs)
-        line("curves", res.seconds, forward, res)
+        res, unit = timed(model, analysis, lambda: fa.faithfulness(model, analysis, ig.scores, flip_bound=0, **kwargs))
+        line("curves", res.seconds, unit, res)
     if "bound" in stages:
-        res = fa.faithfulness(model, analysis, ig.scores, flip_bound=fa.FLIP_BOUND, **kwargs)
-        line(f"curves + flips <= {fa.FLIP_BOUND}", res.seconds, forward, res)
+        res, unit = timed(model, analysis, lambda: fa.faithfulness(model, analysis, ig.scores,
+                                                                   flip_bound=fa.FLIP_BOUND, **kwargs))
+        line(f"curves + flips <= {fa.FLIP_BOUND}", res.seconds, unit, res)
         print("    " + "; ".join(f"{res.label(r)}{'' if r.seed is None else f' {r.seed}'}: "
                                  f"{r.flip_text(res.n_removable)}" for r in res.runs), flush=True)
     if "exact" in stages:
         stop = threading.Event()
         timer = threading.Timer(exact_s, stop.set)
         timer.start()
-        res = fa.faithfulness(model, analysis, ig.scores, **kwargs, stop=stop)
+        res, unit = timed(model, analysis, lambda: fa.faithfulness(model, analysis, ig.scores, **kwargs, stop=stop))
         timer.cancel()
         left = sum(res.n_removable - r.scanned for r in res.runs if r.flip_removed is None)
         state = "stopped" if res.stopped else "done"
-        line(f"exact ({state})", res.seconds, forward, res)
+        line(f"exact ({state})", res.seconds, unit, res)
         print(f"    copies left to the end: {left:,}; {res.seconds / max(1, res.forward_passes):.3f} s a copy "
-              f"({res.seconds / max(1, res.forward_passes) / forward:.2f} forwards)", flush=True)
-    return forward
+              f"({res.seconds / max(1, res.forward_passes) / unit:.2f} forwards)", flush=True)
 
 
-def explainers(model, analysis, forward: float, cache_dir: Path) -> None:
-    started = time.perf_counter()
-    made = {m: lv.explain(model, analysis, m) for m in lv.EXPLAINERS if m not in ("ig", "random")}
-    explained = time.perf_counter() - started
+def explainers(model, analysis, cache_dir: Path) -> None:
+    def explain_all():
+        started = time.perf_counter()
+        made = {m: lv.explain(model, analysis, m) for m in lv.EXPLAINERS if m not in ("ig", "random")}
+        return made, time.perf_counter() - started
+
+    (made, explained), forward = timed(model, analysis, explain_all)
     line("explainers (no IG)", explained, forward)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         made["ig"] = lv.explain(model, analysis, "ig", n_steps=8, use_cache=False)
     for bound in (0, fa.FLIP_BOUND):
-        started = time.perf_counter()
-        runs = lb.document_leaderboard(model, analysis, list(lv.EXPLAINERS), explanations=made, flip_bound=bound,
-                                       resume=True, cache_dir=cache_dir)
-        seconds = time.perf_counter() - started
-        line(f"leaderboard flips <= {bound}", seconds, forward)
-        print(f"    explainers + this stage: {(explained + seconds) / forward:.1f} forwards; copies "
+        runs, unit = timed(model, analysis, lambda: lb.document_leaderboard(
+            model, analysis, list(lv.EXPLAINERS), explanations=made, flip_bound=bound, resume=True,
+            cache_dir=cache_dir))
+        seconds = float(runs["deletion_seconds"].sum())
+        line(f"leaderboard flips <= {bound}", seconds, unit)
+        print(f"    explainers + this stage: {explained / forward + seconds / unit:.1f} forwards; copies "
               f"{int(runs['copies'].sum()):,}", flush=True)
 
 
@@ -122,9 +133,9 @@ def main() -> None:
         model = lv.load_model("demo")
         text = lv.load_dataset("demo", id2label=model.id2label)["text"].iloc[args.demo_doc]
         analysis = lv.analyze(model, text, model.max_tokens)
-        forward = deletion_stages(model, analysis, args.demo_stages.split(","), args.exact_s, cache_dir)
         if args.explainers:
-            explainers(model, analysis, forward, cache_dir)
+            explainers(model, analysis, cache_dir / "explainers")  # its own scans: none resumed by the next
+        deletion_stages(model, analysis, args.demo_stages.split(","), args.exact_s, cache_dir)
     if args.base:
         from _models import base_model
         from tiny import text_of

@@ -3,6 +3,7 @@ tiny Longformers with windows [16, 8] (a global <s>, odd lengths) and the demo a
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -10,6 +11,8 @@ import torch
 
 import longviz_core as lv
 from longviz_core.views import faithfulness as fa
+from longviz_core.views.deletion import DeletionSettings, row_columns
+from longviz_core.views.deletion_engine import deletion_test
 from tiny import make_tiny_longformer, text_of
 
 
@@ -86,3 +89,34 @@ def test_exact_scan_equals_brute_force_on_the_demo(demo_model, demo_dataset):
     assert analysis.n == 41
     attribution = np.random.default_rng(0).normal(size=analysis.n)
     _check_against_brute_force(demo_model, analysis, attribution, 8, 5e-5)
+
+
+def test_stages_curves_then_flips_within_the_bound_then_exact(windows_16_8, tmp_path):
+    """The page's stages on one engine: the curves alone (no flip claimed), the flips within a bound (what the
+    exact scan finds up to it, "no flip within the first N tokens" past it), then the scan resumed to the end; an
+    identical order costs no copy of its own."""
+    analysis = lv.analyze(windows_16_8, text_of(30), 128)
+    m = analysis.n - 2
+    orders = fa.ranking_orders(analysis, np.random.default_rng(1).normal(size=analysis.n))
+    orders["ig again"] = orders["ig"].copy()
+    settings = DeletionSettings(seeds=(0, 1), flip_bound=0, batch_size=8)
+    run = lambda s: deletion_test(windows_16_8, analysis, orders, s, resume=True, cache_dir=tmp_path)  # noqa: E731
+    curves = run(settings)
+    assert curves.forward_passes <= 1 + (len(orders) - 1 + 2) * len(settings.ks) < curves.copies_needed
+    assert all(r.scanned == 0 and r.flip_removed is None for r in curves.runs) and not curves.exact
+    bounded = run(replace(settings, flip_bound=5))
+    exact = run(replace(settings, flip_bound=None))
+    assert exact.exact and not exact.stopped and list(exact.rows().columns) == row_columns(settings.ks)
+    assert exact.forward_passes < exact.copies_needed - 5 * len(exact.runs)  # resumed past the bound
+    for b, e, c in zip(bounded.runs, exact.runs, curves.runs):
+        np.testing.assert_allclose(b.lodds_k, e.lodds_k, atol=5e-5)
+        np.testing.assert_allclose(c.aopc_k, e.aopc_k, atol=5e-5)
+        if e.flip_removed is not None and e.flip_removed <= 5:
+            assert b.flip_removed == e.flip_removed
+        else:
+            assert b.flip_removed is None and b.scanned == 5
+            assert b.flip_text(m) == "no flip within the first 5 tokens" and not b.flip_text(m) == "no flip"
+    ig, again = exact.curves["ig"], exact.curves["ig again"]
+    assert again.flip_removed == ig.flip_removed and again.copies == 0 and ig.copies > 0
+    base, _, flip = _brute_force(windows_16_8, analysis, orders["ig"], windows_16_8.tokenizer.mask_token_id)
+    assert ig.flip_removed == flip
