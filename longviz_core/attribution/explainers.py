@@ -55,6 +55,7 @@ from ..model.loading import LoadedModel
 from ..progress import Progress, report
 from ..runtime import COMPUTE
 from .ig import integrated_gradients
+from .random_order import random_order
 
 CLS = 0  # the position the classifier reads (<s> / [CLS])
 
@@ -174,13 +175,12 @@ def _rollout(model, analysis, target):
 
 
 def _random(model, analysis, target, seed=0):
-    """Scores whose deletion order is views.faithfulness.random_order(n, seed), the deletion test's random
-    ranking (the same generator and seed; a test holds the two equal): (m - k) / m for the k-th position of the
-    permutation, 0 for <s> and </s> (never deleted)."""
+    """Scores whose deletion order is random_order(n, seed), the deletion test's random ranking: (m - k) / m for
+    the k-th position of the permutation, 0 for <s> and </s> (never deleted)."""
     n = analysis.n
     if n < 3:
         raise ExplainerError(f"a document needs at least one text token between <s> and </s>, got n={n}")
-    order = np.random.default_rng(int(seed)).permutation(n - 2) + 1  # (m,) positions, most important first
+    order = random_order(n, seed)  # (m,) positions, most important first
     scores = np.zeros(n, dtype=np.float64)
     scores[order] = np.arange(len(order), 0, -1, dtype=np.float64) / len(order)
     return scores

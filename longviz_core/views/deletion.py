@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from ..attribution.random_order import random_order
 from ..errors import LongvizError
 from ..model.loading import LoadedModel
 
@@ -324,13 +325,6 @@ def removal_order(scores, n: int | None = None) -> np.ndarray:
     first, so the order is deterministic."""
     scores = check_vector(scores, n, "scores")
     return (np.argsort(-scores[1:-1], kind="stable") + 1).astype(np.int64)
-
-
-def random_order(n: int, seed: int = 0) -> np.ndarray:
-    """A seeded random permutation of the removable positions 1 .. n-2: the random baseline's order."""
-    if n < 3:
-        raise DeletionError(f"a document needs at least one text token between <s> and </s>, got n={n}")
-    return (np.random.default_rng(seed).permutation(n - 2) + 1).astype(np.int64)
 
 
 def removed_count(k: float, m: int) -> int:
