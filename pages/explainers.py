@@ -39,8 +39,8 @@ st.markdown(
     "k ∈ {1, 5, 10, 20, 50} % of p(y|x) − p(y|x without the top k %) (higher is better); **LOdds** = the mean of "
     "log p(y|x without the top k %) − log p(y|x) (lower is better); **first flip** = share of text tokens removed "
     "when the predicted class first changes (exact scan; lower is better): the table comes with the curves, the "
-    f"flips within the first {fa.FLIP_BOUND} tokens follow, *Scan to the end* settles the rest in the background. **Random**: mean ± sd over its seeds, the floor to beat. Definitions: docs/methods.md, "
-    "*Explainers*.")
+    f"flips within the first {fa.FLIP_BOUND} tokens follow, *Scan to the end* settles the rest in the background. "
+    "**Random**: mean ± sd over its seeds, the floor to beat. Definitions: docs/methods.md, *Explainers*.")
 
 methods_all = list(lv.EXPLAINERS)
 # pills, not a multiselect: all nine names stay in sight (a multiselect cuts its chips to one line)
@@ -90,10 +90,10 @@ if scope == "this document":
             model, a, method, target, progress=common.progress_bar(lv.EXPLAINERS[method].label),
             on_wait=common.queue_notice(), **opts), method=method, target=target, **opts)
 
-    def stage(bound, **more):
+    def stage(bound, on_wait=None, **more):  # the worker brings its own on_wait: no Streamlit call off the page
         return lambda a, **kw: lb.document_leaderboard(
             model, a, methods, target, seeds=seeds, replacement=replacement, flip_bound=bound, rank_by=rank_by,
-            options=options, explanations=explanations, **{"on_wait": common.queue_notice(), **more})
+            options=options, explanations=explanations, on_wait=on_wait or common.queue_notice(), **more)
 
     slot = st.empty()
     with common.guard():
@@ -103,14 +103,15 @@ if scope == "this document":
         runs = cache.derived(analysis, "leaderboard", stage(0), bound=0, **settings)
         with slot.container():
             show_table(runs, model, meta, "Leaderboard for this document", "First flips: scanning …")
-        runs = cache.derived(analysis, "leaderboard", stage(fa.FLIP_BOUND, resume=True, progress=common.progress_bar(
-            "First flips")), bound=fa.FLIP_BOUND, **settings)
+        bar = common.progress_bar("First flips")
+        runs = cache.derived(analysis, "leaderboard", stage(fa.FLIP_BOUND, resume=True, progress=bar),
+                             bound=fa.FLIP_BOUND, **settings)
         exact = deletion.exact_stage(P, repr((model.fingerprint, analysis.key, settings)), lambda progress, stop,
                                      on_wait: stage(None, resume=True, progress=progress, stop=stop,
                                                     on_wait=on_wait)(analysis), *deletion.left_of(runs))
     runs = runs if exact is None else exact
-    slot.empty()
-    show_leaderboard(runs, model, meta, "Leaderboard for this document")
+    with slot.container():
+        show_leaderboard(runs, model, meta, "Leaderboard for this document")
     st.subheader("How much do the explainers agree?")
     if len(explanations) >= 2:
         metric = st.radio("Agreement", list(lb.AGREEMENT_METRICS), format_func=lb.AGREEMENT_METRICS.get,

@@ -24,9 +24,9 @@ st.markdown(
     "**AOPC(k)** = p(y|x) − p(y|x without the top k %): higher = the ranking found what the prediction rests on. "
     "**LOdds(k)** = log p(y|x without the top k %) − log p(y|x): lower is better. **Flip fraction**: share of text "
     "tokens removed when the predicted class first changes, found by an exact scan of every count in order (lower "
-    "is better). The curves come first, then the flips within the first "
-    f"{fa.FLIP_BOUND} tokens; *Scan to the end* settles the rest in the background. **Random**: mean ± sd over its seeds; its flip fraction is the "
-    "mean over the seeds that flipped.")
+    f"is better). The curves come first, then the flips within the first {fa.FLIP_BOUND} tokens; *Scan to the end* "
+    "settles the rest in the background. **Random**: mean ± sd over its seeds; its flip fraction is the mean over "
+    "the seeds that flipped.")
 
 L = model.num_layers
 c1, c2, c3 = st.columns(3)
@@ -65,14 +65,15 @@ if scope == "this document":
         result = cache.derived(analysis, "faithfulness", stage(0), ig=ig.key, bound=0, **settings)
         with slot.container():
             deletion.numbers(result, "faithfulness", model, meta, "First flips: scanning …")
-        result = cache.derived(analysis, "faithfulness", stage(fa.FLIP_BOUND, resume=True, progress=common.progress_bar(
-            "First flips")), ig=ig.key, bound=fa.FLIP_BOUND, **settings)
-        exact = deletion.exact_stage(P, repr((model.fingerprint, analysis.key, ig.key, settings)), lambda progress, stop,
-                                     on_wait: fa.faithfulness(model, analysis, ig.scores, layers=layers,
-                                                              scale=importance, replacement=replacement, seeds=seeds,
-                                                              flip_bound=None, resume=True, progress=progress,
-                                                              stop=stop, on_wait=on_wait),
-                                     *deletion.left_of(result))
+        bar = common.progress_bar("First flips")
+        result = cache.derived(analysis, "faithfulness", stage(fa.FLIP_BOUND, resume=True, progress=bar), ig=ig.key,
+                               bound=fa.FLIP_BOUND, **settings)
+        exact = deletion.exact_stage(
+            P, repr((model.fingerprint, analysis.key, ig.key, settings)),
+            lambda progress, stop, on_wait: fa.faithfulness(
+                model, analysis, ig.scores, layers=layers, scale=importance, replacement=replacement, seeds=seeds,
+                flip_bound=None, resume=True, progress=progress, stop=stop, on_wait=on_wait),
+            *deletion.left_of(result))
     result = exact or result
     with slot.container():
         deletion.numbers(result, "faithfulness", model, meta)

@@ -25,8 +25,9 @@ test always scores p(y) of the class y predicted on the intact document (Song et
 chooses the class the explainers explain (default: y).
 
 Random: the deletion test's own random order, one run per seed (default 0-4); its numbers are per seed first
-(over documents), then the mean and the population sd over the seeds, as Song et al. 2024's five random runs. Every explainer's row holds its cost: the
-explanation's wall time in seconds and its peak extra memory (explainers.Explanation).
+(over documents), then the mean and the population sd over the seeds, as Song et al. 2024's five random runs.
+Every explainer's row holds its cost: the explanation's wall time in seconds and its peak extra memory
+(explainers.Explanation).
 """
 from __future__ import annotations
 
