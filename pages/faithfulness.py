@@ -11,6 +11,7 @@ from pages._ui import common, dataset, deletion, export, labels
 common.run_through_app()
 
 K, P = common.K, "faithfulness"
+SCAN_LIMITS = {"100 % (every count)": 1.0, "50 %": 0.5, "20 %": 0.2, "10 %": 0.1}  # the dataset scope's stores
 
 st.title("Faithfulness: deleting the top-ranked tokens")
 with common.guard():
@@ -87,11 +88,15 @@ if scope == "this document":
     export.download_table(curves, "deletion curves", model, meta)
     export.download_table(result.seed_curves(), "deletion curves per random seed", model, meta)
 else:
+    max_removed = SCAN_LIMITS[st.selectbox(
+        "First flip: scan up to", list(SCAN_LIMITS), **K.option(P, "max_removed"),
+        help="Every count of removed tokens is scored in order until the decision flips, in every document. A "
+             "lower limit is faster and reports 'no flip within the first X %' when the decision holds that long.")]
     with common.guard():
         if df is None:
             raise lv.DatasetError("The dataset-wide summary needs a dataset: choose one in the sidebar.")
         store = dataset.store(model, df, P, "faithfulness", dataset.settings(
-            model, n_steps=steps, replacement=replacement, seeds=tuple(seeds),
+            model, n_steps=steps, replacement=replacement, seeds=tuple(seeds), max_removed=max_removed,
             faithfulness_layers=None if (lo, hi) == (1, L) else tuple(layers), faithfulness_scaled=scaling is not None,
             **({} if scaling is None else scaling.settings())), "Compute the dataset-wide summary")
         result = cache.memo(("store_faithfulness", str(store.root), store.content_key()), store.dataset_faithfulness)
@@ -107,7 +112,7 @@ else:
     for tab, metric in zip(tabs, ("aopc", "lodds")):
         export.chart(fig.deletion_curves_chart(curves, metric), f"dataset deletion curve {metric}", model, meta,
                      where=tab)
-    export.chart(fig.flip_chart(result.per_document.rename(columns={"first_flip": "flip_fraction"})),
-                 "dataset decision flips", model,
+    export.chart(fig.flip_chart(result.per_document.rename(columns={"first_flip": "flip_fraction"}),
+                                max_removed=max_removed), "dataset decision flips", model,
                  meta, where=tabs[2])
     export.table(result.per_document.round(4), "dataset faithfulness per document", model, meta, where=tabs[3])
