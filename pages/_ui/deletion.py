@@ -77,11 +77,13 @@ def numbers(result, name: str, model, meta, pending: str | None = None) -> None:
         st.caption(pending)
         return
     common.table(wide, name, model, meta, download=shown.reset_index())
-    m = result.n_removable
-    for run in result.runs:
+    m, held = result.n_removable, {}
+    for run in result.runs:  # one line per "no flip …" text, naming every run it holds for
         if run.flip_removed is None:
-            st.caption(f"{result.label(run)}{'' if run.seed is None else f' (seed {run.seed})'}: "
-                       f"{run.flip_text(m)} — the prediction holds.")
+            held.setdefault(run.flip_text(m), []).append(
+                result.label(run) + ("" if run.seed is None else f" (seed {run.seed})"))
+    for text, names in held.items():
+        st.caption(f"The prediction holds, {text}: {', '.join(names)}.")
     st.caption(f"{result.forward_passes:,} perturbed copies scored in {result.seconds:.1f} s "
                f"({result.copies_needed:,} without sharing) · removed tokens replaced by {result.replacement} · "
                f"{m:,} removable text tokens.")
