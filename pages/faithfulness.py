@@ -83,8 +83,8 @@ if scope == "this document":
     for tab, metric in zip(tabs, ("aopc", "lodds", "probability")):
         export.chart(fig.deletion_curves_chart(curves, metric), f"deletion curve {metric}", model, meta, where=tab,
                      width="content")
-    export.chart(fig.flip_chart(result.flips(), max_removed=result.max_removed), "decision flips", model, meta,
-                 where=tabs[3])
+    export.chart(fig.flip_chart(result.flips(), bound=None if result.exact else min(r.scanned for r in result.runs
+                                if r.flip_removed is None)), "decision flips", model, meta, where=tabs[3])
     export.download_table(curves, "deletion curves", model, meta)
     export.download_table(result.seed_curves(), "deletion curves per random seed", model, meta)
 else:
