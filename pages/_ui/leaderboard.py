@@ -52,7 +52,9 @@ def show_leaderboard(runs, model, meta, title):
     for tab, metric in zip(tabs, ("aopc", "lodds")):
         export.chart(fig_faith.deletion_curves_chart(curves, metric), f"explainer deletion curve {metric}", model,
                      meta, where=tab, width="content")  # the figure's fixed aspect, not stretched past the column
-    export.chart(fig_faith.flip_chart(lb.flips(runs)), "explainer decision flips", model, meta, where=tabs[2])
+    open_ = runs[~runs["settled"].astype(bool)]  # scans that stopped at the bound: "no flip within the first N"
+    export.chart(fig_faith.flip_chart(lb.flips(runs), bound=int(open_["scanned"].min()) if len(open_) else None),
+                 "explainer decision flips", model, meta, where=tabs[2])
     shown = ["doc"] * ("doc" in runs) + ["label", "seed", "aopc", "lodds", "first_flip", "seconds"]
     common.table(flips_in_words(runs)[shown], "explainer runs", model, meta, where=tabs[3],
                  download=runs)  # every column, NaN for no flip, in the CSV
