@@ -344,3 +344,16 @@ def test_explainers_that_know_the_answer_beat_random(demo_model, demo_dataset):
         assert table.loc[method, "aopc"] > floor, table
         assert table.loc[method, "first_flip"] < random_flip, table
     assert table.iloc[0]["best"] and table.index[0] != "random"
+
+
+def test_the_leaderboard_knows_no_faithfulness_ranking():
+    """The leaderboard hands every explainer's order to the one deletion engine under its own name: it imports
+    nothing from the Faithfulness page's module and names none of its rankings."""
+    import ast
+    from pathlib import Path
+
+    tree = ast.parse(Path(lb.__file__).read_text())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert "views.faithfulness" not in imported and "views.deletion_engine" in imported
+    strings = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+    assert not strings & {"attention", "ig_x_attention"} and "random" in strings
