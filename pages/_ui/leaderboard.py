@@ -10,12 +10,12 @@ from longviz_core.figures import explainers as fig
 from pages._ui import common, export
 
 # On screen: the columns that fit at 1,024 px (random's spread is stated beside the table, the measured cost is
-# the seconds); the expander and the CSV have every column at full precision.
-FORMATS = {c: st.column_config.NumberColumn(c, format="%.3f", width="small") for c in ("AOPC", "LOdds")}
-FORMATS["first flip"] = st.column_config.TextColumn("first flip", alignment="right")  # "no flip ≤ 24 tokens" whole
-FORMATS["seconds"] = st.column_config.NumberColumn("seconds", format="%.2f", width="small")
+# the seconds); the expander and the CSV have every column at full precision. Widths in px: "no flip ≤ 24 tokens"
+# needs 150 of the ~560 the main column has at 1,024 px.
+FORMATS = {c: st.column_config.NumberColumn(c, format="%.3f", width=80) for c in ("AOPC", "LOdds")}
+FORMATS["first flip"] = st.column_config.TextColumn("first flip", width=150, alignment="right")
+FORMATS["seconds"] = st.column_config.NumberColumn("seconds", format="%.2f", width=80)
 FORMATS.update({c: None for c in ("method", "AOPC sd (seeds)", "LOdds sd (seeds)", "flip rate", "peak MB", "cost")})
-
 
 
 def flips_in_words(df):
