@@ -101,6 +101,8 @@ def _parser() -> argparse.ArgumentParser:
     pre.add_argument("--max-removed", type=_finite, default=d.max_removed,
                      help="faithfulness and leaderboard: the flip scan's limit, a fraction of the text tokens "
                           "(default 1.0: all)")
+    pre.add_argument("--flip-bound", type=_count(), default=None,
+                     help="faithfulness and leaderboard: the flip scan's limit in tokens (default: none)")
     pre.add_argument("--faithfulness-layers", default=None,
                      help="faithfulness: the attention ranking's layers lo-hi (1-based; default all)")
     pre.add_argument("--faithfulness-scaled", action="store_true",
@@ -143,6 +145,7 @@ def _precompute(a) -> int:
                         mask_kinds=None if a.mask is None else [k for k in a.mask.split(",") if k.strip()],
                         layer_range=_layers(a.layer_range, "--layer-range"), replacement=a.replacement,
                         seeds=None if a.seeds is None else range(a.seeds), max_removed=a.max_removed,
+                        flip_bound=a.flip_bound,
                         faithfulness_layers=_layers(a.faithfulness_layers, "--faithfulness-layers", span=True),
                         faithfulness_scaled=a.faithfulness_scaled, rank_by=a.rank_by,
                         explainers=None if a.explainers is None else [m.strip() for m in a.explainers.split(",") if m.strip()])
@@ -279,6 +282,7 @@ def _leaderboard_arguments(p) -> None:
                    help=f"random seeds 0 .. N-1 (default {len(DEFAULT_SEEDS)}, at least {MIN_SEEDS})")
     p.add_argument("--replacement", default="mask", choices=REPLACEMENTS)
     p.add_argument("--max-removed", type=_finite, default=1.0, help="the flip scan's limit, a fraction (default 1)")
+    p.add_argument("--flip-bound", type=_count(), default=None, help="the flip scan's limit in tokens (default: none)")
     p.add_argument("--rank-by", default="signed", choices=RANK_BY)
     p.add_argument("--device", default=None, help="cpu / cuda (default: cuda when available)")
     p.add_argument("--threads", type=_count(), default=None, help="torch CPU threads of this process")
@@ -304,8 +308,8 @@ def _leaderboard(a) -> int:
     methods = [m.strip() for m in a.methods.split(",") if m.strip()]
     options = {"ig": {"n_steps": a.ig_steps}} if "ig" in methods else None
     settings = run.leaderboard_settings(methods, a.target, max_tokens=a.max_tokens, seeds=range(a.seeds),
-                                        replacement=a.replacement, max_removed=a.max_removed, rank_by=a.rank_by,
-                                        options=options)
+                                        replacement=a.replacement, max_removed=a.max_removed,
+                                        flip_bound=a.flip_bound, rank_by=a.rank_by, options=options)
     if a.threads:
         import torch
 

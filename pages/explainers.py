@@ -1,5 +1,5 @@
 """Explainers: which explanation can you trust on this long document? Every explainer scored by deleting its
-top tokens (AOPC / LOdds, seed 003; first decision flip, seed 004) with its cost, side by side, for the current
+top tokens (AOPC / LOdds, Song et al. 2024; first decision flip, Serrano & Smith 2019) with its cost, side by side, for the current
 document or over the dataset; their agreement; every score exported."""
 import streamlit as st
 
@@ -8,24 +8,15 @@ from longviz_core import attribution as attr
 from longviz_core import cache
 from longviz_core.dataset import leaderboard as lb
 from longviz_core.dataset import run
-from longviz_core.figures import agreement as fig_faith
 from longviz_core.figures import explainers as fig
 from longviz_core.progress import format_seconds
 from longviz_core.views import faithfulness as fa
-from pages._ui import common, dataset, export
+from pages._ui import common, dataset, deletion, export
+from pages._ui.leaderboard import show_leaderboard, show_table
 
 common.run_through_app()
 
 K, P = common.K, "explainers"
-SCAN_LIMITS = {"100 % (every count)": 1.0, "50 %": 0.5, "20 %": 0.2, "10 %": 0.1}
-# On screen: the columns that fit at 1,024 px (random's spread is stated beside the table, the measured cost is
-# the seconds); the expander and the CSV have every column at full precision.
-FORMATS = {c: st.column_config.NumberColumn(c, format="%.3f", width="small") for c in ("AOPC", "LOdds")}
-FORMATS["first flip"] = st.column_config.TextColumn("first flip", width="small", alignment="right")
-FORMATS["seconds"] = st.column_config.NumberColumn("seconds", format="%.2f", width="small")
-FORMATS.update({c: None for c in ("method", "AOPC sd (seeds)", "LOdds sd (seeds)", "flip rate", "peak MB", "cost")})
-
-
 def stop_until_clicked(label: str, wanted) -> None:
     """Results stay on screen while other widgets change: the page stops until `label` is clicked for these
     settings (`wanted`, any value with a stable repr); other settings ask for a new click."""
@@ -47,9 +38,9 @@ st.markdown(
     "positions and masks kept) should hurt the prediction more than deleting random ones. **AOPC** = mean over "
     "k ∈ {1, 5, 10, 20, 50} % of p(y|x) − p(y|x without the top k %) (higher is better); **LOdds** = the mean of "
     "log p(y|x without the top k %) − log p(y|x) (lower is better); **first flip** = share of text tokens removed "
-    "when the predicted class first changes (exact scan; lower is better; *no flip*: it did not change within the "
-    "scan limit). **Random**: mean ± sd over its seeds, the floor to beat. Definitions: docs/methods.md, "
-    "*Explainers*.")
+    "when the predicted class first changes (exact scan; lower is better): the table comes with the curves, the "
+    f"flips within the first {fa.FLIP_BOUND} tokens follow, *Scan to the end* settles the rest in the background. "
+    "**Random**: mean ± sd over its seeds, the floor to beat. Definitions: docs/methods.md, *Explainers*.")
 
 methods_all = list(lv.EXPLAINERS)
 # pills, not a multiselect: all nine names stay in sight (a multiselect cuts its chips to one line)
@@ -69,52 +60,23 @@ rank_by = c2.radio("Delete tokens by", lb.RANK_BY, **K.option(P, "rank_by"), hor
                         "last. |score|: the Faithfulness page's |IG| ranking.")
 replacement = c3.radio("Replace removed tokens by", fa.REPLACEMENTS, **K.option(P, "replacement"), horizontal=True,
                        format_func={"mask": "<mask>", "pad": "<pad>"}.get)
-c1, c2 = st.columns(2)
-max_removed = SCAN_LIMITS[c1.selectbox(
-    "First flip: scan up to", list(SCAN_LIMITS), **K.option(P, "max_removed"),
-    help="Every count of removed tokens is scored in order until the decision flips (one forward each).")]
-n_seeds = int(c2.number_input("Random: seeds (mean ± sd over seeds 0 .. N−1)", lb.MIN_SEEDS, 20,
+n_seeds = int(c1.number_input("Random: seeds (mean ± sd over seeds 0 .. N−1)", lb.MIN_SEEDS, 20,
                               len(fa.DEFAULT_SEEDS), **K.option(P, "seeds")))
 seeds = list(range(n_seeds))
 if not methods:
     st.info("Choose at least one explainer.")
     st.stop()
 options = {"ig": {"n_steps": steps}} if "ig" in methods else None
-settings = dict(methods=methods, target=target, rank_by=rank_by, replacement=replacement, max_removed=max_removed,
-                seeds=seeds, ig_steps=steps)
-
-
-def flips_in_words(df):
-    """The table as shown: "no flip" where first_flip is NaN rather than an empty cell."""
-    return df.assign(first_flip=[fig.flip_text(v) for v in df["first_flip"]])
-
-
-def show_leaderboard(runs, meta, title):
-    table = lb.summarise(runs)
-    st.subheader(title)
-    view = fig.leaderboard_view(table)
-    common.table(view, "explainer leaderboard", model, meta, column_config=FORMATS)
-    st.caption(fig.random_floor(view))
-    with st.expander("Every number (AOPC and LOdds at each k, sds)"):
-        common.table(flips_in_words(table), "explainer leaderboard every number", model, meta, download=table)
-    tabs = st.tabs(["AOPC", "LOdds", "first flip (exact scan)", "runs"])
-    curves = lb.curves(runs)
-    for tab, metric in zip(tabs, ("aopc", "lodds")):
-        export.chart(fig_faith.deletion_curves_chart(curves, metric), f"explainer deletion curve {metric}", model,
-                     meta, where=tab, width="content")  # the figure's fixed aspect, not stretched past the column
-    export.chart(fig_faith.flip_chart(lb.flips(runs), max_removed=max_removed), "explainer decision flips", model,
-                 meta, where=tabs[2])
-    shown = ["doc"] * ("doc" in runs) + ["label", "seed", "aopc", "lodds", "first_flip", "seconds"]
-    common.table(flips_in_words(runs[shown]), "explainer runs", model, meta, where=tabs[3],
-                 download=runs)  # every column, NaN for no flip, in the CSV
+settings = dict(methods=methods, target=target, rank_by=rank_by, replacement=replacement, seeds=seeds,
+                ig_steps=steps)
 
 
 if scope == "this document":
     meta = common.export_settings(model, description, scope=scope, **settings)
     rankings = len([m for m in methods if m != "random"]) + (len(seeds) if "random" in methods else 0)
-    worst = rankings * (1 + len(fa.KS) + fa.removed_count(max_removed, analysis.n - 2))
-    note = (f"The deletion test scores up to {worst:,} perturbed copies, one forward each (fewer when decisions "
-            "flip early); the gradient explainers take one forward and backward each")
+    note = (f"The deletion test scores first its curves ({1 + rankings * len(fa.KS):,} perturbed copies at most), "
+            f"then every count up to {fa.FLIP_BOUND} tokens for the first flips (up to {rankings * fa.FLIP_BOUND:,} "
+            "more); the gradient explainers take one forward and backward each")
     if "ig" in methods and attr.cached_attribution(model, analysis, target, steps) is None:
         seconds = attr.estimate_ig_seconds(model, analysis.n, steps, on_wait=common.queue_notice())
         note += f", Integrated Gradients about {format_seconds(seconds)} ({steps} steps)"
@@ -128,18 +90,28 @@ if scope == "this document":
             model, a, method, target, progress=common.progress_bar(lv.EXPLAINERS[method].label),
             on_wait=common.queue_notice(), **opts), method=method, target=target, **opts)
 
+    def stage(bound, on_wait=None, **more):  # the worker brings its own on_wait: no Streamlit call off the page
+        return lambda a, **kw: lb.document_leaderboard(
+            model, a, methods, target, seeds=seeds, replacement=replacement, flip_bound=bound, rank_by=rank_by,
+            options=options, explanations=explanations, on_wait=on_wait or common.queue_notice(), **more)
+
+    slot = st.empty()
     with common.guard():
         explanations = {m: explanation(m) for m in methods if m != "random"}
         if "random" in methods:
             explanations["random"] = lv.explain(model, analysis, "random", seed=0)
-        runs = cache.derived(
-            analysis, "leaderboard",
-            lambda a, **kw: lb.document_leaderboard(
-                model, a, methods, target, seeds=seeds, replacement=replacement, max_removed=max_removed,
-                rank_by=rank_by, options=options, explanations=explanations, resume=True,
-                progress=common.progress_bar("Deletion test"), on_wait=common.queue_notice()),
-            **settings)
-    show_leaderboard(runs, meta, "Leaderboard for this document")
+        runs = cache.derived(analysis, "leaderboard", stage(0), bound=0, **settings)
+        with slot.container():
+            show_table(runs, model, meta, "Leaderboard for this document", "First flips: scanning …")
+        bar = common.progress_bar("First flips")
+        runs = cache.derived(analysis, "leaderboard", stage(fa.FLIP_BOUND, resume=True, progress=bar),
+                             bound=fa.FLIP_BOUND, **settings)
+        exact = deletion.exact_stage(P, repr((model.fingerprint, analysis.key, settings)), lambda progress, stop,
+                                     on_wait: stage(None, resume=True, progress=progress, stop=stop,
+                                                    on_wait=on_wait)(analysis), *deletion.left_of(runs))
+    runs = runs if exact is None else exact
+    with slot.container():
+        show_leaderboard(runs, model, meta, "Leaderboard for this document")
     st.subheader("How much do the explainers agree?")
     if len(explanations) >= 2:
         metric = st.radio("Agreement", list(lb.AGREEMENT_METRICS), format_func=lb.AGREEMENT_METRICS.get,
@@ -159,7 +131,7 @@ else:
         if df is None:
             raise lv.DatasetError("The dataset leaderboard needs a dataset: choose one in the sidebar.")
         store_settings = run.leaderboard_settings(methods, target, max_tokens=common.max_tokens(model), seeds=seeds,
-                                                  replacement=replacement, max_removed=max_removed, rank_by=rank_by,
+                                                  replacement=replacement, rank_by=rank_by,
                                                   options=options)
     store = dataset.store(model, df, P, "leaderboard", store_settings, "Compute the dataset leaderboard")
     with common.guard():
@@ -168,4 +140,4 @@ else:
     meta = common.export_settings(model, description, scope=scope, documents=count, **settings)
     st.caption("Explainers: mean over documents (first flip over those that flipped); random: each seed's mean over "
                "documents, then mean ± sd over seeds.")
-    show_leaderboard(runs, meta, f"Leaderboard over {count} documents")
+    show_leaderboard(runs, model, meta, f"Leaderboard over {count} documents")

@@ -6,12 +6,12 @@ import longviz_core as lv
 from longviz_core import cache
 from longviz_core.figures import agreement as fig
 from longviz_core.views import faithfulness as fa
-from pages._ui import common, dataset, export, labels
+from pages._ui import common, dataset, deletion, export, labels
 
 common.run_through_app()
 
 K, P = common.K, "faithfulness"
-SCAN_LIMITS = {"100 % (every count)": 1.0, "50 %": 0.5, "20 %": 0.2, "10 %": 0.1}
+SCAN_LIMITS = {"100 % (every count)": 1.0, "50 %": 0.5, "20 %": 0.2, "10 %": 0.1}  # the dataset scope's stores
 
 st.title("Faithfulness: deleting the top-ranked tokens")
 with common.guard():
@@ -25,8 +25,9 @@ st.markdown(
     "**AOPC(k)** = p(y|x) − p(y|x without the top k %): higher = the ranking found what the prediction rests on. "
     "**LOdds(k)** = log p(y|x without the top k %) − log p(y|x): lower is better. **Flip fraction**: share of text "
     "tokens removed when the predicted class first changes, found by an exact scan of every count in order (lower "
-    "is better; 'no flip' if it never changes). **Random**: mean ± sd over its seeds; its flip fraction is the "
-    "mean over the seeds that flipped.")
+    f"is better). The curves come first, then the flips within the first {fa.FLIP_BOUND} tokens; *Scan to the end* "
+    "settles the rest in the background. **Random**: mean ± sd over its seeds; its flip fraction is the mean over "
+    "the seeds that flipped.")
 
 L = model.num_layers
 c1, c2, c3 = st.columns(3)
@@ -37,12 +38,7 @@ replacement = c3.radio("Replace removed tokens by", fa.REPLACEMENTS, **K.option(
 c1, c2, c3 = st.columns(3)
 lo, hi = c1.slider("Attention ranking: layers", 1, L, (1, L), **K.option(P, "layers")) if L > 1 else (1, 1)
 scale = c2.checkbox("Scale attention by head importance", **K.option(P, "scale"))
-max_removed = SCAN_LIMITS[c3.selectbox(
-    "First flip: scan up to", list(SCAN_LIMITS), **K.option(P, "max_removed"),
-    help="Every count of removed tokens is scored in order until the decision flips (one forward each). A lower "
-         "limit is faster and reports 'no flip within the first X %' when the decision holds that long.")]
-n_seeds = st.number_input("Random ranking: seeds (mean ± sd over seeds 0 .. N−1)", 2, 20, len(fa.DEFAULT_SEEDS),
-                          **K.option(P, "seeds"))
+n_seeds = c3.number_input("Random ranking: seeds (0 .. N−1)", 2, 20, len(fa.DEFAULT_SEEDS), **K.option(P, "seeds"))
 seeds = list(range(int(n_seeds)))
 layers = list(range(lo - 1, hi))
 
@@ -53,48 +49,49 @@ with common.guard():
     if scaling is not None:
         labels.caption(labels.importance(scaling), "scales the attention ranking", sections=("importance",))
 settings = dict(layers=layers, scale=None if importance is None else importance.round(12).tolist(),
-                replacement=replacement, max_removed=max_removed, seeds=seeds)
+                replacement=replacement, seeds=seeds)
 
 if scope == "this document":
-    runs = len(fa.RANKINGS) - 1 + len(seeds)
-    worst = 1 + runs * (len(fa.KS) + fa.removed_count(max_removed, analysis.n - 2))
     with common.guard():
-        ig = common.attribution_after_click(
-            model, analysis, steps, P, "Run Integrated Gradients and the deletion test",
-            note=f" The deletion test then scores up to {worst:,} perturbed copies, one forward each (fewer when "
-                 "the decisions flip early); its progress bar shows the time left, and an interrupted test goes "
-                 "on where it stopped.")
-        result = cache.derived(
-            analysis, "faithfulness",
-            lambda a, **kw: fa.faithfulness(model, a, ig.scores, layers=layers, scale=importance,
-                                            replacement=replacement, seeds=seeds, max_removed=max_removed,
-                                            resume=True, progress=common.progress_bar("Deletion test"),
-                                            on_wait=common.queue_notice()),
-            ig=ig.key, **settings)
-    st.caption(f"{result.forward_passes} perturbed copies scored in {result.seconds:.1f} s · removed tokens "
-               f"replaced by {result.replacement} · {result.n_removable:,} removable text tokens.")
+        ig = common.attribution_after_click(model, analysis, steps, P, "Run Integrated Gradients and the deletion test")
+
+    def stage(bound, **more):
+        return lambda a, **kw: fa.faithfulness(model, a, ig.scores, layers=layers, scale=importance,
+                                               replacement=replacement, seeds=seeds, flip_bound=bound,
+                                               on_wait=common.queue_notice(), **more)
+
     meta = common.export_settings(model, description, scope=scope, ig_steps=steps, **settings)
-    table = result.table()
-    # one column per ranking, one row per number: every number fits the page (the CSV keeps a row per ranking)
-    common.table(table.round(4).set_index("ranking").T.rename_axis("number").reset_index(), "faithfulness", model,
-                 meta, download=table.round(4))
-    within = "every text token" if max_removed == 1 else f"the first {result.flip_limit:,} text tokens"
-    for name, curve in result.curves.items():
-        if curve.flip_removed is None:
-            st.caption(f"{fa.RANKING_LABELS[name]}: no flip — removing {within} keeps the prediction.")
-    if result.random is not None and result.random.flip_rate < 1:
-        st.caption(f"Random: {result.random.flip_rate:.0%} of {len(seeds)} seeds flipped within {within}; its "
-                   "flip fraction is the mean over those that did.")
+    slot = st.empty()
+    with common.guard():
+        result = cache.derived(analysis, "faithfulness", stage(0), ig=ig.key, bound=0, **settings)
+        with slot.container():
+            deletion.numbers(result, "faithfulness", model, meta, "First flips: scanning …")
+        bar = common.progress_bar("First flips")
+        result = cache.derived(analysis, "faithfulness", stage(fa.FLIP_BOUND, resume=True, progress=bar), ig=ig.key,
+                               bound=fa.FLIP_BOUND, **settings)
+        exact = deletion.exact_stage(
+            P, repr((model.fingerprint, analysis.key, ig.key, settings)),
+            lambda progress, stop, on_wait: fa.faithfulness(
+                model, analysis, ig.scores, layers=layers, scale=importance, replacement=replacement, seeds=seeds,
+                flip_bound=None, resume=True, progress=progress, stop=stop, on_wait=on_wait),
+            *deletion.left_of(result))
+    result = exact or result
+    with slot.container():
+        deletion.numbers(result, "faithfulness", model, meta)
     curves = result.long_curves()
     tabs = st.tabs(["AOPC", "LOdds", "probability", "first flip (exact scan)"])
     for tab, metric in zip(tabs, ("aopc", "lodds", "probability")):
         export.chart(fig.deletion_curves_chart(curves, metric), f"deletion curve {metric}", model, meta, where=tab,
                      width="content")
-    export.chart(fig.flip_chart(result.flips(), max_removed=max_removed), "decision flips", model, meta,
-                 where=tabs[3])
+    export.chart(fig.flip_chart(result.flips(), bound=None if result.exact else min(r.scanned for r in result.runs
+                                if r.flip_removed is None)), "decision flips", model, meta, where=tabs[3])
     export.download_table(curves, "deletion curves", model, meta)
     export.download_table(result.seed_curves(), "deletion curves per random seed", model, meta)
 else:
+    max_removed = SCAN_LIMITS[st.selectbox(
+        "First flip: scan up to", list(SCAN_LIMITS), **K.option(P, "max_removed"),
+        help="Every count of removed tokens is scored in order until the decision flips, in every document. A "
+             "lower limit is faster and reports 'no flip within the first X %' when the decision holds that long.")]
     with common.guard():
         if df is None:
             raise lv.DatasetError("The dataset-wide summary needs a dataset: choose one in the sidebar.")
@@ -115,6 +112,7 @@ else:
     for tab, metric in zip(tabs, ("aopc", "lodds")):
         export.chart(fig.deletion_curves_chart(curves, metric), f"dataset deletion curve {metric}", model, meta,
                      where=tab)
-    export.chart(fig.flip_chart(result.per_document, max_removed=max_removed), "dataset decision flips", model,
+    export.chart(fig.flip_chart(result.per_document.rename(columns={"first_flip": "flip_fraction"}),
+                                max_removed=max_removed), "dataset decision flips", model,
                  meta, where=tabs[2])
     export.table(result.per_document.round(4), "dataset faithfulness per document", model, meta, where=tabs[3])

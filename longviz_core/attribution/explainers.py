@@ -56,6 +56,7 @@ from ..model.loading import LoadedModel
 from ..progress import Progress, report
 from ..runtime import COMPUTE
 from .ig import integrated_gradients
+from .random_order import random_order
 
 CLS = 0  # the position the classifier reads (<s> / [CLS])
 
@@ -187,13 +188,12 @@ def _rollout(model, analysis, target):
 
 
 def _random(model, analysis, target, seed=0):
-    """Scores whose deletion order is views.faithfulness.random_order(n, seed), the deletion test's random
-    ranking (the same generator and seed; a test holds the two equal): (m - k) / m for the k-th position of the
-    permutation, 0 for <s> and </s> (never deleted)."""
+    """Scores whose deletion order is random_order(n, seed), the deletion test's random ranking: (m - k) / m for
+    the k-th position of the permutation, 0 for <s> and </s> (never deleted)."""
     n = analysis.n
     if n < 3:
         raise ExplainerError(f"a document needs at least one text token between <s> and </s>, got n={n}")
-    order = np.random.default_rng(int(seed)).permutation(n - 2) + 1  # (m,) positions, most important first
+    order = random_order(n, seed)  # (m,) positions, most important first
     scores = np.zeros(n, dtype=np.float64)
     scores[order] = np.arange(len(order), 0, -1, dtype=np.float64) / len(order)
     return scores
@@ -440,19 +440,19 @@ EXPLAINERS: dict[str, Explainer] = {e.name: e for e in (
               "on the embeddings, pad baseline)", "IG", True,
               {"n_steps": 50, "method": "gausslegendre", "precision": "fp32", "internal_batch_size": None,
                "use_cache": True, "cache_dir": None}, _ig),
-    Explainer("grad_x_input", "Gradient × Input", "Shrikumar et al. 2017; seed 003 §2", "1 forward + backward", True,
+    Explainer("grad_x_input", "Gradient × Input", "Shrikumar et al. 2017; Song et al. 2024 §2", "1 forward + backward", True,
               {}, _grad_x_input),
-    Explainer("grad_norm", "Gradient norm", "Simonyan et al. 2014 (saliency); seed 004 §5.2's gradient ranking",
+    Explainer("grad_norm", "Gradient norm", "Simonyan et al. 2014 (saliency); Serrano & Smith 2019 §5.2's gradient ranking",
               "1 forward + backward", False, {}, _grad_norm),
-    Explainer("raw_attention", "RawAtt (last layer)", f"{_A_Z}; seed 003 §5.2 (RawAtt)", "attention", False,
+    Explainer("raw_attention", "RawAtt (last layer)", f"{_A_Z}; Song et al. 2024 §5.2 (RawAtt)", "attention", False,
               {"row": "cls"}, _raw_attention),
-    Explainer("rollout", "Attention rollout", f"{_A_Z}; seed 003 §5.2 (Rollout)", "attention", False, {}, _rollout),
-    Explainer("att_x_grad", "Attention × gradient", "Serrano & Smith 2019 (seed 004) §5.2", "1 forward + backward",
+    Explainer("rollout", "Attention rollout", f"{_A_Z}; Song et al. 2024 §5.2 (Rollout)", "attention", False, {}, _rollout),
+    Explainer("att_x_grad", "Attention × gradient", "Serrano & Smith 2019 §5.2", "1 forward + backward",
               True, {}, _att_x_grad),
-    Explainer("gae", "GAE", "Chefer et al. 2021, 'Generic Attention-model Explainability' eqs. 5-6; seed 003 §5.2",
+    Explainer("gae", "GAE", "Chefer et al. 2021, 'Generic Attention-model Explainability' eqs. 5-6; Song et al. 2024 §5.2",
               "1 forward + backward", False, {}, _gae),
     Explainer("attcat", "AttCAT", "Qiang et al. 2022, NeurIPS (the authors' code, github.com/qiangyao1988/AttCAT; "
-              "seed 003's baseline)", "1 forward + backward", True, {"attention": "received"}, _attcat),
+              "Song et al.'s (2024) baseline)", "1 forward + backward", True, {"attention": "received"}, _attcat),
     Explainer("random", "Random", "seeds 003 and 004 (random baseline)", "none", False, {"seed": 0}, _random),
 )}
 

@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import StoreError
-from ..views.faithfulness import KS, k_label, metric_columns
+from ..views.deletion import KS, k_label, metric_columns
 from ..views.similarity import METRICS
 
 
@@ -193,12 +193,12 @@ def summarise_faithfulness(per_document: pd.DataFrame, ks: Sequence[float] = KS)
     out = []
     for ranking, group in per_document.groupby("ranking", sort=False):
         row = {"ranking": ranking, "documents": len(group)}
-        for col in metric_columns(ks) + ["flip_fraction", "flip_rate"]:
+        for col in metric_columns(ks) + ["first_flip", "flip_rate"]:
             values = group[col].to_numpy(dtype=np.float64)
             row[f"{col} mean"] = float(np.nanmean(values)) if np.isfinite(values).any() else math.nan
             row[f"{col} std"] = float(np.nanstd(values)) if np.isfinite(values).any() else math.nan
-        row["flipped"] = int(group["flip_fraction"].notna().sum())
-        row["no flip"] = int(group["flip_fraction"].isna().sum())
+        row["flipped"] = int(group["first_flip"].notna().sum())
+        row["no flip"] = int(group["first_flip"].isna().sum())
         out.append(row)
     return pd.DataFrame(out)
 

@@ -1,31 +1,33 @@
 """Which explainer should a researcher trust on a long document? Every explainer of
-`attribution.explainers.EXPLAINERS` scored by the deletion test of `views.faithfulness` (seed 003's AOPC and LOdds
-at its deletion fractions, seed 004's first decision flip) with its cost, side by side, for one document or over
-a dataset.
+`attribution.explainers.EXPLAINERS` scored by the deletion test (views.deletion: Song et al. 2024's AOPC and LOdds,
+Serrano & Smith 2019's first decision flip) with its cost, side by side, for one document or over a dataset.
 
     document_leaderboard(model, analysis, methods, target)  one document -> its runs: one row per explainer,
                                                             one per seed for random (a pure function of its
-                                                            inputs: the per-document unit a store kind can hold)
+                                                            inputs: the per-document unit a store kind can hold);
+                                                            every explainer's order in one deletion test
     summarise(runs)                                         runs of one or many documents -> the leaderboard:
-                                                            one row per explainer, sorted by AOPC, best marked
+                                                            views.deletion.summarise with each explainer's
+                                                            cost, sorted by AOPC, best marked
     run.leaderboard(model, texts, ...)                      the dataset leaderboard (lv.leaderboard): the
                                                             precompute's store kind 'leaderboard' (dataset.kinds)
                                                             into the local store (progress, resumable), read back
                                                             through ResultStore.leaderboard_runs;
                                                             run.leaderboard_runs for the runs
-    curves(runs)                                            AOPC / LOdds against the fraction removed (seed 003
+    curves(runs)                                            AOPC / LOdds against the fraction removed (Song et al. 2024
                                                             Fig. 3), for figures.agreement.deletion_curves_chart
     agreement_matrix(explanations)                          Kendall tau / RBO between the explainers' rankings
 
 Deletion order: an explanation ranks the text tokens by its scores, highest first (`rank_by="signed"`, the
 default: a token pushing towards the class explained ranks above one pushing against it), or by |score|
 (`rank_by="magnitude"`, the Faithfulness page's |IG| ranking). Ties keep the lower position first. The deletion
-test always scores p(y) of the class y predicted on the intact document (seed 003 eq. 12's f_ŷ); `target`
+test always scores p(y) of the class y predicted on the intact document (Song et al. 2024 eq. 12's f_ŷ); `target`
 chooses the class the explainers explain (default: y).
 
-Random: one run per seed (default 0-4); its numbers are per seed first (over documents), then the mean and the
-population sd over the seeds, as seed 003's five random runs. Every explainer's row holds its cost: the
-explanation's wall time in seconds and its peak extra memory (explainers.Explanation).
+Random: the deletion test's own random order, one run per seed (default 0-4); its numbers are per seed first
+(over documents), then the mean and the population sd over the seeds, as Song et al. 2024's five random runs.
+Every explainer's row holds its cost: the explanation's wall time in seconds and its peak extra memory
+(explainers.Explanation).
 """
 from __future__ import annotations
 
@@ -40,12 +42,14 @@ from ..attribution.explainers import EXPLAINERS, Explanation, explain
 from ..errors import LongvizError
 from ..model.analysis import DocumentAnalysis
 from ..model.loading import LoadedModel
-from ..progress import Progress, report
-from ..views.faithfulness import DEFAULT_SEEDS, KS, REPLACEMENTS, faithfulness, removal_order
+from ..progress import Progress, scaled
+from ..views import deletion as dl
+from ..views.deletion import DEFAULT_SEEDS, KS, REPLACEMENTS, k_label
+from ..views.deletion_engine import deletion_test
 from ..views.similarity import DEFAULT_P, rank_order, rbo_of_orders
 
 RANK_BY = ("signed", "magnitude")
-# Random's floor is the mean and sd over at least this many seeds (seed 003 reports five random runs); the page
+# Random's floor is the mean and sd over at least this many seeds (Song et al. 2024 report five random runs); the page
 # and the command line ask for no fewer. The functions take any number, for tests and notebooks.
 MIN_SEEDS = 5
 AGREEMENT_METRICS = {"kendall_tau": "Kendall τ-b", "rbo": "RBO (extrapolated)"}
@@ -55,18 +59,11 @@ class LeaderboardError(LongvizError, ValueError):
     """Settings for which the leaderboard is undefined (no methods, unknown method, bad options)."""
 
 
-def pct(k: float) -> str:
-    return f"{100 * k:g}%"
-
-
-def numbers(ks: Sequence[float] = KS) -> list[str]:
-    """The deletion-curve columns of a run: aopc@k for every k, aopc (their mean), lodds@k, lodds."""
-    return [f"aopc@{pct(k)}" for k in ks] + ["aopc"] + [f"lodds@{pct(k)}" for k in ks] + ["lodds"]
-
-
 def run_columns(ks: Sequence[float] = KS) -> list[str]:
-    return ["method", "label", "seed", "target", "predicted", "p_original", "n", *numbers(ks), "first_flip",
-            "flip_removed", "seconds", "peak_bytes"]
+    """A leaderboard run: the deletion test's row (views.deletion.row_columns) with the explainer's label, the
+    class explained, the prediction and the explanation's cost (seconds, peak_bytes)."""
+    return ["method", "label", "seed", "target", "predicted", "p_original", "n", *dl.row_columns(ks)[2:],
+            "seconds", "peak_bytes"]
 
 
 # ------------------------------------------------------------------------------------------ one document
@@ -80,6 +77,7 @@ def document_leaderboard(
     seeds: Sequence[int] = DEFAULT_SEEDS,
     replacement: str = "mask",
     max_removed: float = 1.0,
+    flip_bound: int | None = None,
     rank_by: str = "signed",
     options: dict | None = None,
     explanations: dict[str, Explanation] | None = None,
@@ -88,68 +86,58 @@ def document_leaderboard(
     cache_dir=None,
     progress: Progress | None = None,
     on_wait=None,
+    stop=None,
 ) -> pd.DataFrame:
-    """Every explainer of `methods` (default: all of EXPLAINERS) on one document, scored by the deletion test.
+    """Every explainer of `methods` (default: all of EXPLAINERS) on one document, scored by one deletion test.
 
     Returns the runs: one row per explainer, one per seed for 'random' (columns run_columns(ks)): AOPC and LOdds
-    at each k and their means, the first flip as a fraction of the text tokens (NaN = no flip within max_removed)
+    at each k and their means, the first flip as a fraction of the text tokens (NaN = no flip within `scanned`)
     and as a count, the explanation's seconds and peak_bytes.
     options: per-method options, e.g. {"ig": {"n_steps": 50}}. explanations: already computed explanations by
-    name (used as they are; a name outside EXPLAINERS is scored too, under its own name). Other settings as
-    faithfulness.faithfulness; resume keeps each flip scan's position on disk."""
+    name (used as they are; a name outside EXPLAINERS is scored too, under its own name).
+    max_removed / flip_bound: the flip scan's bound (a fraction of the text tokens, a number of tokens; the smaller
+    applies; 1.0 and None: exact to the end; flip_bound=0: the curves alone). Other settings as deletion_test."""
     explanations = dict(explanations or {})
     methods = list(EXPLAINERS if methods is None else methods)
     check_methods(methods, rank_by, replacement, options, explanations)
     options = options or {}
-    seeds = tuple(int(s) for s in seeds)
-    runs: list[dict] = []
+    seeds = tuple(int(s) for s in seeds) if "random" in methods else ()
     scored = [m for m in methods if m != "random"]
-    parts = len(scored) + ("random" in methods)
-    step = lambda i, label: (lambda f, msg: report(  # noqa: E731
-        progress, (i + f) / parts, f"{label} ({i + 1}/{parts}): {msg}"))
-    settings = dict(ks=ks, replacement=replacement, max_removed=max_removed, batch_size=batch_size, resume=resume,
-                    cache_dir=cache_dir, on_wait=on_wait)
+    made: dict[str, Explanation] = {}
     for i, method in enumerate(scored):
-        label = _label(method)
-        sub = step(i, label)
         e = explanations.get(method)
         if e is None:
-            e = explain(model, analysis, method, target, progress=lambda f, msg: sub(0.5 * f, msg), on_wait=on_wait,
-                        **options.get(method, {}))
+            e = explain(model, analysis, method, target, on_wait=on_wait, **options.get(method, {}),
+                        progress=scaled(progress, 0.5 * i / len(scored), 0.5 / len(scored), f"{_label(method)}: "))
         _check_explanation(e, method, analysis)
-        result = faithfulness(model, analysis, _ranking_scores(e.scores, rank_by), rankings=("ig",), seeds=(),
-                              progress=lambda f, msg: sub(0.5 + 0.5 * f, msg), **settings)
-        runs.append(_run(method, None, e, result, result.curves["ig"]))
-    if "random" in methods:
-        sub = step(len(scored), _label("random"))
-        made = [explain(model, analysis, "random", seed=s) for s in seeds]
-        result = faithfulness(model, analysis, np.zeros(analysis.n), rankings=("random",), seeds=seeds,
-                              progress=sub, **settings)
-        for e, curve in zip(made, result.random.runs):
-            runs.append(_run("random", curve.seed, e, result, curve))
-    return pd.DataFrame(runs, columns=run_columns(ks))
+        made[method] = e
+    orders = {m: dl.removal_order(_key(e.scores, rank_by)) for m, e in made.items()}
+    bounds = [b for b in (dl.bound_of(max_removed, analysis.n - 2), flip_bound) if b is not None]
+    settings = dl.DeletionSettings(ks=ks, replacement=replacement, seeds=seeds,
+                                   flip_bound=min(bounds) if bounds else None, batch_size=batch_size)
+    result = deletion_test(model, analysis, orders, settings, scaled(progress, 0.5 if scored else 0.0,
+                           0.5 if scored else 1.0), labels={m: _label(m) for m in methods}, resume=resume,
+                           cache_dir=cache_dir, on_wait=on_wait, stop=stop)
+    costs = {m: (e.target, e.seconds, e.peak_bytes) for m, e in made.items()}
+    for s in seeds:
+        e = explain(model, analysis, "random", seed=s)
+        costs[("random", s)] = (e.target, e.seconds, e.peak_bytes)
+    return with_costs(result, costs)
 
 
-def _ranking_scores(scores: np.ndarray, rank_by: str) -> np.ndarray:
-    """Positive scores whose |.| ranks the text tokens in the explanation's deletion order (faithfulness ranks
-    its 'ig' ranking by |attribution|): the k-th token to delete gets m - k, <s> and </s> get 0."""
-    key = np.asarray(scores, dtype=np.float64)
-    order = removal_order(np.abs(key) if rank_by == "magnitude" else key)  # (m,) most important first
-    out = np.zeros(key.shape[0], dtype=np.float64)
-    out[order] = np.arange(len(order), 0, -1, dtype=np.float64)
-    return out
-
-
-def _run(method: str, seed, e: Explanation, result, curve) -> dict:
-    row = {"method": method, "label": _label(method), "seed": math.nan if seed is None else int(seed),
-           "target": e.target, "predicted": result.predicted, "p_original": result.p_original, "n": result.n}
-    values = [*curve.aopc_k, curve.aopc, *curve.lodds_k, curve.lodds]
-    row.update({c: float(v) for c, v in zip(numbers(result.ks), values)})
-    flipped = curve.flip_removed is not None
-    row.update(first_flip=curve.flip_fraction if flipped else math.nan,
-               flip_removed=float(curve.flip_removed) if flipped else math.nan,
-               seconds=e.seconds, peak_bytes=math.nan if e.peak_bytes is None else float(e.peak_bytes))
-    return row
+def with_costs(result: dl.DeletionResult, costs: dict) -> pd.DataFrame:
+    """The deletion test's rows as leaderboard runs: `costs` maps a method (or ('random', seed)) to the
+    explanation's (target, seconds, peak_bytes)."""
+    runs = result.rows()
+    cost = [costs[m if m != "random" else (m, int(s))] for m, s in zip(runs["method"], runs["seed"])]
+    runs.insert(1, "label", [_label(m) for m in runs["method"]])
+    runs.insert(3, "target", [c[0] for c in cost])
+    runs.insert(4, "predicted", result.predicted)
+    runs.insert(5, "p_original", result.p_original)
+    runs.insert(6, "n", result.n)
+    runs["seconds"] = [float(c[1]) for c in cost]
+    runs["peak_bytes"] = [math.nan if c[2] is None else float(c[2]) for c in cost]
+    return runs[run_columns(result.ks)]
 
 
 def _label(method: str) -> str:
@@ -185,48 +173,28 @@ def _check_explanation(e: Explanation, method: str, analysis: DocumentAnalysis) 
 
 # ------------------------------------------------------------------------------------------ the leaderboard
 def summarise(runs: pd.DataFrame, ks: Sequence[float] = KS) -> pd.DataFrame:
-    """The leaderboard from the runs of one document or many (a 'doc' column tells documents apart): one row per
-    explainer, sorted by AOPC (highest first), `best` on the first row.
-
-    Explainers: the mean over documents of every number; first_flip over the documents that flipped, flip_rate
-    the share that did. Random: each seed's mean over documents first, then the mean and the population sd over
-    the seeds (`<number>_sd`; NaN for the other explainers); its flip_rate is over every (document, seed).
+    """The leaderboard from the runs of one document or many (a 'doc' column tells documents apart): the deletion
+    test's summary (views.deletion.summarise: means over documents, random's mean and sd over its seeds) with
+    each explainer's label and cost, one row per explainer, sorted by AOPC (highest first), `best` on the first row.
     seconds: mean wall time of one explanation; peak_bytes: the largest peak; cost: the explainer's cost class
     (EXPLAINERS)."""
-    cols = numbers(ks)
-    missing = [c for c in ["method", "label", "seed", *cols, "first_flip", "seconds", "peak_bytes"] if c not in runs]
+    missing = [c for c in ["label", "seconds", "peak_bytes"] if c not in runs]
     if missing:
         raise LeaderboardError(f"runs lack column(s) {missing}")
-    if runs.empty:
-        raise LeaderboardError("no runs to summarise")
-    docs = runs["doc"] if "doc" in runs else pd.Series(0, index=runs.index)
-    rows = []
-    for method, group in runs.groupby("method", sort=False):
-        row = {"method": method, "label": group["label"].iloc[0], "documents": int(docs[group.index].nunique())}
-        if group["seed"].notna().any():
-            per_seed = group.groupby("seed")
-            means = per_seed[cols + ["first_flip"]].mean()  # (seeds, numbers): pandas skips NaN (no flip)
-            for c in cols + ["first_flip"]:
-                values = means[c].dropna()
-                row[c] = float(values.mean()) if len(values) else math.nan
-                row[f"{c}_sd"] = float(values.std(ddof=0)) if len(values) else math.nan
-            row["runs"] = int(per_seed.ngroups)
-        else:
-            for c in cols + ["first_flip"]:
-                row[c] = float(group[c].mean()) if group[c].notna().any() else math.nan
-                row[f"{c}_sd"] = math.nan
-            row["runs"] = 1
-        row["flip_rate"] = float(group["first_flip"].notna().mean())
-        row["seconds"] = float(group["seconds"].mean())
-        row["cost"] = EXPLAINERS[method].cost if method in EXPLAINERS else ""
-        row["peak_bytes"] = float(group["peak_bytes"].max()) if group["peak_bytes"].notna().any() else math.nan
-        rows.append(row)
-    out = pd.DataFrame(rows).sort_values("aopc", ascending=False, kind="stable").reset_index(drop=True)
+    try:
+        out = dl.summarise(runs, ks)
+    except dl.DeletionError as e:
+        raise LeaderboardError(str(e)) from None
+    groups = runs.groupby("method", sort=False)
+    out["label"] = groups["label"].first().to_numpy()
+    out["seconds"] = groups["seconds"].mean().to_numpy()
+    out["peak_bytes"] = groups["peak_bytes"].max().to_numpy()  # NaN when no run measured it
+    out["cost"] = [EXPLAINERS[m].cost if m in EXPLAINERS else "" for m in out["method"]]
+    out = out.sort_values("aopc", ascending=False, kind="stable").reset_index(drop=True)
     out["best"] = out.index == 0
     lead = ["method", "label", "aopc", "lodds", "first_flip", "seconds", "best", "aopc_sd", "lodds_sd",
-            "first_flip_sd", "flip_rate", "peak_bytes", "cost", "documents", "runs"]
-    rest = [c for c in out.columns if c not in lead]
-    return out[lead + rest]
+            "first_flip_sd", "flip_rate", "no_flip_within", "peak_bytes", "cost", "documents", "runs"]
+    return out[lead + [c for c in out.columns if c not in lead]]
 
 
 def curves(runs: pd.DataFrame, ks: Sequence[float] = KS) -> pd.DataFrame:
@@ -239,7 +207,7 @@ def curves(runs: pd.DataFrame, ks: Sequence[float] = KS) -> pd.DataFrame:
         for k in ks:
             row = {"ranking": rec["label"], "k": float(k)}
             for metric in ("aopc", "lodds"):
-                value, sd = rec[f"{metric}@{pct(k)}"], rec[f"{metric}@{pct(k)}_sd"]
+                value, sd = rec[f"{metric}@{k_label(k)}"], rec[f"{metric}@{k_label(k)}_sd"]
                 row.update({metric: value, f"{metric}_sd": sd, f"{metric}_lo": value - sd, f"{metric}_hi": value + sd})
             rows.append(row)
     return pd.DataFrame(rows)
@@ -292,4 +260,4 @@ def _key(scores, rank_by: str) -> np.ndarray:
 
 
 __all__ = ["AGREEMENT_METRICS", "LeaderboardError", "MIN_SEEDS", "RANK_BY", "agreement_matrix", "check_methods",
-           "curves", "document_leaderboard", "flips", "numbers", "run_columns", "summarise"]
+           "curves", "document_leaderboard", "flips", "run_columns", "summarise", "with_costs"]

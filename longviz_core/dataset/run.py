@@ -510,6 +510,7 @@ def leaderboard_settings(
     seeds: Sequence[int] = DEFAULT_SEEDS,
     replacement: str = "mask",
     max_removed: float = 1.0,
+    flip_bound: int | None = None,
     rank_by: str = "signed",
     options: dict | None = None,
 ) -> Settings:
@@ -528,7 +529,7 @@ def leaderboard_settings(
     return Settings(max_tokens=int(max_tokens), n_steps=int(ig["n_steps"]), ig_method=ig["method"],
                     precision=ig["precision"], target="predicted" if target is None else str(int(target)),
                     ks=tuple(ks), seeds=tuple(seeds), replacement=replacement, max_removed=float(max_removed),
-                    explainers=tuple(methods), rank_by=rank_by, explainer_options=others or None)
+                    flip_bound=flip_bound, explainers=tuple(methods), rank_by=rank_by, explainer_options=others or None)
 
 
 def leaderboard_runs(

@@ -90,18 +90,19 @@ def deletion_curves_chart(curves: pd.DataFrame, metric: str = "aopc", title: str
 
 def flip_chart(flips: pd.DataFrame,
                title: str = "First decision flip (exact scan): fraction of text tokens removed",
-               max_removed: float = 1.0) -> alt.Chart:
+               max_removed: float = 1.0, bound: int | None = None) -> alt.Chart:
     """One dot per row at its flip fraction (a random seed, or a document), a black tick at each ranking's mean
     and a bar over mean -+ sd (population, over the rows that flipped); rows with flip_fraction NaN are 'no
     flip': not drawn, counted in the ranking's label ("Random (2 no flip)", "... no flip within 20 %" when the
-    scan stopped at max_removed < 1).
+    scan stopped at max_removed < 1; "... within the first N tokens" for a scan stopped at `bound` tokens).
 
     flips: columns ranking, flip_fraction (NaN = no flip) and optionally doc or seed
     (FaithfulnessResult.flips(), DatasetFaithfulness.per_document)."""
     _require(flips, ["ranking", "flip_fraction"])
     data = flips.copy()
     no_flip = data["flip_fraction"].isna().groupby(data["ranking"], sort=False).sum()
-    within = f" within {100 * max_removed:g} %" if max_removed < 1 else ""
+    within = (f" within the first {bound:,} tokens" if bound is not None else
+              f" within {100 * max_removed:g} %" if max_removed < 1 else "")
     names = {r: f"{r} ({int(k)} no flip{within})" if k else r for r, k in no_flip.items()}
     data["row"] = data["ranking"].map(names)
     order = [names[r] for r in _order(data["ranking"])]
@@ -190,7 +191,7 @@ def table2(table: pd.DataFrame, digits: int = 3) -> pd.DataFrame:
 
 
 def faithfulness_summary(summary: pd.DataFrame, columns: Sequence[str] = ("aopc", "aopc@10%", "lodds",
-                                                                             "flip_fraction")) -> pd.DataFrame:
+                                                                             "first_flip")) -> pd.DataFrame:
     """A compact dataset summary: ranking, documents, 'mean ± std' per chosen number, flipped and no-flip counts
     (from faithfulness.summarise)."""
     _require(summary, ["ranking", "documents", "flipped", "no flip", *(f"{c} mean" for c in columns)])

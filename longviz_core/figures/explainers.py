@@ -38,7 +38,7 @@ def leaderboard_view(table: pd.DataFrame) -> pd.DataFrame:
         "AOPC sd (seeds)": table["aopc_sd"].to_numpy(),
         "LOdds": table["lodds"].to_numpy(),
         "LOdds sd (seeds)": table["lodds_sd"].to_numpy(),
-        "first flip": [flip_text(v) for v in table["first_flip"]],
+        "first flip": [flip_text(v, w, short=True) for v, w in zip(table["first_flip"], _within(table))],
         "flip rate": table["flip_rate"].to_numpy(),
         "seconds": table["seconds"].to_numpy(),
         "peak MB": table["peak_bytes"].to_numpy() / 2**20,
@@ -49,10 +49,20 @@ def leaderboard_view(table: pd.DataFrame) -> pd.DataFrame:
 NO_FLIP = "no flip"
 
 
-def flip_text(fraction) -> str:
+def flip_text(fraction, within=None, short: bool = False) -> str:
     """A first flip as shown: the fraction of text tokens removed to 4 decimals (one token of a 4,096-token
-    document is 0.0002), or NO_FLIP for NaN (no flip within the scan limit)."""
-    return NO_FLIP if fraction is None or np.isnan(fraction) else f"{float(fraction):.4f}"
+    document is 0.0002); for NaN, NO_FLIP when the scan reached the end, "no flip within the first N tokens" when
+    it stopped at `within` = N (a bounded scan, views.deletion.summarise's no_flip_within); `short`: "no flip ≤ N
+    tokens", for the leaderboard's narrow column (random_floor's caption says it in full)."""
+    if fraction is not None and not np.isnan(fraction):
+        return f"{float(fraction):.4f}"
+    if within is None or np.isnan(within):
+        return NO_FLIP
+    return f"{NO_FLIP} {'≤' if short else 'within the first'} {int(within):,} tokens"
+
+
+def _within(table: pd.DataFrame):
+    return table["no_flip_within"] if "no_flip_within" in table else [None] * len(table)
 
 
 def random_floor(view: pd.DataFrame) -> str:
@@ -61,9 +71,10 @@ def random_floor(view: pd.DataFrame) -> str:
     if rows.empty:
         return "Random was not run: there is no floor to compare with."
     r = rows.iloc[0]
+    flip = r["first flip"].replace("≤", "within the first")
     return (f"Random, the floor to beat (mean ± sd over seeds): AOPC {r['AOPC']:.3f} ± {r['AOPC sd (seeds)']:.3f}, "
             f"LOdds {r['LOdds']:.3f} ± {r['LOdds sd (seeds)']:.3f}, "
-            f"{'no flip' if r['first flip'] == NO_FLIP else 'first flip ' + r['first flip']}. Peak memory, "
+            f"{flip if flip.startswith(NO_FLIP) else 'first flip ' + flip}. Peak memory, "
             "flip rates and every sd: 'Every number' below and the CSV.")
 
 

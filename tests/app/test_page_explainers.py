@@ -61,15 +61,15 @@ def private_cache(tmp_path, monkeypatch):
 def _cli(tmp_path, command: str, limit: int, *extra):
     """The command line in a subprocess on this process's threads (so IG is bit for bit)."""
     common_args = ["--model", "demo", "--dataset", "demo", "--limit", str(limit), "--max-tokens", str(MAX_TOKENS),
-                   "--seeds", "5", "--max-removed", "0.2", "--threads", str(torch.get_num_threads())]
+                   "--seeds", "5", "--threads", str(torch.get_num_threads())]
     return subprocess.run([sys.executable, "-m", "longviz_core", command, *common_args, *extra], cwd=ROOT,
                           capture_output=True, text=True, timeout=600)
 
 
-def _leaderboard_cli(tmp_path, limit):
+def _leaderboard_cli(tmp_path, limit, *extra):
     out = tmp_path / f"leaderboard-{limit}.csv"
     done = _cli(tmp_path, "leaderboard", limit, "--methods", ",".join(METHODS), "--ig-steps", str(STEPS),
-                "--cache-dir", str(tmp_path / f"cache-{limit}"), "--out", str(out))
+                "--cache-dir", str(tmp_path / f"cache-{limit}"), "--out", str(out), *extra)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "random" in done.stdout and "aopc" in done.stdout  # the table printed
     return pd.read_csv(out).set_index("method")
@@ -82,8 +82,8 @@ def _same(view: pd.DataFrame, cli: pd.DataFrame):
                           ("flip rate", "flip_rate")]:
         np.testing.assert_allclose(view.loc[cli.index, shown].to_numpy(float), cli[column].to_numpy(float),
                                    rtol=1e-6, atol=1e-9, equal_nan=True)
-    shown = view.loc[cli.index, "first flip"]  # 4 decimals, "no flip" where there is none
-    assert list(shown == NO_FLIP) == list(cli["first_flip"].isna())
+    shown = view.loc[cli.index, "first flip"]  # 4 decimals, "no flip …" where there is none
+    assert list(shown.str.startswith(NO_FLIP)) == list(cli["first_flip"].isna())
     np.testing.assert_allclose(pd.to_numeric(shown, errors="coerce").to_numpy(float), cli["first_flip"].to_numpy(),
                                atol=5e-5, equal_nan=True)
     assert view["explainer"].iloc[0].startswith("★ ")
@@ -91,7 +91,7 @@ def _same(view: pd.DataFrame, cli: pd.DataFrame):
 
 
 def _state(scope: str) -> dict:
-    return {K.page(P, "methods"): METHODS, K.page(P, "seeds"): 5, K.page(P, "max_removed"): "20 %",
+    return {K.page(P, "methods"): METHODS, K.page(P, "seeds"): 5,
             K.page(P, "scope"): scope, K.page(P, "docs"): DOCS, K.page(P, "steps"): f"{STEPS} steps (this server's limit)"}
 
 
@@ -100,12 +100,15 @@ def test_document_leaderboard_equals_the_command_line(demo, private_cache, tmp_p
     at = _open(P, **_state("this document"))
     at.button(key=K.page(P, "run")).click().run()
     _ok(at)
-    cli = _leaderboard_cli(tmp_path, 1)
+    cli = _leaderboard_cli(tmp_path, 1, "--flip-bound", str(lb.dl.FLIP_BOUND))  # the page's second stage
     _same(at.dataframe[0].value, cli)
     every = at.dataframe[1].value.set_index("method")  # the "Every number" table: no empty cell for "no flip"
-    assert list(every.loc[cli.index, "first_flip"]) == [flip_text(v) for v in cli["first_flip"]]
-    runs = at.dataframe[2].value["first_flip"]  # the runs tab: a number or "no flip", never blank
-    assert runs.notna().all() and (pd.to_numeric(runs, errors="coerce").notna() | (runs == NO_FLIP)).all()
+    assert list(every.loc[cli.index, "first_flip"]) == [flip_text(v, w) for v, w in
+                                                        zip(cli["first_flip"], cli["no_flip_within"])]
+    runs = at.dataframe[2].value["first_flip"]  # the runs tab: a number or "no flip …", never blank
+    assert runs.notna().all() and (pd.to_numeric(runs, errors="coerce").notna() | runs.str.startswith(NO_FLIP)).all()
+    # the flips still open are offered to the exact scan, with the copies it may take
+    assert any(b.key == K.page(P, "exact") for b in at.button) == cli["no_flip_within"].notna().any()
     assert any(s.value.startswith("Leaderboard") for s in at.subheader)
     assert any("agree" in s.value for s in at.subheader)
 
@@ -134,9 +137,9 @@ def test_dataset_leaderboard_through_the_dataset_buttons_equals_the_command_line
     assert done.returncode == 0, done.stderr[-3000:]
     first = ResultStore(store).leaderboard_runs().query("doc == 0").drop(columns="doc").reset_index(drop=True)
     analysis = lv.analyze(demo_model, demo_dataset["text"].iloc[0], MAX_TOKENS)
-    direct = lb.document_leaderboard(demo_model, analysis, METHODS, seeds=range(5), max_removed=0.2,
+    direct = lb.document_leaderboard(demo_model, analysis, METHODS, seeds=range(5),
                                      options={"ig": {"n_steps": STEPS, "use_cache": False}})
-    cost = ["seconds", "peak_bytes"]
+    cost = ["seconds", "peak_bytes", "deletion_seconds"]
     pd.testing.assert_frame_equal(first.drop(columns=cost), direct.drop(columns=cost), rtol=1e-9, atol=1e-12)
     monkeypatch.setenv("LONGVIZ_STORE_DIR", str(tmp_path / "precomputed"))
     fresh = _open(P, **_state("dataset"))

@@ -148,16 +148,17 @@ def test_faithfulness_document_every_option(faithfulness):
     at = faithfulness
     table = at.dataframe[0].value.set_index("number")  # a column per ranking, a row per number
     assert table.columns.tolist() == [fa.RANKING_LABELS[r] for r in fa.RANKINGS]
-    assert {"aopc@10%", "lodds", "flip_fraction", "aopc sd", "flip_rate"} <= set(table.index)
+    assert {"aopc@10%", "lodds", "first_flip", "aopc_sd", "flip_rate"} <= set(table.index)
+    # the stages: curves and the flips within the bound shown, the exact scan offered (or already settled)
+    unflipped = [c.value for c in at.caption if "no flip within the first" in c.value]
+    assert all(f"within the first {fa.FLIP_BOUND} tokens" in c for c in unflipped)
+    assert bool(unflipped) == any(b.key == _fkey("exact") for b in at.button)
     assert table.loc["runs", "Random"] == len(fa.DEFAULT_SEEDS)
     assert [t.label for t in at.tabs] == ["AOPC", "LOdds", "probability", "first flip (exact scan)"]
     assert any("exact scan" in m.value for m in at.markdown)
     # each rerun reruns the deletion test, so options are changed several at a time: every value is still visited
-    runs = [dict(replacement="pad", max_removed="10 %", layers=(4, 4)),
-            dict(replacement="mask", max_removed="50 %", scale=True),
-            dict(max_removed="20 %", seeds=3, scale=False)]
-    kinds = {"replacement": "radio", "max_removed": "selectbox", "layers": "slider", "scale": "checkbox",
-             "seeds": "number_input"}
+    runs = [dict(replacement="pad", layers=(4, 4)), dict(replacement="mask", scale=True), dict(seeds=3, scale=False)]
+    kinds = {"replacement": "radio", "layers": "slider", "scale": "checkbox", "seeds": "number_input"}
     for run in runs:
         for name, value in run.items():  # widgets are looked up in the latest element tree
             getattr(at, kinds[name])(key=_fkey(name)).set_value(value)

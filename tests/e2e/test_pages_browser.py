@@ -7,6 +7,7 @@ the attribution page at 1,440 px replaces docs/screenshot.png."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from support.browser import (
+    RUN_BUTTONS,
     click_run_buttons,
     full_page_screenshot,
     layout_problems,
@@ -124,3 +126,52 @@ def test_agreement_cosine_variants_read_whole(app_server, browser, shots, width)
     assert widths[0] <= widths[1] + 2, f"content {widths[0]} px wide in a {widths[1]} px box"
     assert not layout_problems(browser), layout_problems(browser)
     full_page_screenshot(browser, shots / f"similarity-variants-{width}.png", width, HEIGHT)
+
+
+# Faithfulness and Explainers as a new user opens them: the default document (the demo's document 0, Max tokens
+# empty: every token) with the page defaults and no scan cap. IG and the explainers run from their buttons; the
+# staged numbers (curves, then the flips within the default bound) must arrive and read whole at both widths,
+# with the exact scan offered for the flips still open.
+NUMBER = re.compile(r"^-?\d+\.\d+$")
+
+
+def _cells(browser) -> list[list[str]]:
+    """The text of every shown table's cells (the grid's accessible table), one list per table."""
+    return browser.execute_script(
+        "return [...document.querySelectorAll('[data-testid=\"stMain\"] [data-testid=\"stDataFrame\"]')]"
+        ".map(f => [...f.querySelectorAll('[aria-rowcount] td')].map(c => c.textContent.trim()));")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", ["faithfulness", "explainers"])
+def test_deletion_pages_on_the_default_document(app_server, browser, shots, page):
+    from selenium.webdriver.common.by import By
+
+    base, log = app_server
+    for width in (1440, 1024):
+        browser.set_window_size(width, HEIGHT)
+        browser.get(f"{base}/{page}")
+        wait_idle(browser, timeout=600)
+        for b in browser.find_elements(By.CSS_SELECTOR, '[data-testid="stMain"] button'):
+            if b.text.strip() in RUN_BUTTONS and b.is_displayed():  # IG (and the explainers), cached for 1,024
+                browser.execute_script("arguments[0].scrollIntoView({block: 'center'});", b)
+                b.click()
+                wait_idle(browser, timeout=1800)  # minutes on a busy 2-core machine (IG alone: 7 s when idle)
+                break
+        full_page_screenshot(browser, shots / f"{page}-default-{width}.png", width, HEIGHT)
+        assert not problems(browser), (page, width, problems(browser))
+        main = browser.find_element(By.CSS_SELECTOR, '[data-testid="stMain"]').text
+        tokens = [int(t.replace(",", "")) for t in re.findall(r"([\d,]+) tokens ·", main)]
+        assert tokens and tokens[0] >= 2048, main[:300]  # the default document at the page default (no cap)
+        numbers = [c for table in _cells(browser) for c in table if NUMBER.match(c)]
+        assert len(numbers) >= 10, _cells(browser)  # AOPC / LOdds (and flips) read from the table
+        if page == "faithfulness":
+            assert "perturbed copies scored" in main and "scanning" not in main
+        else:
+            assert "Random, the floor to beat" in main and "…" not in main
+        if "no flip within the first" in main:
+            assert "Scan to the end (exact first flips)" in main
+        found = layout_problems(browser)
+        assert not found, (page, width, found)
+    print(f"\nscreenshots in {shots}")
+    assert "Traceback" not in log.read_text()

@@ -260,9 +260,9 @@ def test_store_numbers_equal_loops_over_the_documents(setup, reference):
             want = np.array([r.loc[ranking, col] for r in rows])
             np.testing.assert_allclose(summary.loc[ranking, [f"{col} mean", f"{col} std"]].to_numpy(float),
                                        [want.mean(), want.std()], rtol=1e-9, atol=1e-15)
-        flips = np.array([r.loc[ranking, "flip_fraction"] for r in rows], dtype=float)
+        flips = np.array([r.loc[ranking, "first_flip"] for r in rows], dtype=float)
         assert summary.loc[ranking, "flipped"] == np.isfinite(flips).sum()
-        np.testing.assert_allclose(summary.loc[ranking, "flip_fraction mean"], _nan_mean_std(flips)[0], rtol=1e-12)
+        np.testing.assert_allclose(summary.loc[ranking, "first_flip mean"], _nan_mean_std(flips)[0], rtol=1e-12)
 
 
 def test_dataset_counts_by_type_and_word_sum_the_documents(setup, tmp_path):

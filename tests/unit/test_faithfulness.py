@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
 import warnings
 from types import SimpleNamespace
 
@@ -12,6 +13,7 @@ import pytest
 import torch
 
 import longviz_core as lv
+from longviz_core.views import deletion_engine as engine
 from longviz_core.views import faithfulness as fa
 from tiny import make_tiny_longformer, text_of
 
@@ -240,13 +242,18 @@ def test_no_flip_is_reported_as_none(tiny_longformer_dir):
     analysis = lv.analyze(model, text_of(60), 128)
     res = fa.faithfulness(model, analysis, np.arange(analysis.n, dtype=float), seeds=(0, 1))
     m = analysis.n - 2
-    assert res.forward_passes == 1 + 5 * len(fa.KS) + 5 * m  # every count scanned for 3 rankings + 2 seeds
+    runs = [*res.curves.values(), *res.random.runs]
+    assert res.copies_needed == 1 + 5 * len(fa.KS) + 5 * m  # every count scanned for 3 rankings + 2 seeds
+    # each removed set scored once: the intact input, then every prefix (the curve counts are among them)
+    assert res.forward_passes == len({frozenset()} | {frozenset(r.order[:c].tolist()) for r in runs
+                                                      for c in range(1, m + 1)})
+    assert res.forward_passes < res.copies_needed
     for curve in [*res.curves.values(), *res.random.runs]:
         assert curve.flip_removed is None and curve.flip_fraction is None and curve.scanned == m
         np.testing.assert_allclose(curve.aopc_k, 0.0, atol=1e-12)
         np.testing.assert_allclose(curve.lodds_k, 0.0, atol=1e-12)
     table = res.table()
-    assert table["flip_fraction"].isna().all() and (table["flip_rate"] == 0).all()
+    assert table["first_flip"].isna().all() and (table["flip_rate"] == 0).all()
     assert res.random.flip_stats() == (None, None)
 
 
@@ -255,54 +262,63 @@ def test_scan_reports_progress_and_time_left(tiny_longformer):
     mask_id = tiny_longformer.tokenizer.mask_token_id
     stub = dataclasses.replace(tiny_longformer, model=_CountStub(mask_id, {analysis.n - 2}))  # flips at the end
     seen = []
-    fa._REPORT_EVERY_S, saved = 0.0, fa._REPORT_EVERY_S
+    engine._REPORT_EVERY_S, saved = 0.0, engine._REPORT_EVERY_S
     try:
         fa.faithfulness(stub, analysis, np.ones(analysis.n), rankings=("ig", "random"), seeds=(0,), batch_size=16,
                         progress=lambda f, msg: seen.append((f, msg)))
     finally:
-        fa._REPORT_EVERY_S = saved
+        engine._REPORT_EVERY_S = saved
     fractions = [f for f, _ in seen]
     assert fractions == sorted(fractions) and fractions[-1] == 1.0
-    scans = [msg for _, msg in seen if msg.startswith("Decision flips (exact scan)")]
-    assert any("|IG|" in s for s in scans) and any("Random (seed 0)" in s for s in scans)
-    assert all("removals scored" in s and "left" in s for s in scans)
+    scans = [msg for _, msg in seen if msg.startswith("Decision flips (exact scan")]
+    assert scans and all("2 rankings open" in s and "|IG| at" in s and "left" in s for s in scans)
 
 
-def test_interrupted_scans_resume_where_they_stopped(tiny_longformer, tmp_path, monkeypatch):
+def _sets(res, counts) -> int:
+    """Oracle of the copies a call needs: distinct removed sets among the intact input, every run's curve counts
+    and `counts` (each run's scanned counts)."""
+    runs = [*res.curves.values(), *(res.random.runs if res.random is not None else ())]
+    return len({frozenset()} | {frozenset(r.order[:c].tolist()) for r in runs
+                                for c in [*r.removed.tolist(), *counts]})
+
+
+def test_stopped_scans_resume_where_they_stopped(tiny_longformer, tmp_path, monkeypatch):
     analysis = lv.analyze(tiny_longformer, text_of(110), 128)
     m, mask_id = analysis.n - 2, tiny_longformer.tokenizer.mask_token_id
     stub = dataclasses.replace(tiny_longformer, model=_CountStub(mask_id, {60, 61}))
-    monkeypatch.setattr(fa._ScanStore, "EVERY_S", 0.0)  # a checkpoint after every batch
-    monkeypatch.setattr(fa, "_REPORT_EVERY_S", 0.0)
+    monkeypatch.setattr(engine._ScanStore, "EVERY_S", 60.0)  # Stop must keep the counts scored all the same
+    monkeypatch.setattr(engine, "_REPORT_EVERY_S", 0.0)
     attribution = np.arange(analysis.n, dtype=float)
     kwargs = dict(rankings=("ig", "random"), seeds=(0,), batch_size=10, resume=True, cache_dir=tmp_path)
-    curves = 1 + 2 * len(fa.KS)
+    stop = threading.Event()
 
-    class Interrupted(Exception):
-        pass
+    def press_stop(fraction, message):  # the page's Stop button, part-way through the scans
+        if fraction >= 0.25:
+            stop.set()
 
-    def interrupt(fraction, message):  # the page's rerun, while the random scan is at 30 removed tokens
-        if "Random (seed 0): 30 removals" in message:
-            raise Interrupted
-
-    with pytest.raises(Interrupted):
-        fa.faithfulness(stub, analysis, attribution, progress=interrupt, **kwargs)
+    first = fa.faithfulness(stub, analysis, attribution, progress=press_stop, stop=stop, **kwargs)
+    assert first.stopped and not first.exact
+    clear = [r.scanned for r in first.runs]
+    assert all(0 < c < 60 for c in clear) and all(r.flip_removed is None for r in first.runs)
+    assert first.runs[0].flip_text(m) == f"no flip within the first {clear[0]} tokens"
+    assert not first.rows()["settled"].any()
     again = fa.faithfulness(stub, analysis, attribution, **kwargs)
     fresh = fa.faithfulness(stub, analysis, attribution, **{**kwargs, "resume": False})
-    assert again.curves["ig"].flip_removed == again.random.runs[0].flip_removed == 60
+    assert again.curves["ig"].flip_removed == again.random.runs[0].flip_removed == 60 and again.exact
     assert fresh.curves["ig"].flip_removed == fresh.random.runs[0].flip_removed == 60
-    assert fresh.forward_passes == curves + 60 + 60
-    assert again.forward_passes == curves + (60 - 30)  # |IG| finished before; random goes on from 31
-    assert fa.faithfulness(stub, analysis, attribution, **kwargs).forward_passes == curves
-    # a scan with no flip within a limit goes on from there when the limit is raised, and never reports more
+    assert fresh.forward_passes == _sets(fresh, range(1, 61))
+    assert again.forward_passes <= _sets(again, range(min(clear) + 1, 61)) < fresh.forward_passes
+    assert fa.faithfulness(stub, analysis, attribution, **kwargs).forward_passes == _sets(fresh, [])
+    # a scan with no flip within a bound goes on from there when the bound is raised, and never reports more
     never = dataclasses.replace(tiny_longformer, model=_CountStub(mask_id, set()))
     kwargs["cache_dir"] = tmp_path / "never"  # the stubs share the tiny model's fingerprint, so not its records
-    capped = fa.faithfulness(never, analysis, attribution, max_removed=0.25, **kwargs)
-    limit = fa.removed_count(0.25, m)
-    assert capped.forward_passes == curves + 2 * limit and capped.curves["ig"].flip_removed is None
+    capped = fa.faithfulness(never, analysis, attribution, flip_bound=20, **kwargs)
+    assert capped.forward_passes == _sets(capped, range(1, 21)) and capped.curves["ig"].flip_removed is None
+    assert capped.flip_limit == 20 and capped.curves["ig"].flip_text(m) == "no flip within the first 20 tokens"
     full = fa.faithfulness(never, analysis, attribution, **kwargs)
-    assert full.forward_passes == curves + 2 * (m - limit) and full.curves["ig"].scanned == m
-    assert fa.faithfulness(never, analysis, attribution, max_removed=0.25, **kwargs).forward_passes == curves
+    assert full.forward_passes == _sets(full, range(21, m + 1)) and full.curves["ig"].scanned == m
+    assert full.curves["ig"].flip_text(m) == "no flip" and full.exact
+    assert fa.faithfulness(never, analysis, attribution, flip_bound=20, **kwargs).forward_passes == _sets(full, [])
 
 
 # ---------------------------------------------------------------------------------------------- random seeds
@@ -329,21 +345,21 @@ def test_random_baseline_is_the_mean_of_single_seed_runs(doc):
     for i, k in enumerate(result.ks):
         pct = f"{100 * k:g}%"
         assert row[f"aopc@{pct}"] == pytest.approx(aopc_k[:, i].mean(), rel=1e-12, abs=1e-15)
-        assert row[f"aopc@{pct} sd"] == pytest.approx(np.std(aopc_k[:, i]), rel=1e-9, abs=1e-15)
+        assert row[f"aopc@{pct}_sd"] == pytest.approx(np.std(aopc_k[:, i]), rel=1e-9, abs=1e-15)
         assert row[f"lodds@{pct}"] == pytest.approx(lodds_k[:, i].mean(), rel=1e-12, abs=1e-15)
-        assert row[f"lodds@{pct} sd"] == pytest.approx(np.std(lodds_k[:, i]), rel=1e-9, abs=1e-15)
+        assert row[f"lodds@{pct}_sd"] == pytest.approx(np.std(lodds_k[:, i]), rel=1e-9, abs=1e-15)
     assert row["aopc"] == pytest.approx(aopc_k.mean(), rel=1e-12)
-    assert row["aopc sd"] == pytest.approx(np.std(aopc_k.mean(axis=1)), rel=1e-9, abs=1e-15)
+    assert row["aopc_sd"] == pytest.approx(np.std(aopc_k.mean(axis=1)), rel=1e-9, abs=1e-15)
     assert row["lodds"] == pytest.approx(lodds_k.mean(), rel=1e-12)
-    assert row["lodds sd"] == pytest.approx(np.std(lodds_k.mean(axis=1)), rel=1e-9, abs=1e-15)
-    assert np.isnan(result.table().set_index("ranking").loc["|IG|", "aopc sd"])
+    assert row["lodds_sd"] == pytest.approx(np.std(lodds_k.mean(axis=1)), rel=1e-9, abs=1e-15)
+    assert np.isnan(result.table().set_index("ranking").loc["|IG|", "aopc_sd"])
     m = analysis.n - 2
     flips = [s.random.runs[0].flip_removed for s in singles]
     done = [f / m for f in flips if f is not None]
     assert done, "some random seed should flip on the tiny model"
     assert row["flip_rate"] == pytest.approx(len(done) / 5) and row["runs"] == 5
-    assert row["flip_fraction"] == pytest.approx(np.mean(done), rel=1e-12)
-    assert row["flip_fraction sd"] == pytest.approx(np.std(done), rel=1e-9, abs=1e-15)
+    assert row["first_flip"] == pytest.approx(np.mean(done), rel=1e-12)
+    assert row["first_flip_sd"] == pytest.approx(np.std(done), rel=1e-9, abs=1e-15)
     assert row["flip_removed"] == pytest.approx(np.mean([f for f in flips if f is not None]), rel=1e-12)
     # every seed's curve is kept; the band is mean -+ sd per k
     seeds = result.seed_curves()
@@ -472,7 +488,7 @@ def test_dataset_summary_and_store(tiny_longformer, tmp_path):
     ig = integrated_gradients(tiny_longformer, analysis, None, 4, cache_dir=tmp_path)
     single = fa.faithfulness(tiny_longformer, analysis, ig.scores, rankings=("attention", "ig", "random"),
                              seeds=(0, 1, 2)).table()
-    for col in ("aopc", "aopc sd", "flip_fraction", "flip_rate"):
+    for col in ("aopc", "aopc_sd", "first_flip", "flip_rate"):
         np.testing.assert_allclose(per_doc[per_doc["doc"] == 1][col].to_numpy(), single[col].to_numpy())
     # a second call reads the store: every document found there, the same numbers
     again = lv.dataset_faithfulness(tiny_longformer, texts, [0, 1, 0], **kwargs)
@@ -509,6 +525,6 @@ def test_demo_ig_deletes_what_matters_more_than_random(demo_model, demo_dataset,
         row = res.table().set_index("ranking")
         for name, label in (("ig", "|IG|"), ("random", "Random")):
             aopc[name].append(row.loc[label, "aopc@10%"])
-            flips[name].append(1.0 if np.isnan(row.loc[label, "flip_fraction"]) else row.loc[label, "flip_fraction"])
+            flips[name].append(1.0 if np.isnan(row.loc[label, "first_flip"]) else row.loc[label, "first_flip"])
     assert np.mean(aopc["ig"]) > np.mean(aopc["random"])
     assert np.mean(flips["ig"]) < np.mean(flips["random"])

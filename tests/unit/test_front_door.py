@@ -36,6 +36,8 @@ PUBLIC = {
     "views.similarity": ["METRICS", "SimilarityError", "compare", "compare_many"],
     "views.agreement": ["TopSets", "agreement_table", "head_agreement", "top_sets"],
     "views.faithfulness": ["FaithfulnessError", "FaithfulnessResult", "RankingCurve"],
+    "views.deletion": ["DeletionError", "DeletionResult", "DeletionSettings"],
+    "views.deletion_engine": ["deletion_test"],
     "views.attribution_tables": ["attribution_by_token", "top_attributions"],
     "dataset.run": ["dataset_agreement", "dataset_attributions", "dataset_faithfulness", "find_store",
                     "leaderboard", "local_store", "precompute"],

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ...errors import StoreError
 from ..store.units import Record, load_unit
 from .job import Doc, Job, Kind
-from .settings import Settings
+from .settings import Settings, flip_bound
 
 
 def _faithfulness(job: Job, doc: Doc) -> Record:
@@ -16,8 +16,8 @@ def _faithfulness(job: Job, doc: Doc) -> Record:
     scale = load_unit(job.root, None, "head-importance").arrays["importance"] if cfg["scaled"] else None
     result = faithfulness(job.model, a, doc.load("attribution").arrays["scores"], layers=cfg["attention_layers"],
                           scale=scale, rankings=cfg["rankings"], ks=cfg["ks"], replacement=cfg["replacement"],
-                          seeds=cfg["seeds"], max_removed=cfg["max_removed"], resume=job.use_cache,
-                          cache_dir=job.cache_dir, on_wait=job.on_wait)
+                          seeds=cfg["seeds"], max_removed=cfg["max_removed"], flip_bound=cfg["flip_bound"],
+                          resume=job.use_cache, cache_dir=job.cache_dir, on_wait=job.on_wait)
     rows = result.table()
     rows.insert(0, "p_original", result.p_original)
     rows.insert(0, "n", result.n)
@@ -31,7 +31,8 @@ def _faithfulness_settings(s: Settings) -> dict:
     rankings = list(RANKINGS if s.rankings is None else s.rankings)
     seeds = check_settings(rankings, None, DEFAULT_SEEDS if s.seeds is None else s.seeds, s.max_removed)
     return {"rankings": rankings, "ks": list(check_ks(KS if s.ks is None else s.ks)), "replacement": s.replacement,
-            "flip": "exact scan", "max_removed": float(s.max_removed), "seeds": list(seeds),
+            "flip": "exact scan", "max_removed": float(s.max_removed), "flip_bound": flip_bound(s),
+            "seeds": list(seeds),
             "attention_layers": None if s.faithfulness_layers is None else list(s.faithfulness_layers),
             "scaled": bool(s.faithfulness_scaled)}
 

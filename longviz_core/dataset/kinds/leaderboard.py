@@ -7,7 +7,7 @@ from ...errors import StoreError
 from ..store.units import Record
 from .attribution import attribution_settings
 from .job import Doc, Job, Kind, target_class
-from .settings import Settings
+from .settings import Settings, flip_bound
 
 
 def _leaderboard(job: Job, doc: Doc) -> Record:
@@ -27,8 +27,8 @@ def _leaderboard(job: Job, doc: Doc) -> Record:
     target = None if job.settings.target == "predicted" else target_class(job, a)
     runs = document_leaderboard(job.model, a, cfg["methods"], target, ks=cfg["ks"], seeds=cfg["seeds"] or (),
                                 replacement=cfg["replacement"], max_removed=cfg["max_removed"],
-                                rank_by=cfg["rank_by"], options=options, resume=job.use_cache,
-                                cache_dir=job.cache_dir, on_wait=job.on_wait)
+                                flip_bound=cfg["flip_bound"], rank_by=cfg["rank_by"], options=options,
+                                resume=job.use_cache, cache_dir=job.cache_dir, on_wait=job.on_wait)
     return Record(tables={"runs": runs})
 
 
@@ -54,7 +54,8 @@ def _leaderboard_settings(s: Settings) -> dict:
     ig = attribution_settings(s) if "ig" in methods else None
     return {"methods": methods, "target": str(s.target), "rank_by": s.rank_by,
             "ks": list(check_ks(KS if s.ks is None else s.ks)), "replacement": s.replacement, "flip": "exact scan",
-            "max_removed": float(s.max_removed), "seeds": None if seeds is None else list(seeds),
+            "max_removed": float(s.max_removed), "flip_bound": flip_bound(s),
+            "seeds": None if seeds is None else list(seeds),
             "ig": None if ig is None else {k: ig[k] for k in ("n_steps", "method", "precision", "scores")},
             "options": options}
 

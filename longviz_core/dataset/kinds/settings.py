@@ -40,6 +40,7 @@ class Settings:
     replacement: str = "mask"  # what a removed token becomes: "mask" or "pad"
     seeds: tuple | None = None  # the random ranking's seeds; None = views.faithfulness.DEFAULT_SEEDS
     max_removed: float = 1.0  # the flip scan's limit, a fraction of the removable tokens
+    flip_bound: int | None = None  # the flip scan's limit in tokens (the smaller limit applies); None = no bound
     faithfulness_layers: tuple | None = None  # the attention ranking's layers (0-based); None = all
     faithfulness_scaled: bool = False  # the attention ranking scaled by the store's head importance
     # the explainer leaderboard (also ks, seeds, replacement, max_removed, target; its IG: n_steps, ig_method,
@@ -76,6 +77,8 @@ class Settings:
             raise ValueError(f"replacement must be 'mask' or 'pad', got {self.replacement!r}")
         if not 0 < float(self.max_removed) <= 1:
             raise ValueError(f"max_removed must be a fraction in (0, 1], got {self.max_removed}")
+        if self.flip_bound is not None:
+            whole_number(self.flip_bound, "flip_bound (the flip scan's limit in tokens)", lo=1)
 
 
 def mask_rule() -> str:
@@ -83,3 +86,8 @@ def mask_rule() -> str:
 
     return RULE
 
+
+def flip_bound(s: Settings) -> int | None:
+    """The flip bound in tokens as the manifest records it: a store scanned to another bound is another store,
+    never served as exact."""
+    return None if s.flip_bound is None else int(s.flip_bound)

@@ -1,0 +1,364 @@
+"""The deletion test, once for every caller: AOPC / LOdds curves (Song et al. 2024) and first decision flips
+(Serrano & Smith 2019) of any set of removal orders, staged, each perturbed input scored once.
+
+    deletion_engine.deletion_test(model, analysis, orders, settings)
+                                                       orders: {name: removal order}; the random orders of
+                                                       settings.seeds are added here (random_order)
+    DeletionResult.rows()                              one row per run: ROW_COLUMNS (the one row schema)
+    summarise(rows, ks)                                runs of one document or many -> one row per method
+
+Deleting = replacing the token id by `<mask>` (default) or `<pad>`; positions, attention and global masks stay,
+so only token identities change. Orders are over the removable positions 1 .. n-2. With y the class predicted on
+the intact input and x~c the input with the first c positions of an order removed:
+    AOPC(k) = p(y | x) - p(y | x~c(k)),  LOdds(k) = log p(y | x~c(k)) - log p(y | x),  c(k) = removed_count(k, m)
+and the first flip is the smallest c whose argmax differs from y, found by an exact scan (every count in order:
+the decision may flip back, so a grid can miss the first flip).
+
+Stages (settings.flip_bound): 0 scores the curves only (1 + runs x len(ks) copies at most); an integer N scans
+every count 1 .. N ("no flip within the first N tokens" when none flips); None scans to the end (exact). A scan
+with resume=True keeps its position on disk, so a later call with a larger bound (or after Stop) goes on from the
+last count scored. Copies are keyed by the set of removed positions: the intact input, a curve count the scan
+reaches, and equal prefixes of two orders are scored once. The scans of every order advance together, their next
+counts sharing each forward (`batch_size` copies).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+from ..attribution.random_order import random_order
+from ..errors import LongvizError
+from ..model.loading import LoadedModel
+
+KS: tuple[float, ...] = (0.01, 0.05, 0.10, 0.20, 0.50)
+REPLACEMENTS: tuple[str, ...] = ("mask", "pad")
+DEFAULT_SEEDS: tuple[int, ...] = (0, 1, 2, 3, 4)
+# The default first-flip bound in tokens: with eight orders (three rankings, five seeds) it costs at most 8 x 24
+# copies; measured on the demo's document 0 (docs/benchmarks.md, "Faithfulness"), the page's first numbers then
+# arrive within the budget of a few hundred forwards.
+FLIP_BOUND = 24
+BATCH_SIZE = 8
+RANDOM = "random"
+
+
+class DeletionError(LongvizError, ValueError):
+    """Inputs for which the deletion test is undefined (no text tokens, bad orders or settings)."""
+
+
+@dataclass(frozen=True)
+class DeletionSettings:
+    """Everything that changes the deletion test's numbers (batch_size only its speed)."""
+
+    ks: tuple[float, ...] = KS  # fractions of the removable tokens, increasing, in (0, 1]
+    replacement: str = "mask"  # "mask" or "pad"
+    seeds: tuple[int, ...] = DEFAULT_SEEDS  # one random order per seed; () = no random baseline
+    flip_bound: int | None = FLIP_BOUND  # counts the flip scan covers: 0 = none, None = every count (exact)
+    batch_size: int | None = None  # copies per forward; None = default_batch_size(model)
+
+    def __post_init__(self):
+        ks = tuple(float(k) for k in self.ks)
+        if not ks or any(not (0.0 < k <= 1.0) for k in ks) or list(ks) != sorted(set(ks)):
+            raise DeletionError(f"ks must be increasing, distinct fractions in (0, 1], got {ks}")
+        seeds = tuple(int(s) for s in self.seeds)
+        if seeds and (min(seeds) < 0 or len(set(seeds)) != len(seeds)):
+            raise DeletionError(f"random seeds must be distinct and >= 0, got {seeds}")
+        if self.replacement not in REPLACEMENTS:
+            raise DeletionError(f"replacement must be one of {REPLACEMENTS}, got {self.replacement!r}")
+        if self.flip_bound is not None and int(self.flip_bound) < 0:
+            raise DeletionError(f"flip_bound must be >= 0 tokens or None (every count), got {self.flip_bound}")
+        if self.batch_size is not None and int(self.batch_size) < 1:
+            raise DeletionError(f"batch_size must be at least 1, got {self.batch_size}")
+        object.__setattr__(self, "ks", ks)
+        object.__setattr__(self, "seeds", seeds)
+        object.__setattr__(self, "flip_bound", None if self.flip_bound is None else int(self.flip_bound))
+
+    def limit(self, m: int) -> int:
+        """The last count the scan covers for m removable tokens."""
+        return m if self.flip_bound is None else min(m, self.flip_bound)
+
+    def key(self) -> dict:
+        """The settings that change the numbers, for cache keys and store manifests."""
+        return {"ks": list(self.ks), "replacement": self.replacement, "seeds": list(self.seeds),
+                "flip_bound": self.flip_bound}
+
+
+@dataclass(frozen=True)
+class RankingCurve:
+    """One removal order's curves and first flip."""
+
+    name: str
+    order: np.ndarray = field(repr=False)  # (m,) removable positions, most important first
+    removed: np.ndarray  # (K,) tokens removed at each k
+    probs: np.ndarray  # (K,) p(y | x with the top-k removed)
+    aopc_k: np.ndarray  # (K,) p(y | x) - p(y | x~k)
+    lodds_k: np.ndarray  # (K,) log p(y | x~k) - log p(y | x)
+    flip_removed: int | None  # smallest count whose removal changes the decision; None = none within `scanned`
+    flip_fraction: float | None  # flip_removed / removable tokens; None = no flip within `scanned`
+    scanned: int  # every count 1 .. scanned was scored (the first flip, or as far as the scan got)
+    seed: int | None = None  # of a random order
+    copies: int = 0  # copies this run had scored (a copy another run reached first counts there)
+
+    @property
+    def aopc(self) -> float:
+        return float(self.aopc_k.mean())
+
+    @property
+    def lodds(self) -> float:
+        return float(self.lodds_k.mean())
+
+    def flip_text(self, m: int) -> str:
+        """The first flip in words: '12 tokens (0.046)', 'no flip within the first 24 tokens' or 'no flip'."""
+        if self.flip_removed is not None:
+            return f"{self.flip_removed:,} tokens ({self.flip_fraction:.3f})"
+        return "no flip" if self.scanned >= m else f"no flip within the first {self.scanned:,} tokens"
+
+
+@dataclass(frozen=True)
+class RandomBaseline:
+    """The random order run once per seed: per-seed curves and their mean and population sd over the seeds."""
+
+    seeds: tuple[int, ...]
+    runs: tuple[RankingCurve, ...]  # one per seed, in the order of `seeds`
+
+    def _stack(self, name: str) -> np.ndarray:
+        return np.stack([getattr(c, name) for c in self.runs])  # (S, K)
+
+    def mean(self, name: str) -> np.ndarray:
+        """Mean over seeds, per k, of 'probs', 'aopc_k' or 'lodds_k'."""
+        return self._stack(name).mean(axis=0)  # (K,)
+
+    def sd(self, name: str) -> np.ndarray:
+        """Population standard deviation over seeds, per k, of 'probs', 'aopc_k' or 'lodds_k'."""
+        return self._stack(name).std(axis=0)  # (K,)
+
+    @property
+    def aopc(self) -> np.ndarray:
+        return np.array([c.aopc for c in self.runs])  # (S,)
+
+    @property
+    def lodds(self) -> np.ndarray:
+        return np.array([c.lodds for c in self.runs])  # (S,)
+
+    @property
+    def flip_fractions(self) -> np.ndarray:
+        """(S,) each seed's flip fraction, NaN where it did not flip."""
+        return np.array([math.nan if c.flip_fraction is None else c.flip_fraction for c in self.runs])
+
+    @property
+    def flip_rate(self) -> float:
+        """Share of the seeds whose decision flipped."""
+        return float(np.isfinite(self.flip_fractions).mean())
+
+    def flip_stats(self, name: str = "flip_fraction") -> tuple[float | None, float | None]:
+        """(mean, population sd) of 'flip_fraction' or 'flip_removed' over the seeds that flipped; (None, None)
+        when none did (Serrano & Smith 2019 leave never-flipping instances out)."""
+        values = [getattr(c, name) for c in self.runs if c.flip_removed is not None]
+        if not values:
+            return None, None
+        return float(np.mean(values)), float(np.std(values))
+
+
+@dataclass(frozen=True)
+class DeletionResult:
+    ks: tuple[float, ...]
+    predicted: int  # y: the class predicted on the intact input
+    p_original: float  # p(y | x), from the same kind of batched forward as the copies
+    n: int  # tokens, <s> and </s> included
+    n_removable: int  # n - 2
+    replacement: str  # the token written over deleted ones, e.g. '<mask>'
+    flip_limit: int  # the scan's bound in tokens for this document (n_removable = exact to the end)
+    runs: tuple[RankingCurve, ...]  # the given orders, then one per random seed
+    labels: dict  # name -> label for tables and charts
+    forward_passes: int  # copies scored by this call (the intact input included)
+    copies_needed: int  # copies the same answers need without sharing (one per run and count, plus the intact)
+    seconds: float
+    stopped: bool = False  # Stop was pressed: the scans hold what they had scored
+
+    @property
+    def curves(self) -> dict[str, RankingCurve]:
+        """The given orders' runs by name (random's seeds are in `random`)."""
+        return {r.name: r for r in self.runs if r.seed is None}
+
+    @property
+    def random(self) -> RandomBaseline | None:
+        runs = tuple(r for r in self.runs if r.seed is not None)
+        return RandomBaseline(tuple(r.seed for r in runs), runs) if runs else None
+
+    @property
+    def rankings(self) -> list[str]:
+        return list(self.curves) + ([RANDOM] if self.random is not None else [])
+
+    @property
+    def max_removed(self) -> float:
+        return self.flip_limit / self.n_removable
+
+    @property
+    def exact(self) -> bool:
+        """Every run's first flip is settled: found, or every count scanned."""
+        return all(r.flip_removed is not None or r.scanned >= self.n_removable for r in self.runs)
+
+    def label(self, run: RankingCurve) -> str:
+        return self.labels.get(run.name, run.name)
+
+    def rows(self) -> pd.DataFrame:
+        """One row per run in the row schema ROW_COLUMNS (NaN first flip = no flip within `scanned`)."""
+        nan = math.nan
+        out = []
+        for r in self.runs:
+            row = {"method": r.name, "seed": nan if r.seed is None else r.seed}
+            row.update(zip(metric_columns(self.ks), [*r.aopc_k, r.aopc, *r.lodds_k, r.lodds]))
+            row.update(first_flip=nan if r.flip_fraction is None else r.flip_fraction,
+                       flip_removed=nan if r.flip_removed is None else float(r.flip_removed), scanned=r.scanned,
+                       settled=r.flip_removed is not None or r.scanned >= self.n_removable, copies=r.copies,
+                       deletion_seconds=self.seconds * r.copies / max(1, self.forward_passes))
+            out.append(row)
+        return pd.DataFrame(out, columns=row_columns(self.ks)).astype({c: float for c in metric_columns(self.ks)})
+
+    def table(self) -> pd.DataFrame:
+        """summarise(rows()) in run order, with the labels as `ranking`: one row per method, random's numbers the
+        mean and population sd over its seeds."""
+        table = summarise(self.rows(), self.ks)
+        table.insert(0, "ranking", [self.labels.get(m, m) for m in table["method"]])
+        return table
+
+    def long_curves(self) -> pd.DataFrame:
+        """Tidy curves for charts: ranking, k, removed, then probability, aopc and lodds, each with '_sd', '_lo' and
+        '_hi' (mean -+ sd over the random seeds; NaN for the other rankings)."""
+        rows = []
+        for c in self.curves.values():
+            for i, k in enumerate(self.ks):
+                rows.append({"ranking": self.label(c), "k": k, "removed": int(c.removed[i]),
+                             **{m: float(getattr(c, a)[i]) for m, a in _CURVE_ATTRS.items()}})
+        rnd = self.random
+        if rnd is not None:
+            stats = {m: (rnd.mean(a), rnd.sd(a)) for m, a in _CURVE_ATTRS.items()}
+            for i, k in enumerate(self.ks):
+                row = {"ranking": self.labels.get(RANDOM, "Random"), "k": k, "removed": int(rnd.runs[0].removed[i])}
+                for m, (mean, sd) in stats.items():
+                    row.update({m: float(mean[i]), f"{m}_sd": float(sd[i]), f"{m}_lo": float(mean[i] - sd[i]),
+                                f"{m}_hi": float(mean[i] + sd[i])})
+                rows.append(row)
+        columns = ["ranking", "k", "removed"] + [f"{m}{s}" for m in _CURVE_ATTRS for s in ("", "_sd", "_lo", "_hi")]
+        return pd.DataFrame(rows, columns=columns)
+
+    def seed_curves(self) -> pd.DataFrame:
+        """Every random seed's own curve: seed, k, removed, probability, aopc, lodds."""
+        runs = self.random.runs if self.random is not None else ()
+        return pd.DataFrame([{"seed": c.seed, "k": k, "removed": int(c.removed[i]),
+                              **{m: float(getattr(c, a)[i]) for m, a in _CURVE_ATTRS.items()}}
+                             for c in runs for i, k in enumerate(self.ks)],
+                            columns=["seed", "k", "removed", *_CURVE_ATTRS])
+
+    def flips(self) -> pd.DataFrame:
+        """One row per run for figures.agreement.flip_chart: ranking, seed, flip_removed, flip_fraction (NaN = no
+        flip within the run's scan)."""
+        nan = math.nan
+        return pd.DataFrame([{"ranking": self.label(c), "seed": nan if c.seed is None else c.seed,
+                              "flip_removed": nan if c.flip_removed is None else c.flip_removed,
+                              "flip_fraction": nan if c.flip_fraction is None else c.flip_fraction}
+                             for c in self.runs], columns=["ranking", "seed", "flip_removed", "flip_fraction"])
+
+
+_CURVE_ATTRS = {"probability": "probs", "aopc": "aopc_k", "lodds": "lodds_k"}
+
+
+# ------------------------------------------------------------------------------------------- the column vocabulary
+def k_label(k: float) -> str:
+    """A fraction as column names write it: 0.05 -> '5%'."""
+    return f"{100 * k:g}%"
+
+
+def metric_columns(ks: Sequence[float] = KS) -> list[str]:
+    """AOPC@k for every k, AOPC (their mean), LOdds@k for every k, LOdds."""
+    return [f"aopc@{k_label(k)}" for k in ks] + ["aopc"] + [f"lodds@{k_label(k)}" for k in ks] + ["lodds"]
+
+
+def row_columns(ks: Sequence[float] = KS) -> list[str]:
+    """The one row schema of a run: method, seed (random only), the curve numbers, first_flip (fraction of the
+    removable tokens), flip_removed (count), scanned (every count 1 .. scanned was scored), settled (the first flip
+    is known: found, or every count scanned), copies (scored for this run) and deletion_seconds (the test's time
+    in proportion to those copies)."""
+    return ["method", "seed", *metric_columns(ks), "first_flip", "flip_removed", "scanned", "settled", "copies",
+            "deletion_seconds"]
+
+
+def summarise(runs: pd.DataFrame, ks: Sequence[float] = KS) -> pd.DataFrame:
+    """Runs of one document or many (a 'doc' column tells documents apart) -> one row per method, in order of
+    first appearance: every number's mean over documents; first_flip over the runs that flipped, flip_rate the
+    share that did. Random (rows with a seed): each seed's mean over documents first, then the mean and the
+    population sd over the seeds (`<number>_sd`; NaN for the other methods). `documents`, `runs` (seeds or 1);
+    `no_flip_within`: the fewest counts scanned by a run that neither flipped nor reached its end (a bounded
+    scan: "no flip within the first N tokens"), NaN when every run is settled."""
+    cols = metric_columns(ks) + ["first_flip"]
+    missing = [c for c in ["method", "seed", *cols] if c not in runs]
+    if missing:
+        raise DeletionError(f"runs lack column(s) {missing}")
+    if runs.empty:
+        raise DeletionError("no runs to summarise")
+    docs = runs["doc"] if "doc" in runs else pd.Series(0, index=runs.index)
+    out = []
+    for method, group in runs.groupby("method", sort=False):
+        row = {"method": method, "documents": int(docs[group.index].nunique())}
+        seeded = group["seed"].notna().any()
+        means = group.groupby("seed")[cols].mean() if seeded else group[cols]  # pandas skips NaN (no flip)
+        for c in cols:
+            values = means[c].dropna() if seeded else group[c].dropna()
+            row[c] = float(values.mean()) if len(values) else math.nan
+            row[f"{c}_sd"] = float(values.std(ddof=0)) if seeded and len(values) else math.nan
+        row["flip_removed"] = float(group["flip_removed"].mean()) if "flip_removed" in group else math.nan
+        row["flip_rate"] = float(group["first_flip"].notna().mean())
+        row["runs"] = int(group["seed"].nunique()) if seeded else 1
+        open_ = group[~group["settled"].astype(bool)] if "settled" in group else group.iloc[:0]
+        row["no_flip_within"] = float(open_["scanned"].min()) if len(open_) else math.nan
+        out.append(row)
+    return pd.DataFrame(out)
+
+
+# ------------------------------------------------------------------------------------------- orders
+def removal_order(scores, n: int | None = None) -> np.ndarray:
+    """Removable positions (1 .. n-2) sorted from the highest score to the lowest; ties keep the lower position
+    first, so the order is deterministic."""
+    scores = check_vector(scores, n, "scores")
+    return (np.argsort(-scores[1:-1], kind="stable") + 1).astype(np.int64)
+
+
+def removed_count(k: float, m: int) -> int:
+    """Tokens removed at fraction k of m removable tokens: round(k * m), at least 1 and at most m."""
+    return int(min(m, max(1, math.floor(k * m + 0.5))))
+
+
+def bound_of(max_removed: float, m: int) -> int | None:
+    """The flip bound in tokens for a scan limit given as a fraction of the m removable tokens (1.0: None)."""
+    if not 0.0 < float(max_removed) <= 1.0:
+        raise DeletionError(f"max_removed must be a fraction in (0, 1], got {max_removed}")
+    return None if float(max_removed) >= 1.0 else removed_count(max_removed, m)
+
+
+def default_batch_size(model: LoadedModel) -> int:
+    """Copies per forward: 1 on a CPU running one torch thread, BATCH_SIZE otherwise (measured on the demo,
+    docs/benchmarks.md "Faithfulness": with one thread a copy costs the same alone or batched; with two a lone
+    copy cost 3-4x one in a batch of 8; a GPU needs batches to be used at all)."""
+    single_thread_cpu = torch.device(model.device).type == "cpu" and torch.get_num_threads() == 1
+    return 1 if single_thread_cpu else BATCH_SIZE
+
+
+def check_vector(values, n: int | None, what: str) -> np.ndarray:
+    from ..errors import finite_vector
+
+    v = finite_vector(values, what, DeletionError)
+    if n is not None and v.size != n:
+        raise DeletionError(f"{what} has {v.size} values but the document has {n} tokens")
+    if v.size < 3:
+        raise DeletionError(f"{what} needs at least 3 tokens (<s>, one text token, </s>), got {v.size}")
+    return v
+
+
+__all__ = [
+    "BATCH_SIZE", "DEFAULT_SEEDS", "DeletionError", "DeletionResult", "DeletionSettings", "FLIP_BOUND", "KS",
+    "RANDOM", "REPLACEMENTS", "RandomBaseline", "RankingCurve", "bound_of", "default_batch_size",
+    "k_label", "metric_columns", "random_order", "removal_order", "removed_count", "row_columns", "summarise"]

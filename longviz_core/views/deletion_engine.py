@@ -1,0 +1,243 @@
+"""The deletion test's engine: perturbed copies scored once each and batched across rankings, the exact first-flip
+scans advanced together, their positions kept on disk (the definitions and the result: views.deletion)."""
+from __future__ import annotations
+
+import hashlib
+import math
+import threading
+import time
+from typing import Mapping
+
+import numpy as np
+import torch
+
+from .._disk import JsonStore, array_digest, digest
+from ..model.analysis import DocumentAnalysis
+from ..model.encoding import Encoded
+from ..model.loading import LoadedModel
+from ..progress import Progress, format_seconds, report
+from ..runtime import COMPUTE
+from .deletion import (
+    RANDOM, REPLACEMENTS, DeletionError, DeletionResult, DeletionSettings, RankingCurve, default_batch_size,
+    random_order, removed_count,
+)
+
+_REPORT_EVERY_S = 0.25  # progress reports during the scans: one per round, at most this often
+
+def deletion_test(
+    model: LoadedModel,
+    analysis: DocumentAnalysis,
+    orders: Mapping[str, np.ndarray],
+    settings: DeletionSettings = DeletionSettings(),
+    progress: Progress | None = None,
+    *,
+    labels: Mapping[str, str] | None = None,
+    resume: bool = False,
+    cache_dir=None,
+    on_wait=None,
+    stop: threading.Event | None = None,
+) -> DeletionResult:
+    """Curves and first flips of every order in `orders` (name -> removable positions, most important first) and
+    of one random order per settings.seed (named 'random'), on one document.
+
+    resume: keep each scan's position on disk (LONGVIZ_CACHE_DIR/flip-scans/, or under cache_dir), keyed by the
+    model's fingerprint, the document, the replacement and the order. stop: when set, the scans end after the
+    forward in flight and the result holds every count scored (`stopped`); with resume they go on from there.
+    progress: the stage, the counts settled and an upper bound of the time left (a flip ends a scan early)."""
+    started = time.monotonic()
+    n, m = analysis.n, analysis.n - 2
+    if m < 1:
+        raise DeletionError(f"a document needs at least one text token between <s> and </s>, got n={n}")
+    runs: list[tuple[str, int | None, np.ndarray]] = []
+    for name, order in orders.items():
+        if name == RANDOM:
+            raise DeletionError("'random' is the seeded baseline: give its seeds in the settings, not an order")
+        order = np.asarray(order, dtype=np.int64)
+        if order.shape != (m,) or sorted(order.tolist()) != list(range(1, n - 1)):
+            raise DeletionError(f"the order {name!r} must be a permutation of the {m} removable positions")
+        runs.append((name, None, order))
+    runs += [(RANDOM, s, random_order(n, s)) for s in settings.seeds]
+    if not runs:
+        raise DeletionError("choose at least one ranking")
+    scorer = _Scorer(model, analysis.encoded, replacement_id(model.tokenizer, settings.replacement),
+                     default_batch_size(model) if settings.batch_size is None else settings.batch_size)
+    counts = [removed_count(k, m) for k in settings.ks]
+    limit = settings.limit(m)
+    with COMPUTE.hold(on_wait):
+        report(progress, 0.0, f"Deletion curves: {len(runs)} rankings")
+        intact = scorer.log_probs([(runs[0][2], 0)], owner=-1)[0]
+        predicted = int(np.argmax(intact))
+        base = intact[predicted]
+        curve_logp = scorer.log_probs([(order, c) for _, _, order in runs for c in counts],
+                                      owners=[i for i in range(len(runs)) for _ in counts])
+        curve_logp = curve_logp[:, predicted].reshape(len(runs), len(counts))  # (runs, K)
+        saved = _ScanStore(model, analysis.encoded, scorer.replacement_id, predicted, cache_dir) if resume else None
+        scans = _Scans(scorer, [order for _, _, order in runs], predicted, limit, saved, progress, stop,
+                       [labels_of(labels, name, seed) for name, seed, _ in runs])
+        scans.run()
+        report(progress, 1.0, "Done")
+    out = []
+    for i, ((name, seed, order), lp) in enumerate(zip(runs, curve_logp)):
+        flip = scans.flip[i]
+        out.append(RankingCurve(
+            name=name, order=order, removed=np.asarray(counts, dtype=np.int64), probs=np.exp(lp),
+            aopc_k=np.exp(base) - np.exp(lp), lodds_k=lp - base, flip_removed=flip,
+            flip_fraction=None if flip is None else flip / m, scanned=scans.clear[i] if flip is None else flip,
+            seed=seed, copies=scorer.owned.get(i, 0)))
+    needed = 1 + sum(len(counts) + r.scanned for r in out)
+    return DeletionResult(
+        ks=settings.ks, predicted=predicted, p_original=float(np.exp(base)), n=n, n_removable=m,
+        replacement=model.tokenizer.convert_ids_to_tokens(scorer.replacement_id), flip_limit=limit, runs=tuple(out),
+        labels={RANDOM: "Random", **(labels or {})}, forward_passes=scorer.copies, copies_needed=needed,
+        seconds=time.monotonic() - started, stopped=scans.stopped)
+
+
+def labels_of(labels, name: str, seed) -> str:
+    label = (labels or {}).get(name, "Random" if name == RANDOM else name)
+    return label if seed is None else f"{label} (seed {seed})"
+
+
+def replacement_id(tokenizer, replacement: str) -> int:
+    if replacement not in REPLACEMENTS:
+        raise DeletionError(f"replacement must be one of {REPLACEMENTS}, got {replacement!r}")
+    token_id = tokenizer.mask_token_id if replacement == "mask" else tokenizer.pad_token_id
+    if token_id is None:
+        raise DeletionError(f"The tokenizer has no {replacement} token; choose the other replacement.")
+    return int(token_id)
+
+
+class _Scorer:
+    """Scores perturbed copies of one document, each removed set once (keyed by the sorted positions), in
+    forwards of `batch_size` copies; counts the copies scored and which run first asked for each."""
+
+    def __init__(self, model: LoadedModel, enc: Encoded, replacement_id: int, batch_size: int) -> None:
+        self.model, self.enc, self.replacement_id, self.batch_size = model, enc, int(replacement_id), int(batch_size)
+        self.known: dict[bytes, np.ndarray] = {}  # removed-set digest -> (classes,) log-probabilities
+        self.copies = 0
+        self.owned: dict[int, int] = {}
+
+    @staticmethod
+    def _key(order: np.ndarray, count: int) -> bytes:
+        return hashlib.blake2b(np.sort(order[:count]).tobytes(), digest_size=16).digest()
+
+    def log_probs(self, probes: list[tuple[np.ndarray, int]], owners: list[int] | None = None,
+                  owner: int = -1) -> np.ndarray:
+        """(len(probes), classes): log-probabilities of the input with order[:count] replaced, per probe."""
+        owners = owners or [owner] * len(probes)
+        keys = [self._key(order, c) for order, c in probes]
+        todo, seen = [], set()
+        for key, probe, who in zip(keys, probes, owners):
+            if key not in self.known and key not in seen:
+                seen.add(key)
+                todo.append((key, probe, who))
+        for start in range(0, len(todo), self.batch_size):
+            chunk = todo[start : start + self.batch_size]
+            ids = np.repeat(self.enc.input_ids[None, :], len(chunk), axis=0)  # (B, n)
+            for row, (_, (order, count), _) in enumerate(chunk):
+                ids[row, order[:count]] = self.replacement_id
+            for (key, _, who), lp in zip(chunk, self._forward(ids)):
+                self.known[key] = lp
+                self.owned[who] = self.owned.get(who, 0) + 1
+            self.copies += len(chunk)
+        return np.stack([self.known[k] for k in keys])
+
+    def _forward(self, ids: np.ndarray) -> np.ndarray:
+        inputs = self.model.family.inputs(self.enc, self.model.device, ids=ids)
+        with torch.no_grad():
+            logits = self.model(**inputs).logits
+        return torch.log_softmax(logits.double(), dim=-1).cpu().numpy()  # (B, classes)
+
+
+class _Scans:
+    """The exact first-flip scans of every order, advanced together: each round gives every unfinished scan its
+    next consecutive counts (the batch shared between them), then settles a scan at the smallest flipping count of
+    its chunk. clear[i]: every count 1 .. clear[i] keeps y; flip[i]: the first count that does not, or None."""
+
+    def __init__(self, scorer: _Scorer, orders: list[np.ndarray], predicted: int, limit: int, saved, progress,
+                 stop, names: list[str]) -> None:
+        self.scorer, self.orders, self.predicted, self.limit = scorer, orders, predicted, limit
+        self.saved, self.progress, self.stop, self.names = saved, progress, stop, names
+        self.clear = [0] * len(orders)
+        self.flip: list[int | None] = [None] * len(orders)
+        self.stopped = False
+        if saved is not None:
+            for i, order in enumerate(orders):
+                clear, flip = saved.get(order)
+                self.flip[i] = flip if flip is not None and flip <= limit else None
+                self.clear[i] = (flip - 1) if self.flip[i] is not None else min(clear, limit)
+
+    def _open(self) -> list[int]:
+        return [i for i in range(len(self.orders)) if self.flip[i] is None and self.clear[i] < self.limit]
+
+    def run(self) -> None:
+        total = sum(self.limit - self.clear[i] for i in self._open())
+        started, copies0, last, done = time.monotonic(), self.scorer.copies, -math.inf, 0
+        while True:
+            open_ = self._open()
+            if not open_:
+                break
+            if self.stop is not None and self.stop.is_set():
+                self.stopped = True
+                break
+            per = max(1, self.scorer.batch_size // len(open_))
+            chunks = {i: list(range(self.clear[i] + 1, min(self.limit, self.clear[i] + per) + 1)) for i in open_}
+            probes = [(self.orders[i], c) for i in open_ for c in chunks[i]]
+            owners = [i for i in open_ for _ in chunks[i]]
+            flipped = np.argmax(self.scorer.log_probs(probes, owners), axis=1) != self.predicted
+            at = 0
+            for i in open_:
+                mine = flipped[at : at + len(chunks[i])]
+                at += len(chunks[i])
+                if mine.any():
+                    self.flip[i] = chunks[i][int(np.argmax(mine))]
+                    done += self.limit - self.clear[i]
+                    self.clear[i] = self.flip[i] - 1
+                else:
+                    done += len(chunks[i])
+                    self.clear[i] = chunks[i][-1]
+                if self.saved is not None:
+                    self.saved.record(self.orders[i], self.clear[i], self.flip[i])
+            now = time.monotonic()
+            if self.progress is not None and now - last >= _REPORT_EVERY_S and total:
+                last = now
+                scored = self.scorer.copies - copies0
+                left = (now - started) / scored * (total - done) if scored else math.nan
+                eta = f"; at most about {format_seconds(left)} left" if scored else ""
+                report(self.progress, done / total, f"Decision flips (exact scan to {self.limit:,} tokens), "
+                       f"{len(open_)} rankings open, {self.names[open_[0]]} at {self.clear[open_[0]]:,}{eta}")
+        if self.saved is not None:
+            for i, order in enumerate(self.orders):
+                self.saved.record(order, self.clear[i], self.flip[i], force=True)
+
+
+class _ScanStore:
+    """Where each flip scan has got to, on disk: {"clear": c, "flip": f or None} per (document, replacement,
+    predicted class, order), written at most every few seconds while scans run and when they end."""
+
+    EVERY_S = 5.0
+
+    def __init__(self, model: LoadedModel, enc: Encoded, replacement_id: int, predicted: int, cache_dir) -> None:
+        self.store = JsonStore("flip-scans", cache_dir)
+        self.base = {"v": 2, "model": model.fingerprint, "ids": array_digest(enc.input_ids),
+                     "positions": array_digest(enc.position_ids), "global": array_digest(enc.global_mask),
+                     "replacement": int(replacement_id), "predicted": int(predicted)}
+        self.last = time.monotonic()
+
+    def _key(self, order: np.ndarray) -> str:
+        return digest({**self.base, "order": array_digest(order)})
+
+    def get(self, order: np.ndarray) -> tuple[int, int | None]:
+        value = self.store.get(self._key(order)) or {}
+        return int(value.get("clear", 0)), (None if value.get("flip") is None else int(value["flip"]))
+
+    def record(self, order: np.ndarray, clear: int, flip: int | None, force: bool = False) -> None:
+        """Keeps the furthest position known (an earlier run with a larger bound may have gone further)."""
+        if flip is None and not force and time.monotonic() - self.last < self.EVERY_S:
+            return
+        old_clear, old_flip = self.get(order)
+        if old_flip is None and (flip is not None or clear > old_clear):
+            self.store.put(self._key(order), {"clear": max(clear, old_clear), "flip": flip})
+        self.last = time.monotonic()
+
+
+__all__ = ["deletion_test", "replacement_id"]

@@ -1,0 +1,148 @@
+"""The deletion test's stages on a page: its numbers as far as they are known, and the last stage, the exact scan
+to the end, in a background thread (through the compute queue, so in hosted mode it waits its turn like IG),
+shown by a fragment that refreshes its progress, an upper bound of the time left and a Stop button while the
+rest of the app stays usable."""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+import pandas as pd
+import streamlit as st
+
+from longviz_core.progress import format_seconds
+from longviz_core.views.deletion import metric_columns
+from pages._ui import common
+from pages._ui.keys import K
+
+REFRESH_S = 2.0
+
+
+@dataclass
+class Job:
+    """One background scan: its progress as the worker reports it, then its result or error."""
+
+    stop: threading.Event = field(default_factory=threading.Event)
+    fraction: float = 0.0
+    message: str = "Starting"
+    result: object = None
+    error: Exception | None = None
+    thread: threading.Thread | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.thread is not None and self.thread.is_alive()
+
+
+_JOBS: dict[str, Job] = {}  # process-wide: a scan outlives the page run (and the session) that started it
+_LOCK = threading.Lock()
+
+
+def _start(key: str, work) -> Job:
+    """work(progress, stop, on_wait) -> result, in a daemon thread; one job per key at a time."""
+    with _LOCK:
+        job = _JOBS.get(key)
+        if job is not None and job.running:
+            return job
+        job = _JOBS[key] = Job()
+
+    def progress(fraction: float, message: str) -> None:
+        job.fraction, job.message = fraction, message
+
+    def on_wait(ahead: int) -> None:
+        if ahead:
+            job.message = f"Waiting for the model: {ahead} job(s) ahead of this scan."
+
+    def target() -> None:
+        try:
+            job.result = work(progress, job.stop, on_wait)
+        except Exception as e:  # shown on the page by the fragment
+            job.error = e
+
+    job.thread = threading.Thread(target=target, name=f"longviz-scan-{key[:40]}", daemon=True)
+    job.thread.start()
+    return job
+
+
+def numbers(result, name: str, model, meta, pending: str | None = None) -> None:
+    """The result's table, one column per ranking and one row per number (every number fits the page; the CSV
+    keeps a row per ranking), and each unflipped run's flip in words; `pending`: the flips are not scanned yet."""
+    table = result.table()
+    flips = [] if pending else ["first_flip", "flip_removed", "flip_rate"]
+    cols = metric_columns(result.ks) + flips + ["runs"] + [f"{c}_sd" for c in metric_columns(result.ks) + flips[:1]]
+    shown = table.set_index("ranking")[cols].round(4)
+    wide = shown.T.rename_axis("number").reset_index()
+    if pending:  # drawn again once the flips are known: no download button yet (one per page run)
+        st.dataframe(wide, hide_index=True)
+        st.caption(pending)
+        return
+    common.table(wide, name, model, meta, download=shown.reset_index())
+    m, held = result.n_removable, {}
+    for run in result.runs:  # one line per "no flip …" text, naming every run it holds for
+        if run.flip_removed is None:
+            held.setdefault(run.flip_text(m), []).append(
+                result.label(run) + ("" if run.seed is None else f" (seed {run.seed})"))
+    for text, names in held.items():
+        st.caption(f"The prediction holds, {text}: {', '.join(names)}.")
+    st.caption(f"{result.forward_passes:,} perturbed copies scored in {result.seconds:.1f} s "
+               f"({result.copies_needed:,} without sharing) · removed tokens replaced by {result.replacement} · "
+               f"{m:,} removable text tokens.")
+
+
+def left_of(known) -> tuple[int, float]:
+    """(copies the exact scan may still need, seconds per copy measured) from a DeletionResult or leaderboard runs
+    (rows in views.deletion's schema with `n`)."""
+    if isinstance(known, pd.DataFrame):
+        open_ = known[~known["settled"].astype(bool)]
+        left = int((open_["n"] - 2 - open_["scanned"]).sum())
+        return left, float(known["deletion_seconds"].sum()) / max(1, int(known["copies"].sum()))
+    left = sum(known.n_removable - r.scanned for r in known.runs if r.flip_removed is None)
+    return left, known.seconds / max(1, known.forward_passes)
+
+
+def exact_stage(page: str, key: str, work, left: int, seconds_per_copy: float):
+    """The exact scan of every unfinished first flip, on demand: a button (with the `left` copies it may take at
+    most and that time at `seconds_per_copy`), then the worker's progress and Stop in a fragment; returns the
+    finished (or stopped) result, or None while there is none."""
+    job = _JOBS.get(key)
+    if job is not None and not job.running and (job.result is not None or job.error is not None):
+        if job.error is not None:
+            st.error(f"The exact scan failed: {job.error}")
+            return None
+        if not job.stop.is_set():
+            return job.result
+    if left and (job is None or not job.running):
+        stopped = job is not None and job.result is not None
+        st.info(f"{'Stopped: every count scored so far is kept. ' if stopped else ''}Scanning every remaining "
+                f"count exactly takes at most {left:,} more copies (about {format_seconds(left * seconds_per_copy)} "
+                "here; less when decisions flip early). It runs in the background: this page keeps its numbers "
+                "and other pages stay usable.")
+        if st.button("Scan to the end (exact first flips)", key=K.page(page, "exact")):
+            job = _start(key, work)
+        elif stopped:
+            return job.result
+    if job is not None and job.running:
+        _watch(page, key)
+    return None
+
+
+def _watch(page: str, key: str) -> None:
+    shown = K.page(page, "exact_shown")
+
+    @st.fragment(run_every=REFRESH_S)
+    def panel() -> None:
+        job = _JOBS.get(key)
+        if job is None:
+            return
+        if job.running:
+            st.progress(min(max(job.fraction, 0.0), 1.0), text=f"Exact scan: {job.message}")
+            if st.button("Stop", key=K.page(page, "exact_stop")):
+                job.stop.set()
+        elif st.session_state.get(shown) != id(job):
+            st.session_state[shown] = id(job)
+            st.rerun(scope="app")  # the page draws the finished numbers
+
+    panel()
+
+
+__all__ = ["exact_stage", "left_of", "numbers"]

@@ -1,0 +1,63 @@
+"""The explainer leaderboard on the Explainers page: the table as the stages fill it in, then every number, the
+deletion curves, the flips and the runs, each with its download."""
+from __future__ import annotations
+
+import streamlit as st
+
+from longviz_core.dataset import leaderboard as lb
+from longviz_core.figures import agreement as fig_faith
+from longviz_core.figures import explainers as fig
+from pages._ui import common, export
+
+# On screen: the columns that fit at 1,024 px (random's spread is stated beside the table, the measured cost is
+# the seconds); the expander and the CSV have every column at full precision. Widths in px: "no flip ≤ 24 tokens"
+# needs 150 of the ~560 the main column has at 1,024 px.
+FORMATS = {c: st.column_config.NumberColumn(c, format="%.3f", width=80) for c in ("AOPC", "LOdds")}
+FORMATS["first flip"] = st.column_config.TextColumn("first flip", width=150, alignment="right")
+FORMATS["seconds"] = st.column_config.NumberColumn("seconds", format="%.2f", width=80)
+FORMATS.update({c: None for c in ("method", "AOPC sd (seeds)", "LOdds sd (seeds)", "flip rate", "peak MB", "cost")})
+
+
+def flips_in_words(df):
+    """The table as shown: "no flip" (or "no flip within the first N tokens" for a scan not yet at its end)
+    where first_flip is NaN, rather than an empty cell; for the leaderboard or its runs."""
+    if "no_flip_within" in df:
+        within = df["no_flip_within"]
+    else:
+        within = df["scanned"].where(~df["settled"].astype(bool))
+    return df.assign(first_flip=[fig.flip_text(v, w) for v, w in zip(df["first_flip"], within)])
+
+
+def show_table(runs, model, meta, title, pending=None):
+    """The leaderboard itself; `pending`: the flips are still being scanned (no downloads yet)."""
+    table = lb.summarise(runs)
+    st.subheader(title)
+    view = fig.leaderboard_view(table)
+    if pending:
+        st.dataframe(view.assign(**{"first flip": "…"}), hide_index=True, column_config=FORMATS)
+        st.caption(pending)
+        return table
+    common.table(view, "explainer leaderboard", model, meta, column_config=FORMATS)
+    st.caption(fig.random_floor(view))
+    return table
+
+
+def show_leaderboard(runs, model, meta, title):
+    """The leaderboard, every number, the curves, the flips and the runs, with their downloads."""
+    table = show_table(runs, model, meta, title)
+    with st.expander("Every number (AOPC and LOdds at each k, sds)"):
+        common.table(flips_in_words(table), "explainer leaderboard every number", model, meta, download=table)
+    tabs = st.tabs(["AOPC", "LOdds", "first flip (exact scan)", "runs"])
+    curves = lb.curves(runs)
+    for tab, metric in zip(tabs, ("aopc", "lodds")):
+        export.chart(fig_faith.deletion_curves_chart(curves, metric), f"explainer deletion curve {metric}", model,
+                     meta, where=tab, width="content")  # the figure's fixed aspect, not stretched past the column
+    open_ = runs[~runs["settled"].astype(bool)]  # scans that stopped at the bound: "no flip within the first N"
+    export.chart(fig_faith.flip_chart(lb.flips(runs), bound=int(open_["scanned"].min()) if len(open_) else None),
+                 "explainer decision flips", model, meta, where=tabs[2])
+    shown = ["doc"] * ("doc" in runs) + ["label", "seed", "aopc", "lodds", "first_flip", "seconds"]
+    common.table(flips_in_words(runs)[shown], "explainer runs", model, meta, where=tabs[3],
+                 download=runs)  # every column, NaN for no flip, in the CSV
+
+
+__all__ = ["show_leaderboard", "show_table"]
