@@ -403,7 +403,11 @@ def _head_mean_product(grads: AttentionBands, bands: AttentionBands, layer: int,
         return (acc / grad.shape[0])[None, None]
 
     one = bands.layer_bands(layer)
-    return AttentionBands(mean(grads.local[0], one.local[0]), mean(grads.global_cols[0], one.global_cols[0]),
+    # a sliding layer's band (radius r) is narrower than its gradient's, captured from the eager n x n weights:
+    # the columns beyond r multiply attention that is zero there, so they are cut, not summed
+    cut = grads.window - one.window
+    local = grads.local[..., cut : grads.local.shape[-1] - cut]  # (1, H, n, 2r+1)
+    return AttentionBands(mean(local[0], one.local[0]), mean(grads.global_cols[0], one.global_cols[0]),
                           mean(grads.global_rows[0], one.global_rows[0]), one.global_idx, one.window, one.windows)
 
 
