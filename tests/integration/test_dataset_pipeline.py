@@ -20,7 +20,7 @@ from longviz_core.figures import agreement as fig
 from longviz_core.views import agreement as ag
 from longviz_core.views import counts as tc
 from longviz_core.views import pooling
-from pages._ui import common
+from pages._ui import ig
 from pages._ui.keys import K
 from support.apps import ROOT, app_test, page
 from support.oracles import assert_stores_equal
@@ -52,7 +52,7 @@ def private_cache(tmp_path, monkeypatch):
     real = _disk.cache_folder
     monkeypatch.setattr(_disk, "cache_folder",
                         lambda name, cache_dir=None: real(name, cache_dir) if cache_dir else tmp_path / name)
-    monkeypatch.setattr(common, "max_ig_steps", lambda: STEPS)  # the steps presets give way to STEPS
+    monkeypatch.setattr(ig, "max_ig_steps", lambda: STEPS)  # the steps presets give way to STEPS
     monkeypatch.delenv("LONGVIZ_STORE_DIR", raising=False)
     return tmp_path
 
