@@ -1,6 +1,6 @@
 """Everything that turns per-document results into dataset numbers: the combining functions a ResultStore's
 aggregation methods call (dataset.store), and the result types they return. Nothing else in longviz makes a
-dataset-wide number: the app, the Python API (dataset.run's dataset_attributions, dataset_agreement,
+dataset-wide number: the app, the Python API (dataset.api's dataset_attributions, dataset_agreement,
 dataset_faithfulness) and the command line all read a store through these.
 
     heatmap grid  the mean of the documents' relative-position maps (mean_arrays)

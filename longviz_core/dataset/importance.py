@@ -8,7 +8,7 @@ import pandas as pd
 from ..model.loading import LoadedModel
 from ..progress import Progress
 from .kinds import Settings
-from .run import local_store, local_store_dir
+from .stores import local_store, local_store_dir
 from .store import ResultStore
 
 

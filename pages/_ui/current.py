@@ -78,8 +78,8 @@ def export_settings(model: lv.LoadedModel, description: str, **options) -> dict:
 def serving_store(model: lv.LoadedModel, df, kind: str, settings, only=None):
     """The first precomputed result store (`python -m longviz_core precompute`) found at LONGVIZ_STORE_DIR (a store
     or a folder of stores) for this model, dataset and max tokens that holds `kind` made with `settings`
-    (dataset.run.serves_view; `only`: the keys of the kind's settings the view reads); None when there is none."""
-    from longviz_core.dataset.run import serves_view
+    (dataset.stores.serves_view; `only`: the keys of the kind's settings the view reads); None when there is none."""
+    from longviz_core.dataset.stores import serves_view
 
     root = os.environ.get("LONGVIZ_STORE_DIR", "").strip()
     if not root or df is None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import streamlit as st
 
 import longviz_core as lv
-from longviz_core.dataset import run
+from longviz_core.dataset import run, stores
 from longviz_core.progress import format_seconds
 from pages._ui import current, shell
 from pages._ui.keys import K
@@ -34,7 +34,7 @@ def store(model: lv.LoadedModel, df, page: str, kind: str, settings: lv.Precompu
         return found
     n = st.slider("Documents (from the start of the dataset)", 1, len(df), min(default_docs, len(df)),
                   **K.option(page, "docs"))
-    out = run.local_store_dir(model, df, settings)
+    out = stores.local_store_dir(model, df, settings)
     local = _open(out, n)
     done = run.documents_done(local, df, kind, settings)
     running, wanted = K.page(page, "ds_running"), repr((str(out), n))
@@ -67,7 +67,7 @@ def _time_left(model, df, out, kind, settings, left: int) -> str:
     from longviz_core.attribution import estimate_ig_seconds
 
     kinds = run.run_kinds(df, kind, settings)
-    per_doc = run.seconds_per_document(out, kinds) if (out / "log").is_dir() else None
+    per_doc = stores.seconds_per_document(out, kinds) if (out / "log").is_dir() else None
     if per_doc:
         return (f"The other {left} take about {format_seconds(per_doc * left)} ({format_seconds(per_doc)} per "
                 "document measured so far).")

@@ -2,6 +2,7 @@
 disk cache or after a time estimate and a click."""
 from __future__ import annotations
 
+import longviz_core as lv
 from pages._ui import hosting
 from pages._ui.keys import K
 from pages._ui.shell import progress_bar, queue_notice, run_when_clicked

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from longviz_core import _disk
-from longviz_core.dataset import aggregate, run
+from longviz_core.dataset import aggregate, run, stores
 from longviz_core.dataset.store import ResultStore
 from longviz_core.figures import agreement as fig
 from longviz_core.views import agreement as ag
@@ -192,10 +192,10 @@ def test_a_stopped_run_resumes_to_the_uninterrupted_store(demo_model, demo_datas
             raise Stop
 
     with pytest.raises(Stop):
-        run.local_store(demo_model, demo_dataset, "attribution", settings, progress=stop_after_two, limit=DOCS)
-    half = ResultStore(run.local_store_dir(demo_model, demo_dataset, settings), limit=DOCS)
+        stores.local_store(demo_model, demo_dataset, "attribution", settings, progress=stop_after_two, limit=DOCS)
+    half = ResultStore(stores.local_store_dir(demo_model, demo_dataset, settings), limit=DOCS)
     assert half.count("attribution") == 2 and not half.complete("attribution")
-    done = run.local_store(demo_model, demo_dataset, "attribution", settings, limit=DOCS)
+    done = stores.local_store(demo_model, demo_dataset, "attribution", settings, limit=DOCS)
     assert done.root == half.root and done.complete("attribution")
     logs = run.read_logs(done.root)
     assert sorted(logs["kind"]) == ["attention"] * DOCS + ["attribution"] * DOCS  # each unit computed once
