@@ -153,7 +153,7 @@ def leaderboard_runs(
 ) -> tuple[pd.DataFrame, int]:
     """leaderboard.document_leaderboard on every text (truncated to max_tokens), with a 'doc' column; (runs, documents found
     in the store). The precompute's "leaderboard" kind into the local store for these texts and settings
-    (run.local_store: resumable, a later call with the same texts and settings computes nothing, progress after
+    (stores.local_store: resumable, a later call with the same texts and settings computes nothing, progress after
     every document with the time left), then the store's aggregation (ResultStore.leaderboard_runs).
     `batch_size` is checked but the run scores copies in the deletion test's default batches (batching changes
     the cost, not the numbers)."""

@@ -26,9 +26,9 @@ PUBLIC = {
     "attribution.ig": ["Attribution", "integrated_gradients"],
     "attribution.cost": ["estimate_ig_seconds"],
     "attribution.explainers": ["EXPLAINERS", "ExplainerError", "Explanation", "explain"],
-    "views.counts": ["COUNT_MEANINGS", "COUNT_RULES", "CountsError", "TOPK_MAX", "Tallies", "TopK",
-                     "count_intersection", "dataset_type_counts", "instance_counts", "tally", "token_counts",
-                     "topk_indices"],
+    "model.topk": ["CountsError", "TOPK_MAX", "TopK", "topk_indices"],
+    "views.counts": ["COUNT_MEANINGS", "COUNT_RULES", "Tallies", "count_intersection", "instance_counts", "tally",
+                     "token_counts"],
     "views.pooling": ["PoolingError", "PooledAttention", "normalised_maps", "pool_attention", "pool_dataset"],
     "views.masking": ["build_mask", "nonalnum_mask", "special_mask", "stopword_mask"],
     "views.importance": ["HeadImportanceError", "IMPORTANCE_METHODS", "cached_head_importance", "head_importance",
@@ -42,7 +42,7 @@ PUBLIC = {
     "dataset.api": ["dataset_agreement", "dataset_attributions", "dataset_faithfulness", "leaderboard"],
     "dataset.ray": ["run_on_ray"],
     "dataset.store": ["Record", "ResultStore"],
-    "dataset.aggregate": ["DatasetAgreement", "DatasetAttribution", "DatasetFaithfulness"],
+    "dataset.aggregate": ["DatasetAgreement", "DatasetAttribution", "DatasetFaithfulness", "dataset_type_counts"],
     "dataset.leaderboard": ["LeaderboardError", "document_leaderboard"],
 }
 
