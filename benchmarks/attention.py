@@ -41,13 +41,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from longviz_core.model.bands import AttentionBands  # noqa: E402
+from longviz_core.model.topk import DIRECTIONS, topk_indices  # noqa: E402
 from longviz_core.views.counts import (  # noqa: E402
-    DIRECTIONS,
     count_intersection,
     tally,
     token_counts,
     token_types,
-    topk_indices,
     type_counts,
 )
 from longviz_core.views.masking import build_mask  # noqa: E402

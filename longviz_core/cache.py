@@ -83,9 +83,9 @@ def get_dataset(source: str, id2label: dict | None = None, text_column=None, lab
 
 @st.cache_resource(show_spinner=False, ttl=60, max_entries=8)
 def get_stores(root: str, model_fingerprint: str, dataset_fingerprint: str, max_tokens: int) -> tuple:
-    """The ResultStores under `root` made for this model, dataset and max tokens (dataset.run.find_stores).
+    """The ResultStores under `root` made for this model, dataset and max tokens (dataset.stores.find_stores).
     Re-opened every minute, so documents a running precompute adds appear."""
-    from .dataset.run import find_stores
+    from .dataset.stores import find_stores
 
     return tuple(find_stores(root, model_fingerprint, dataset_fingerprint, max_tokens))
 

@@ -203,7 +203,7 @@ def _store_info(a) -> int:
 
 
 def _prune_stores(a) -> int:
-    from .dataset.run import prune_local_stores
+    from .dataset.stores import prune_local_stores
 
     old = prune_local_stores(a.older_than, a.cache_dir, dry_run=a.dry_run)
     for path in old:
@@ -298,7 +298,7 @@ def _leaderboard_arguments(p) -> None:
 def _leaderboard(a) -> int:
     """`longviz leaderboard`: the precompute's "leaderboard" kind for the first --limit documents (resumable), then
     the leaderboard printed (and written with --out)."""
-    from .dataset import run
+    from .dataset import run, stores
     from .dataset.leaderboard import MIN_SEEDS, LeaderboardError, summarise
     from .dataset.store import ResultStore
     from .model.loading import load_dataset, load_model
@@ -317,7 +317,7 @@ def _leaderboard(a) -> int:
     model = load_model(a.model, device=a.device)
     df = load_dataset(a.dataset, a.text_column, a.label_column, id2label=model.id2label)
     local = a.store is None
-    out = run.local_store_dir(model, df, settings, a.cache_dir) if local else a.store
+    out = stores.local_store_dir(model, df, settings, a.cache_dir) if local else a.store
     summary = run.precompute(model, df, out, "leaderboard", settings, limit=a.limit, show_bar=True,
                              model_source=a.model, dataset_source=a.dataset, use_cache=local, cache_dir=a.cache_dir)
     runs = ResultStore(out, a.limit).leaderboard_runs()

@@ -6,6 +6,7 @@ import longviz_core as lv
 from longviz_core import cache
 from longviz_core.dataset.kinds import COUNTS
 from longviz_core.figures import attention as fig
+from longviz_core.model import topk as tk
 from longviz_core.views import counts as tc
 from longviz_core.views.masking import build_mask
 from pages._ui import common, dataset, export, labels
@@ -24,7 +25,7 @@ MASK_LABEL, MASK_HELP = "Mask (§3.4)", ("Special tokens, punctuation and stopwo
 
 def dataset_counts(group: str) -> None:
     """The dataset scope: every document's paper-rule counts by `group` (token type or word) at the store's fixed
-    settings (k = 10, all layers and heads), summed over the documents (views.counts.dataset_type_counts, by the
+    settings (k = 10, all layers and heads), summed over the documents (dataset.aggregate.dataset_type_counts, by the
     store)."""
     c1, c2 = st.columns(2)
     top_n = c1.slider("N (bars shown)", 3, 50, 10, **K.option(P, "n"))
@@ -72,7 +73,7 @@ if over == "dataset":
     dataset_counts(group)
 bys = (group, "position")
 c1, c2, c3, c4 = st.columns(4)
-k = c1.slider("k (list length)", 1, tc.TOPK_MAX, 10, **K.option(P, "k"))
+k = c1.slider("k (list length)", 1, tk.TOPK_MAX, 10, **K.option(P, "k"))
 top_n = c2.slider("N (bars shown)", 3, 50, 10, **K.option(P, "n"))
 scope = c3.radio("Scope", SCOPES, **K.option(P, "scope"))
 rule = c4.radio("Count", tc.RULES, format_func=tc.COUNT_RULES.get, **K.option(P, "rule"),
@@ -91,7 +92,7 @@ if scope != SCOPES[0]:
 
 with common.guard():
     with st.spinner("Finding every token's top-k lists (once per document)…"):
-        topk = cache.derived(analysis, "topk", lambda a, k: tc.topk_indices(a.attention, k), k=tc.TOPK_MAX)
+        topk = cache.derived(analysis, "topk", lambda a, k: tk.topk_indices(a.attention, k), k=tk.TOPK_MAX)
         options = common.mask_options()
         tallies = cache.derived(analysis, "tallies", lambda a, masked, **options: tc.tally(
             topk, a.tokens, build_mask(a.tokens, **options) if masked else None), masked=masked, **options)

@@ -1,6 +1,6 @@
 """Everything that turns per-document results into dataset numbers: the combining functions a ResultStore's
 aggregation methods call (dataset.store), and the result types they return. Nothing else in longviz makes a
-dataset-wide number: the app, the Python API (dataset.run's dataset_attributions, dataset_agreement,
+dataset-wide number: the app, the Python API (dataset.api's dataset_attributions, dataset_agreement,
 dataset_faithfulness) and the command line all read a store through these.
 
     heatmap grid  the mean of the documents' relative-position maps (mean_arrays)
@@ -10,7 +10,7 @@ dataset_faithfulness) and the command line all read a store through these.
                   per head: the NaN-aware mean (combine_head_means); top-set counts: sums (combine_set_counts)
     faithfulness  per ranking: mean and sd over documents (summarise_faithfulness); flips over the documents that
                   flipped
-    token counts  views.counts.dataset_type_counts (a view's own definition: sums over documents)
+    token counts  dataset_type_counts (sums over documents of views.counts' per-document tables)
     leaderboard   every document's runs with its `doc` (ResultStore.leaderboard_runs); dataset.leaderboard.summarise
                   averages them (explainers: over documents; random: per seed over documents, then over seeds)
 """
@@ -208,3 +208,37 @@ __all__ = [
     "combine_set_counts", "combine_token_sums", "mean_arrays", "summarise_agreement", "summarise_faithfulness",
     "with_doc", "without_scaled",
 ]
+
+
+def dataset_type_counts(tables) -> pd.DataFrame:
+    """Dataset-wide counts by token type (or by word) from per-document `token_counts(..., by="type")` tables
+    (`by="word"`): a type's (word's) count is the sum over documents of its count in each (so, under the paper's
+    rule, at most the dataset's number of tokens). Columns token (word), count, documents (how many documents
+    count it), sorted by count descending, ties in the order the tokens first appear in the tables (as given). A
+    table may also be a partial sum over several documents, with its own `documents` column (a result store sums
+    in SQL first). The tables must all count by type or all by word."""
+    from ..model.topk import CountsError  # on use: reading a store loads no model code
+    from ..views.counts import same_rule
+
+    tables = list(tables)
+    if not tables:
+        raise CountsError("no per-document count tables to aggregate")
+    groups = set()
+    for i, t in enumerate(tables):
+        column = next((c for c in ("word", "token") if isinstance(t, pd.DataFrame) and c in t.columns), None)
+        if column is None or "count" not in t.columns or "position" in t.columns:
+            raise CountsError(f"table {i} is not a count table by type or by word (columns token or word, count)")
+        groups.add(column)
+    if len(groups) > 1:
+        raise CountsError("the tables count by different things: all by type or all by word")
+    key = groups.pop()
+    rule = same_rule(tables)
+    rows = pd.concat([t[[key, "count"]].assign(documents=t["documents"] if "documents" in t else 1)
+                      for t in tables], ignore_index=True)
+    rows = rows[rows["count"] > 0]
+    frame = rows.groupby(key, sort=False).agg(count=("count", "sum"), documents=("documents", "sum"))
+    frame = frame.reset_index().astype({"count": np.int64, "documents": np.int64})
+    frame = frame.sort_values("count", ascending=False, kind="stable").reset_index(drop=True)
+    if rule is not None:
+        frame.attrs["count_rule"] = rule
+    return frame

@@ -1,4 +1,5 @@
-"""Top-k attended and attending tokens and their counts (paper section 3.1.2, appendix A.5 Algorithms 1-3).
+"""Counts over one document's top-k lists, and their tables (paper section 3.1.2, appendix A.5 Algorithms 1-3;
+the lists themselves are model.topk's search).
 
 Algorithm 1: for every query token, per layer and head, the k keys it attends to most ("attended").
 Algorithm 3: for every key token, the k queries that attend to it most ("attending"), i.e. Algorithm 1 on the
@@ -31,17 +32,16 @@ Conventions (the paper leaves them open; these are ours):
 
 Everything is computed from the attention bands, in compiled loops (`longviz_core.model._kernels`): no n x n matrix
 is built and the band is never transposed or copied ("attending" reads each key's column in place). The lists
-(`topk_indices`) are computed once per document and cached; every count (any scope, k, direction, rule and
+(`model.topk.topk_indices`) are computed once per document and cached; every count (any scope, k, direction, rule and
 mask) is then one compiled pass over the owners' lists with a "last owner seen" stamp per position and per
-type, owners x heads x k steps (`_kernels.count_sets`), with no per-type table.
-Encoders held layer by layer (`model.layered.LayeredAttention`: ModernBERT, BERT-like) go through the same
-loops for their banded layers; a full layer's lists come from its streamed passes (`model.streamed`).
+type, owners x heads x k steps (`_kernels.count_sets`), with no per-type table. The dataset-wide sum of these
+tables is dataset.aggregate.dataset_type_counts. Encoders held layer by layer (`model.layered.LayeredAttention`:
+ModernBERT, BERT-like) go through the same loops for their banded layers; a full layer's lists come from its
+streamed passes (`model.streamed`).
 """
 from __future__ import annotations
 
 import functools
-import os
-import queue
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Literal
@@ -49,213 +49,15 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from ..errors import LongvizError
 from ..model import _kernels
-from ..model.bands import AttentionBands, selection
-from ..model.layered import LayeredAttention
-from ..progress import Progress, report
+from ..model.bands import selection
+from ..model.topk import DIRECTIONS, CountsError, Direction, TopK, check_choice, check_k, topk_indices
 from ..tokens import type_labels, word_spans
 
-TOPK_MAX = 64  # lists the app computes once per document; the k slider re-counts their prefixes
-Direction = Literal["attended", "attending"]
 By = Literal["type", "word", "position"]
-DIRECTIONS: tuple[str, ...] = ("attended", "attending")
 BYS: tuple[str, ...] = ("type", "word", "position")
 GROUPS: tuple[str, ...] = ("type", "word")  # what a count groups positions by (BYS less "position")
 GROUP_COLUMNS = {"type": "token", "word": "word"}  # the column naming the group in tables by type / by word
-
-
-class CountsError(LongvizError, ValueError):
-    """Counts asked for with input that cannot give them (k beyond the lists, a wrong mask, mixed rules)."""
-
-
-@dataclass(frozen=True)
-class TopK:
-    """Per-head top-k lists of one document; entry -1 = no further key with positive attention."""
-
-    attended: np.ndarray  # (layers, heads, n, k) int16 (int32 from 32,768 tokens): query i's keys, most attended first
-    attending: np.ndarray  # (layers, heads, n, k) int16 / int32: key j's queries, most attending first
-    # (`topk_indices` stores both owner-major: views of (n, layers, heads, k) arrays)
-    k: int
-
-    def __post_init__(self):
-        for a in (self.attended, self.attending):
-            a.setflags(write=False)  # shared through caches
-
-    @property
-    def nbytes(self) -> int:
-        return self.attended.nbytes + self.attending.nbytes
-
-    def lists(self, direction: Direction) -> np.ndarray:
-        _check_choice(direction, DIRECTIONS, "direction")
-        return self.attended if direction == "attended" else self.attending
-
-
-# ------------------------------------------------------------------------------------------- top-k lists
-def topk_indices(
-    bands: AttentionBands, k: int = TOPK_MAX, progress: Progress | None = None, workers: int | None = None
-) -> TopK:
-    """Top-k attended (Algorithm 1) and attending (Algorithm 3) positions for every token, layer and head.
-
-    Heads are processed by `workers` threads (default: up to 2; the compiled workers release the GIL), each
-    with its own buffers (chunk maxima and the candidate keys), so the extra memory is a few heads' worth."""
-    if isinstance(bands, LayeredAttention):
-        return _topk_by_layer(bands, _check_k(k), progress, workers)
-    if not isinstance(bands, AttentionBands):
-        raise CountsError(f"expected AttentionBands or LayeredAttention, got {type(bands).__name__}")
-    k = _check_k(k)
-    L, H, n = bands.num_layers, bands.num_heads, bands.n
-    dtype = np.int16 if n <= np.iinfo(np.int16).max else np.int32  # positions and -1: half the memory at k = 64
-    _check_lists_fit(k, n * L * H * 2 * np.dtype(dtype).itemsize)
-    # stored owner-major, (n, layers, heads, k), seen as (layers, heads, n, k): a count reads one owner's lists
-    # of every head in turn, adjacent in this order. One count over 144 heads at 4,096 tokens took 25-50 ms
-    # for k = 8-64 so; head-major (each owner's lists 0.5 MB apart) 19-25 ms up to k = 16, 70-105 ms from k = 20
-    attended = np.moveaxis(np.full((n, L, H, k), -1, dtype=dtype), 0, 2)  # (layers, heads, n, k)
-    attending = np.moveaxis(np.full((n, L, H, k), -1, dtype=dtype), 0, 2)  # (layers, heads, n, k)
-    workers = max(1, min(int(workers or min(2, os.cpu_count() or 1)), L * H))
-    buffers = queue.SimpleQueue()
-    for _ in range(workers):
-        buffers.put(_Buffers(n, bands.local.shape[-1], k))
-
-    def one(layer_head):
-        layer, head = layer_head
-        work = buffers.get()
-        try:
-            attended[layer, head] = _attended_head(bands, layer, head, k, work)
-            attending[layer, head] = _attending_head(bands, layer, head, k, work)
-        finally:
-            buffers.put(work)
-
-    heads = [(layer, head) for layer in range(L) for head in range(H)]
-    with ThreadPoolExecutor(workers) as pool:
-        for done, _ in enumerate(pool.map(one, heads), start=1):  # progress from the caller's thread
-            report(progress, done / len(heads), f"top-{k} lists: {done}/{len(heads)} heads")
-    return TopK(attended, attending, k)
-
-
-def _topk_by_layer(attention: LayeredAttention, k: int, progress, workers) -> TopK:
-    """`topk_indices` of a document held layer by layer: a banded layer through the band kernels above, a
-    streamed (full) layer from its one pass over the query rows (`StreamedLayer.summary`); same order, same
-    owner-major storage."""
-    L, H, n = attention.num_layers, attention.num_heads, attention.n
-    dtype = np.int16 if n <= np.iinfo(np.int16).max else np.int32
-    attended = np.moveaxis(np.full((n, L, H, k), -1, dtype=dtype), 0, 2)  # (layers, heads, n, k)
-    attending = np.moveaxis(np.full((n, L, H, k), -1, dtype=dtype), 0, 2)  # (layers, heads, n, k)
-    for layer, part in enumerate(attention.layers):
-        if isinstance(part, AttentionBands):
-            lists = topk_indices(part, k, workers=workers)
-            attended[layer], attending[layer] = lists.attended[0], lists.attending[0]
-        else:
-            summary = part.summary(k=k)
-            attended[layer], attending[layer] = summary.attended, summary.attending
-        report(progress, (layer + 1) / L, f"top-{k} lists: {layer + 1}/{L} layers")
-    return TopK(attended, attending, k)
-
-
-class _Buffers:
-    """One worker's scratch space for a head: chunk maxima for both directions and the candidate keys (room
-    for every band entry: a row of equal values makes every entry a candidate)."""
-
-    def __init__(self, n: int, width: int, k: int):
-        kk, w = min(k, width), (width - 1) // 2
-        # about 2k chunks per row (at most _CHUNK columns each): the k-th largest chunk maximum then admits
-        # 1.15-1.3 k candidates per row (23 at k = 20, 81 at k = 64 on random rows); 8-column chunks admitted
-        # 3 k at k = 64, and 3k chunks cost more in the thresholds' partition than they saved in the sort
-        chunks = -(-width // int(np.clip(width // (2 * kk), 1, _CHUNK)))
-        self.chunks = chunks if chunks >= kk else width  # narrow bands: one column per chunk
-        block = int(np.clip(2 * w // (2 * kk), 1, _KEY_BLOCK))
-        self.block = block if 2 * w // block + 2 >= kk else 1  # queries per chunk of a key's column
-        self.key_chunks = 2 * w // self.block + 2  # blocks that a key's 2w + 1 queries overlap
-        self.maxima = np.empty((n, self.chunks), dtype=np.float32)  # (n, chunks)
-        self.blocks = np.empty((-(-n // self.block), width + self.block - 1), dtype=np.float32)  # (n / 4, 2w + 4)
-        self.key_maxima = np.empty((n, self.key_chunks), dtype=np.float32)  # (n, 2w / 4 + 2)
-        self.keys = np.empty(n * width, dtype=np.int64)  # (n * (2w + 1),)
-        self.counts = np.empty(n, dtype=np.int64)  # (n,)
-
-
-def _attended_head(bands: AttentionBands, layer: int, head: int, k: int, work: _Buffers) -> np.ndarray:
-    """(n, k) for one head, Algorithm 1: each query's band row plus its attention to the global keys; a global
-    query's row is taken whole from the bands. Each row's threshold is the k-th largest maximum of its
-    interleaved column chunks (columns c, c + chunks, c + 2 chunks, ...)."""
-    band = _float32(bands.local[layer, head])
-    col_bits = _col_bits(band)
-    _kernels.chunk_maxima(band, work.chunks, work.maxima)
-    threshold = _threshold(work.maxima, k)
-    m = _kernels.collect(band, band.view(np.int32), work.maxima, threshold, col_bits, work.keys, work.counts)
-    out = _first_k(work, m, col_bits, bands.window, bands.global_cols[layer, head], bands.global_idx, k)
-    for p, pos in enumerate(bands.global_idx):
-        out[pos] = _topk_exact(bands.global_rows[layer, head, p], np.arange(bands.n), k)
-    return out
-
-
-def _attending_head(bands: AttentionBands, layer: int, head: int, k: int, work: _Buffers) -> np.ndarray:
-    """(n, k) for one head, Algorithm 3: each key's column of the band (query i <-> band[i, j - i + w]) plus
-    the global queries' attention to it; a global key's column is taken whole from the bands. The band is read
-    in place, never transposed: a key's threshold is the k-th largest maximum over its column's blocks of 4
-    consecutive queries, which are diagonals of 4 band rows (`_kernels.block_maxima`)."""
-    band = _float32(bands.local[layer, head])
-    col_bits = _col_bits(band)
-    _kernels.block_maxima(band, work.block, work.blocks)
-    _kernels.key_maxima(work.blocks, work.block, bands.window, work.key_maxima)
-    threshold = _threshold(work.key_maxima, k)
-    m = _kernels.collect_keys(band, band.view(np.int32), work.blocks, work.block, bands.window, threshold,
-                              col_bits, work.keys, work.counts)
-    out = _first_k(work, m, col_bits, bands.window, bands.global_rows[layer, head].T, bands.global_idx, k)
-    for pos in bands.global_idx:
-        out[pos] = _topk_exact(bands.column(layer, head, int(pos)), np.arange(bands.n), k)
-    return out
-
-
-def _col_bits(band: np.ndarray) -> int:
-    """Bits of the column field of the sort keys (`longviz_core.model._kernels`); the row field must fit beside it."""
-    n, width = band.shape
-    col_bits = int(width - 1).bit_length()
-    if int(n - 1).bit_length() + 31 + col_bits > 63:
-        raise CountsError(f"band of {n} x {width} is too large for 64-bit sort keys")
-    return col_bits
-
-
-def _threshold(maxima: np.ndarray, k: int) -> np.ndarray:
-    """(n,) per row the k-th largest chunk maximum: k distinct entries reach it, so it is at most the row's
-    k-th largest value (every top-k entry passes) and admits few more (about 1.2 k per row). Zeros (outside
-    the document, empty columns) never pass."""
-    chunks = maxima.shape[1]
-    kk = min(k, chunks)
-    threshold = np.partition(maxima, chunks - kk, axis=1)[:, chunks - kk]  # (n,)
-    return np.maximum(threshold, _TINY)
-
-
-def _first_k(work: _Buffers, m: int, col_bits: int, w: int, extra: np.ndarray, extra_pos: np.ndarray, k: int
-             ) -> np.ndarray:
-    """(n, k): the m candidates' keys sorted (row, value descending, position ascending; one numpy sort for
-    all rows), each row's first k merged with its `extra` columns (attention to / from the global tokens at
-    `extra_pos`); exact, ties to the lower position, only positive values, -1 padded."""
-    keys = work.keys[:m]
-    keys.sort()
-    extra = _float32(extra)
-    out = np.empty((len(work.counts), k), dtype=np.int32)
-    _kernels.first_k(keys, work.counts, col_bits, w, extra, extra.view(np.int32),
-                     np.asarray(extra_pos, dtype=np.int64), out)
-    return out
-
-
-def _float32(a: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(a, dtype=np.float32)
-
-
-_CHUNK = 8  # columns per interleaved chunk of a band row (at most: fewer when k is large)
-_KEY_BLOCK = 4  # (at most) consecutive queries per chunk of a key's column: their attention to a key is correlated, so
-# blocks of 8 admitted 47 candidates per key at 1,024 tokens and blocks of 4 admit 28 (rows: 24)
-_TINY = np.float32(np.finfo(np.float32).smallest_subnormal)
-
-
-def _topk_exact(values: np.ndarray, positions: np.ndarray, k: int) -> np.ndarray:
-    """(k,) top-k positions of one vector by (value desc, position asc), positive values only, -1 padded."""
-    order = np.lexsort((positions, -values))[:k]
-    out = np.full(k, -1, dtype=np.int32)
-    good = values[order] > 0
-    out[: good.sum()] = positions[order][good]
-    return out
 
 
 # ---------------------------------------------------------------------------------------------- counting
@@ -377,9 +179,9 @@ def _counts(tallies, k, direction, layers, heads, rule, group: str = "type") -> 
     `group`: "type" (groups = tallies.labels) or "word" (groups = tallies.words' labels)."""
     if not isinstance(tallies, Tallies):
         raise CountsError(f"expected Tallies, got {type(tallies).__name__}")
-    _check_choice(direction, DIRECTIONS, "direction")
-    _check_choice(rule, RULES, "rule")
-    k = _check_k(k)
+    check_choice(direction, DIRECTIONS, "direction")
+    check_choice(rule, RULES, "rule")
+    k = check_k(k)
     if k > tallies.k:
         raise CountsError(f"k={k} exceeds the {tallies.k} entries computed per list; recompute with k >= {k}")
     lists = tallies.topk.lists(direction)
@@ -466,7 +268,7 @@ def token_counts(
     Returns only tokens with a positive count: columns token, count (by="type"), word, count (by="word") or
     position, token, count (by="position"), sorted by count descending, ties by (first) position ascending. The
     rule is kept in `frame.attrs["count_rule"]`."""
-    _check_choice(by, BYS, "by")
+    check_choice(by, BYS, "by")
     tallies = _tallies_for(analysis, k, mask, topk, tallies)
     positions, groups = _counts(tallies, k, direction, layers, heads, rule, "word" if by == "word" else "type")
     if by == "position":
@@ -494,7 +296,7 @@ def count_intersection(attended: pd.DataFrame, attending: pd.DataFrame, top_n: i
     key = next(c for c in ("position", "word", "token") if c in attended.columns)
     if key not in attending.columns or ("word" in attending.columns) != ("word" in attended.columns):
         raise CountsError("both tables must count by the same thing (type, word or position)")
-    rule = _same_rule([attended, attending])
+    rule = same_rule([attended, attending])
     left = attended.head(top_n).rename(columns={"count": "count_attended"})
     right = attending.head(top_n)[[key, "count"]].rename(columns={"count": "count_attending"})
     both = left.merge(right, on=key, how="inner", sort=False)
@@ -505,38 +307,9 @@ def count_intersection(attended: pd.DataFrame, attending: pd.DataFrame, top_n: i
     return both
 
 
-def dataset_type_counts(tables) -> pd.DataFrame:
-    """Dataset-wide counts by token type (or by word) from per-document `token_counts(..., by="type")` tables
-    (`by="word"`): a type's (word's) count is the sum over documents of its count in each (so, under the paper's
-    rule, at most the dataset's number of tokens). Columns token (word), count, documents (how many documents
-    count it), sorted by count descending, ties in the order the tokens first appear in the tables (as given). A
-    table may also be a partial sum over several documents, with its own `documents` column (a result store sums
-    in SQL first). The tables must all count by type or all by word."""
-    tables = list(tables)
-    if not tables:
-        raise CountsError("no per-document count tables to aggregate")
-    groups = set()
-    for i, t in enumerate(tables):
-        column = next((c for c in ("word", "token") if isinstance(t, pd.DataFrame) and c in t.columns), None)
-        if column is None or "count" not in t.columns or "position" in t.columns:
-            raise CountsError(f"table {i} is not a count table by type or by word (columns token or word, count)")
-        groups.add(column)
-    if len(groups) > 1:
-        raise CountsError("the tables count by different things: all by type or all by word")
-    key = groups.pop()
-    rule = _same_rule(tables)
-    rows = pd.concat([t[[key, "count"]].assign(documents=t["documents"] if "documents" in t else 1)
-                      for t in tables], ignore_index=True)
-    rows = rows[rows["count"] > 0]
-    frame = rows.groupby(key, sort=False).agg(count=("count", "sum"), documents=("documents", "sum"))
-    frame = frame.reset_index().astype({"count": np.int64, "documents": np.int64})
-    frame = frame.sort_values("count", ascending=False, kind="stable").reset_index(drop=True)
-    if rule is not None:
-        frame.attrs["count_rule"] = rule
-    return frame
 
 
-def _same_rule(tables) -> str | None:
+def same_rule(tables) -> str | None:
     """The counting rule the tables name (`attrs["count_rule"]`), None if none names one; mixed rules fail."""
     rules = {t.attrs.get("count_rule") for t in tables} - {None}
     if len(rules) > 1:
@@ -577,34 +350,14 @@ def _tallies_for(analysis, k, mask, topk, tallies) -> Tallies:
             raise CountsError("the tallies were made with another mask; tally the lists again with this mask")
         return tallies
     if topk is None:
-        topk = topk_indices(analysis.attention, k=_check_k(k))
+        topk = topk_indices(analysis.attention, k=check_k(k))
     return tally(topk, analysis.tokens, mask)
 
 
 # ---------------------------------------------------------------------------------------------- helpers
-def _check_k(k) -> int:
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-        raise CountsError(f"k must be a positive integer, got {k!r}")
-    return int(k)
-
-
-TOPK_BYTES = 8 * 2**30  # the two lists' ceiling: k = 64 at 4,096 tokens, 12 x 12 heads takes 145 MB
-
-
-def _check_lists_fit(k: int, bytes_per_k: int) -> None:
-    """Refuse a k whose lists (both directions, every head and token) would not fit, before allocating them."""
-    if k * bytes_per_k > TOPK_BYTES:
-        raise CountsError(f"k = {k} would need {k * bytes_per_k / 2**30:,.0f} GiB of top-k lists for this document; "
-                          f"use k <= {TOPK_BYTES // bytes_per_k:,} (the app offers 1..{TOPK_MAX}).")
-
-
 def _check_mask(mask, n: int) -> np.ndarray:
     mask = np.asarray(mask)
     if mask.dtype != bool or mask.shape != (n,):
         raise CountsError(f"mask must be a boolean array of shape ({n},), got {mask.dtype} {mask.shape}")
     return mask
 
-
-def _check_choice(value, allowed, what: str) -> None:
-    if value not in allowed:
-        raise CountsError(f"{what} must be one of {allowed}, got {value!r}")

@@ -8,9 +8,9 @@ from __future__ import annotations
 import streamlit as st
 
 import longviz_core as lv
-from longviz_core.dataset import run
+from longviz_core.dataset import run, stores
 from longviz_core.progress import format_seconds
-from pages._ui import common
+from pages._ui import current, shell
 from pages._ui.keys import K
 
 KEEPS = ("Every document is written to the store as soon as it is done, so stopping (or a rerun of the page, or a "
@@ -19,7 +19,7 @@ KEEPS = ("Every document is written to the store as soon as it is done, so stopp
 
 def settings(model: lv.LoadedModel, **options) -> lv.PrecomputeSettings:
     """A view's precompute settings: its options over the defaults, at the sidebar's max tokens."""
-    return run.clamped(model, lv.PrecomputeSettings(max_tokens=common.max_tokens(model), **options))
+    return run.clamped(model, lv.PrecomputeSettings(max_tokens=current.max_tokens(model), **options))
 
 
 def store(model: lv.LoadedModel, df, page: str, kind: str, settings: lv.PrecomputeSettings, label: str,
@@ -27,14 +27,14 @@ def store(model: lv.LoadedModel, df, page: str, kind: str, settings: lv.Precompu
     """The store a dataset-wide view of `kind` reads, and a caption saying which and how many documents it holds.
     A precomputed store that serves the view is read as it is; otherwise the local store on the first N documents
     (a slider), computed on a click of `label`. Stops the page until the store holds at least one document."""
-    found = common.serving_store(model, df, kind, settings, only)
+    found = current.serving_store(model, df, kind, settings, only)
     if found is not None:
         st.caption(f"Precomputed: {found.count(kind)} of {len(df)} documents, read from the result store "
                    f"{found.root}.")
         return found
     n = st.slider("Documents (from the start of the dataset)", 1, len(df), min(default_docs, len(df)),
                   **K.option(page, "docs"))
-    out = run.local_store_dir(model, df, settings)
+    out = stores.local_store_dir(model, df, settings)
     local = _open(out, n)
     done = run.documents_done(local, df, kind, settings)
     running, wanted = K.page(page, "ds_running"), repr((str(out), n))
@@ -43,7 +43,7 @@ def store(model: lv.LoadedModel, df, page: str, kind: str, settings: lv.Precompu
             st.session_state.pop(running)
             st.info("Stopped: the documents finished so far are kept.")
         else:
-            with common.guard():
+            with shell.guard():
                 _compute(model, df, out, kind, settings, n, label, running)
             local = _open(out, n)
             done = run.documents_done(local, df, kind, settings)
@@ -67,14 +67,14 @@ def _time_left(model, df, out, kind, settings, left: int) -> str:
     from longviz_core.attribution import estimate_ig_seconds
 
     kinds = run.run_kinds(df, kind, settings)
-    per_doc = run.seconds_per_document(out, kinds) if (out / "log").is_dir() else None
+    per_doc = stores.seconds_per_document(out, kinds) if (out / "log").is_dir() else None
     if per_doc:
         return (f"The other {left} take about {format_seconds(per_doc * left)} ({format_seconds(per_doc)} per "
                 "document measured so far).")
     leaderboard_ig = "leaderboard" in kinds and "ig" in (settings.explainers or ("ig",))  # None: every explainer
     if "attribution" in kinds or leaderboard_ig:
         ig = estimate_ig_seconds(model, settings.max_tokens, settings.n_steps, settings.precision,
-                                 on_wait=common.queue_notice())
+                                 on_wait=shell.queue_notice())
         return (f"Integrated Gradients alone takes up to about {format_seconds(ig * left)} for the other {left} "
                 f"at {settings.max_tokens:,} tokens; the progress bar shows the time left as documents finish.")
     return "The progress bar shows the time left as documents finish."
@@ -88,11 +88,11 @@ def _compute(model, df, out, kind, settings, n, label, running) -> None:
     """The precompute into the local store. A Streamlit rerun or stop (the Stop button, another widget, a closed
     tab) interrupts it at its next progress report, so the document in flight is committed or dropped whole, and
     the run goes on at the next rerun with the same settings; an error ends it (and is shown by the guard)."""
-    bar = common.progress_bar(label)
+    bar = shell.progress_bar(label)
     bar(0.0, f"{n} documents")
     try:
         run.precompute(model, df, out, kind, settings, limit=n, progress=bar, use_cache=True,
-                       on_wait=common.queue_notice())
+                       on_wait=shell.queue_notice())
     except Exception:
         st.session_state.pop(running, None)
         raise

@@ -1,5 +1,5 @@
 """Session-state keys (all of them live here) and the sidebar's fixed choices: what every page helper shares,
-in a module that imports no other page helper (so common, dataset, export, hosting, links, overlay and state
+in a module that imports no other page helper (so the other page helpers
 import it, not each other)."""
 from __future__ import annotations
 

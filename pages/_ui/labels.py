@@ -35,7 +35,7 @@ def count_rule(rule: str) -> str:
 
 
 def importance(hi) -> str:
-    """hi: a pages._ui.common.HeadImportance (a computed one's description starts with its name)."""
+    """hi: a pages._ui.importance.HeadImportance (a computed one's description starts with its name)."""
     named = hi.description if hi.description.startswith(hi.name) else f"{hi.name} ({hi.description})"
     return f"Head importance: {named}"
 

@@ -14,7 +14,7 @@ from longviz_core import cache
 from longviz_core.figures.explainers import explainer_header_html
 from longviz_core.figures.text import attribution_header_html
 from longviz_core.views.units import UNITS
-from pages._ui import common, export, labels, state
+from pages._ui import export, labels, shell, state
 from pages._ui.keys import K
 
 UNIT_NAMES = {"token": "tokens", "word": "words"}
@@ -50,10 +50,10 @@ def overlay_scores(page: str, model: lv.LoadedModel, analysis, attr, label) -> O
                                          attr.weak_explanation)
         return OverlayScores(method, attr.scores, "attribution overlay", "attribution",
                              f"Attribution to '{name(attr.target)}' (L2-normalised)", header)
-    with common.guard():
+    with shell.guard():
         shown = cache.derived(analysis, "explanation", lambda a, **kw: lv.explain(
-            model, a, method, int(attr.target), progress=common.progress_bar(lv.EXPLAINERS[method].label),
-            on_wait=common.queue_notice()), method=method, target=int(attr.target))
+            model, a, method, int(attr.target), progress=shell.progress_bar(lv.EXPLAINERS[method].label),
+            on_wait=shell.queue_notice()), method=method, target=int(attr.target))
     st.caption(f"Overlay: {shown.label} ({lv.EXPLAINERS[method].source}), computed in {shown.seconds:.2f} s.")
     header = explainer_header_html(shown.label, lv.EXPLAINERS[method].source, name(shown.target),
                                    name(analysis.predicted), analysis.probs[analysis.predicted], true_label)
@@ -80,7 +80,7 @@ def token_table_pair(page: str, df: pd.DataFrame, col: str, title: str, file: st
 def _table(page: str, df: pd.DataFrame, title: str, file: str, model, meta: dict, selected: int | None) -> None:
     st.markdown(f"**{title}**")
     if selected is None:
-        common.table(df, file, model, meta)
+        shell.table(df, file, model, meta)
         return
     key = K.page(page, "t_" + file)  # a click on a row picks that token
     state.table_selection(key, df["position"], selected)
@@ -90,4 +90,4 @@ def _table(page: str, df: pd.DataFrame, title: str, file: str, model, meta: dict
         if rows:
             state.pick(page, df["position"].iloc[rows[0]])
 
-    common.table(df, file, model, meta, key=key, on_select=pick_row, selection_mode="single-row")
+    shell.table(df, file, model, meta, key=key, on_select=pick_row, selection_mode="single-row")

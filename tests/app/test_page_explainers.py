@@ -19,7 +19,7 @@ from longviz_core import _disk
 from longviz_core.dataset import leaderboard as lb
 from longviz_core.dataset.store import ResultStore
 from longviz_core.figures.explainers import NO_FLIP, flip_text
-from pages._ui import common
+from pages._ui import ig
 from pages._ui.common import K
 from support.apps import ROOT, app_test, page
 
@@ -53,7 +53,7 @@ def private_cache(tmp_path, monkeypatch):
     real = _disk.cache_folder
     monkeypatch.setattr(_disk, "cache_folder",
                         lambda name, cache_dir=None: real(name, cache_dir) if cache_dir else tmp_path / name)
-    monkeypatch.setattr(common, "max_ig_steps", lambda: STEPS)
+    monkeypatch.setattr(ig, "max_ig_steps", lambda: STEPS)
     monkeypatch.delenv("LONGVIZ_STORE_DIR", raising=False)
     return tmp_path
 

@@ -205,7 +205,8 @@ def test_overlay_shows_words(pieces_doc):
 def test_token_counts_group_by_word(pieces_doc, demo_dataset, tmp_path, monkeypatch):
     import longviz_core as lv
     from longviz_core import _disk
-    from longviz_core.dataset.run import clamped, local_store_dir
+    from longviz_core.dataset.run import clamped
+    from longviz_core.dataset.stores import local_store_dir
     from longviz_core.views import counts as tc
 
     real = _disk.cache_folder  # the page's local store in a fresh folder: its button computes the documents

@@ -27,7 +27,7 @@ from longviz_core.attribution import (
 )
 from longviz_core.attribution import ig as A
 from longviz_core.attribution._inputs import padded_length
-from longviz_core.dataset.run import dataset_attributions
+from longviz_core.dataset.api import dataset_attributions
 from longviz_core.errors import CacheCorruptError
 from longviz_core.views.attribution_tables import (
     attribution_by_token,

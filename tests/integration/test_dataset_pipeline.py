@@ -14,13 +14,13 @@ import pytest
 import torch
 
 from longviz_core import _disk
-from longviz_core.dataset import aggregate, run
+from longviz_core.dataset import aggregate, run, stores
 from longviz_core.dataset.store import ResultStore
 from longviz_core.figures import agreement as fig
 from longviz_core.views import agreement as ag
 from longviz_core.views import counts as tc
 from longviz_core.views import pooling
-from pages._ui import common
+from pages._ui import ig
 from pages._ui.keys import K
 from support.apps import ROOT, app_test, page
 from support.oracles import assert_stores_equal
@@ -52,7 +52,7 @@ def private_cache(tmp_path, monkeypatch):
     real = _disk.cache_folder
     monkeypatch.setattr(_disk, "cache_folder",
                         lambda name, cache_dir=None: real(name, cache_dir) if cache_dir else tmp_path / name)
-    monkeypatch.setattr(common, "max_ig_steps", lambda: STEPS)  # the steps presets give way to STEPS
+    monkeypatch.setattr(ig, "max_ig_steps", lambda: STEPS)  # the steps presets give way to STEPS
     monkeypatch.delenv("LONGVIZ_STORE_DIR", raising=False)
     return tmp_path
 
@@ -192,10 +192,10 @@ def test_a_stopped_run_resumes_to_the_uninterrupted_store(demo_model, demo_datas
             raise Stop
 
     with pytest.raises(Stop):
-        run.local_store(demo_model, demo_dataset, "attribution", settings, progress=stop_after_two, limit=DOCS)
-    half = ResultStore(run.local_store_dir(demo_model, demo_dataset, settings), limit=DOCS)
+        stores.local_store(demo_model, demo_dataset, "attribution", settings, progress=stop_after_two, limit=DOCS)
+    half = ResultStore(stores.local_store_dir(demo_model, demo_dataset, settings), limit=DOCS)
     assert half.count("attribution") == 2 and not half.complete("attribution")
-    done = run.local_store(demo_model, demo_dataset, "attribution", settings, limit=DOCS)
+    done = stores.local_store(demo_model, demo_dataset, "attribution", settings, limit=DOCS)
     assert done.root == half.root and done.complete("attribution")
     logs = run.read_logs(done.root)
     assert sorted(logs["kind"]) == ["attention"] * DOCS + ["attribution"] * DOCS  # each unit computed once

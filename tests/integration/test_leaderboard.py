@@ -17,7 +17,7 @@ import torch
 import longviz_core as lv
 from longviz_core.cli import main
 from longviz_core.dataset import leaderboard as lb
-from longviz_core.dataset import run
+from longviz_core.dataset import api, run, stores
 from longviz_core.dataset.kinds import KINDS
 from longviz_core.dataset.store import ResultStore, doc_id_of
 from longviz_core.figures import explainers as fig
@@ -177,20 +177,20 @@ def test_store_kind_holds_document_leaderboard(tiny_longformer, tmp_path):
 
 
 def test_dataset_leaderboard_through_the_local_store(tiny_longformer, tmp_path):
-    """run.leaderboard_runs / lv.leaderboard: the kind into the local store (a second call computes nothing), the
+    """api.leaderboard_runs / lv.leaderboard: the kind into the local store (a second call computes nothing), the
     front door's columns, the summary of the store's runs; other settings make another store."""
     kwargs = dict(max_tokens=64, seeds=(0, 1, 2), max_removed=0.5, options=OPTIONS, cache_dir=tmp_path)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        runs, found = run.leaderboard_runs(tiny_longformer, TEXTS[:2], METHODS, **kwargs)
+        runs, found = api.leaderboard_runs(tiny_longformer, TEXTS[:2], METHODS, **kwargs)
         assert found == 0 and set(runs["doc"]) == {0, 1} and len(runs) == 2 * (3 + 3)
-        again, found = run.leaderboard_runs(tiny_longformer, TEXTS[:2], METHODS, **kwargs)
+        again, found = api.leaderboard_runs(tiny_longformer, TEXTS[:2], METHODS, **kwargs)
         assert found == 2
         pd.testing.assert_frame_equal(runs, again)  # read from the store: the cost too
         table = lv.leaderboard(tiny_longformer, TEXTS[:2], METHODS, **kwargs)
         assert list(table.columns[:6]) == ["method", "label", "aopc", "lodds", "first_flip", "seconds"]
         pd.testing.assert_frame_equal(table, lb.summarise(runs))
-        _, found = run.leaderboard_runs(tiny_longformer, TEXTS[:2], METHODS, **{**kwargs, "seeds": (0, 1)})
+        _, found = api.leaderboard_runs(tiny_longformer, TEXTS[:2], METHODS, **{**kwargs, "seeds": (0, 1)})
     assert found == 0  # the seeds are part of the store's settings
     assert len(list((tmp_path / "stores").iterdir())) == 2
 
@@ -200,11 +200,11 @@ def test_store_with_other_settings_is_not_served(tiny_longformer, tmp_path):
     settings = _settings()
     run.precompute(tiny_longformer, df, tmp_path / "store", "leaderboard", settings)
     store = ResultStore(tmp_path / "store")
-    assert run.serves_view(store, "leaderboard", settings)
+    assert stores.serves_view(store, "leaderboard", settings)
     for changes in [dict(seeds=(0, 1)), dict(max_removed=0.2), dict(rank_by="magnitude"), dict(replacement="pad"),
                     dict(options={"ig": {"n_steps": 6}}), dict(ks=(0.1, 0.5)), dict(target=0)]:
-        assert not run.serves_view(store, "leaderboard", _settings(**changes)), changes
-    assert not run.serves_view(store, "leaderboard", run.leaderboard_settings(["gae", "random"], max_tokens=64,
+        assert not stores.serves_view(store, "leaderboard", _settings(**changes)), changes
+    assert not stores.serves_view(store, "leaderboard", run.leaderboard_settings(["gae", "random"], max_tokens=64,
                                                                               seeds=(0, 1, 2), max_removed=0.5))
     with pytest.raises(lv.ManifestMismatchError):
         run.precompute(tiny_longformer, df, tmp_path / "store", "leaderboard", _settings(seeds=(0, 1)))
@@ -220,7 +220,7 @@ def test_settings_only_another_kind_uses(tiny_longformer, tmp_path):
     reject: its local store is still found; a leaderboard run with them is refused before a manifest is written."""
     df = pd.DataFrame({"text": TEXTS[:1]})
     no_seeds = run.Settings(max_tokens=64, rankings=("ig",), seeds=())
-    assert run.local_store_dir(tiny_longformer, df, no_seeds, tmp_path) != run.local_store_dir(
+    assert stores.local_store_dir(tiny_longformer, df, no_seeds, tmp_path) != stores.local_store_dir(
         tiny_longformer, df, run.Settings(max_tokens=64, rankings=("ig",)), tmp_path)
     with pytest.raises(ValueError, match="seed"):
         run.precompute(tiny_longformer, df, tmp_path / "store", "leaderboard", no_seeds)
@@ -243,8 +243,8 @@ def test_a_stopped_leaderboard_resumes_to_the_uninterrupted_store(tiny_longforme
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with pytest.raises(Stop):
-            run.local_store(tiny_longformer, df, "leaderboard", settings, progress=stop_after_two, cache_dir=tmp_path)
-        done = run.local_store(tiny_longformer, df, "leaderboard", settings, cache_dir=tmp_path)
+            stores.local_store(tiny_longformer, df, "leaderboard", settings, progress=stop_after_two, cache_dir=tmp_path)
+        done = stores.local_store(tiny_longformer, df, "leaderboard", settings, cache_dir=tmp_path)
         assert sorted(run.read_logs(done.root)["doc_id"]) == [doc_id_of(r) for r in range(3)]
         run.precompute(tiny_longformer, df, tmp_path / "whole", "leaderboard", settings)
     assert_stores_equal(done.root, tmp_path / "whole", rtol=1e-9, atol=1e-12)

@@ -272,7 +272,7 @@ def test_dataset_counts_by_type_and_word_sum_the_documents(setup, tmp_path):
     the counts by word) is refused, saying that it needs a new store."""
     from collections import Counter
 
-    from longviz_core.dataset.run import serves_view
+    from longviz_core.dataset.stores import serves_view
     from longviz_core.views.counts import DIRECTIONS, token_counts
     from longviz_core.views.masking import build_mask
 
@@ -423,7 +423,7 @@ def test_attribution_by_token_type_keeps_scores_and_raw_sums(setup, tmp_path):
 
 
 def test_local_store_is_the_in_app_path(setup, reference, tmp_path):
-    from longviz_core.dataset.run import local_store, local_store_dir
+    from longviz_core.dataset.stores import local_store, local_store_dir
 
     _, _, model, df = setup
     calls = []

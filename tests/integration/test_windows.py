@@ -18,7 +18,7 @@ from longviz_core.attribution._inputs import padded_length
 from longviz_core.dataset.kinds import Settings
 from longviz_core.dataset.run import precompute
 from longviz_core.dataset.store import ResultStore, doc_id_of
-from longviz_core.views.counts import topk_indices
+from longviz_core.model.topk import topk_indices
 from longviz_core.views.pooling import pool_attention, pool_dataset
 from support.oracles import assert_cells_are_block_means, brute_topk, oracle_longformer
 from tiny import WORDS, text_of

@@ -14,7 +14,7 @@ import longviz_core as lv
 from longviz_core.model.analysis import pick_document
 from longviz_core.model.loading import distinct_labels, normalise_dataset
 from longviz_core.views.attribution_tables import top_attributions
-from longviz_core.views.counts import topk_indices
+from longviz_core.model.topk import topk_indices
 
 traceback = pytest.mark.guards("traceback")
 wrong = pytest.mark.guards("wrong")

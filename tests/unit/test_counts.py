@@ -21,19 +21,17 @@ from longviz_core.errors import LongvizError
 from longviz_core.figures import attention as fig
 from longviz_core.model.bands import AttentionBands
 from longviz_core.tokens import normalise_tokens
+from longviz_core.dataset.aggregate import dataset_type_counts
+from longviz_core.model.topk import CountsError, TopK, topk_indices
 from longviz_core.views.counts import (
     COUNT_MEANINGS,
     COUNT_RULES,
     RULES,
-    CountsError,
-    TopK,
     count_intersection,
-    dataset_type_counts,
     instance_counts,
     position_counts,
     tally,
     token_counts,
-    topk_indices,
     type_counts,
 )
 from support.oracles import brute_topk, synthetic_bands
@@ -567,7 +565,7 @@ def test_compiled_loops_cache_under_the_longviz_cache_folder(tmp_path):
         "import numpy as np\n"
         "from longviz_core.model import _kernels\n"
         "from support.oracles import synthetic_bands\n"
-        "from longviz_core.views.counts import topk_indices\n"
+        "from longviz_core.model.topk import topk_indices\n"
         "topk_indices(synthetic_bands(n=40, w=6, gidx=(0,)), k=3)\n"
         "print(sum(map(len, (_kernels.collect.stats.cache_hits, _kernels.collect_keys.stats.cache_hits))))\n"
     )
@@ -597,7 +595,7 @@ def test_a_hosted_configurations_cache_dir_reaches_numba(tmp_path):
         "import os, sys\n"
         "import numba\n"
         "from longviz_core.model import _kernels\n"
-        "from longviz_core.views.counts import topk_indices\n"
+        "from longviz_core.model.topk import topk_indices\n"
         "from longviz_core.views.pooling import pool_attention\n"
         "from longviz_core.config import load_config\n"
         "from support.oracles import synthetic_bands\n"

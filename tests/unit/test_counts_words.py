@@ -11,15 +11,14 @@ import pytest
 
 from longviz_core import analyze, load_model
 from longviz_core.figures import attention as fig
+from longviz_core.dataset.aggregate import dataset_type_counts
+from longviz_core.model.topk import CountsError, topk_indices
 from longviz_core.views.counts import (
     RULES,
-    CountsError,
     Tallies,
     count_intersection,
-    dataset_type_counts,
     tally,
     token_counts,
-    topk_indices,
 )
 from longviz_core.views.masking import build_mask
 from support.oracles import brute_topk, encoding_words

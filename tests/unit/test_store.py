@@ -303,7 +303,7 @@ def test_mean_arrays_matches_numpy_and_refuses_mixed_shapes():
 
 
 def test_find_store_picks_the_matching_sub_directory(tmp_path):
-    from longviz_core.dataset.run import find_store
+    from longviz_core.dataset.stores import find_store
 
     open_manifest(tmp_path / "a", manifest(model="m1", dataset="d1"))
     open_manifest(tmp_path / "b", manifest(model="m2", dataset="d1"))

@@ -44,7 +44,8 @@ def _counts(analysis) -> dict[str, pd.DataFrame]:
     page's mask), as the attention kind's tables (COUNT_TABLES): columns direction, masked, token (by type) or word
     (by word), count, each part in token_counts' order. One set of top-k lists and one tally per mask serve
     every group."""
-    from ...views.counts import DIRECTIONS, GROUP_COLUMNS, tally, token_counts, topk_indices
+    from ...model.topk import DIRECTIONS, topk_indices
+    from ...views.counts import GROUP_COLUMNS, tally, token_counts
     from ...views.masking import build_mask
 
     topk = topk_indices(analysis.attention, k=COUNTS["k"])
@@ -80,7 +81,7 @@ class AttentionQueries:
         return PooledAttention(cells, np.linspace(0.0, 1.0, cells.shape[-1] + 1), len(ids), relative=True)
 
     def type_counts(self, direction: str = "attended", masked: bool = False) -> pd.DataFrame:
-        """Dataset-wide top-k counts by token type (views.counts.dataset_type_counts: per type the sum over
+        """Dataset-wide top-k counts by token type (aggregate.dataset_type_counts: per type the sum over
         documents of its paper-rule count, and the documents counting it), from the attention kind's per-document
         tables at the manifest's fixed `counts` settings (k = 10, all layers and heads). masked: the counts with
         the Token counts page's mask (special tokens, non-alphanumeric, stopwords). Columns token, count,
@@ -92,7 +93,9 @@ class AttentionQueries:
         return self._counts("word", direction, masked)
 
     def _counts(self, group: str, direction: str, masked: bool) -> pd.DataFrame:
-        from ...views.counts import DIRECTIONS, GROUP_COLUMNS, dataset_type_counts
+        from ...model.topk import DIRECTIONS
+        from ...views.counts import GROUP_COLUMNS
+        from ..aggregate import dataset_type_counts
 
         if direction not in DIRECTIONS:
             raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")

@@ -1,0 +1,136 @@
+"""The current model, dataset, document and analysis, read from the sidebar's choices (and the max tokens and
+masking options that go with them)."""
+from __future__ import annotations
+
+import os
+
+import streamlit as st
+
+import longviz_core as lv
+from longviz_core import cache
+from pages._ui import hosting
+from pages._ui.keys import DOC_MODES, K
+from pages._ui.shell import progress_bar, queue_notice
+
+
+def current_model() -> lv.LoadedModel:
+    source = (st.session_state.get(K.MODEL) or "demo").strip()
+    if source == lv.DEMO:
+        from longviz_core.demo import ensure_demo
+
+        ensure_demo(progress=progress_bar("Building the offline demo (first run only)"))
+    with st.spinner(f"Loading model {source}…"):
+        return cache.get_model(source)
+
+
+def current_dataset(model: lv.LoadedModel):
+    """The chosen dataset as a normalised DataFrame, or None when there is none yet."""
+    ss = st.session_state
+    kind = ss.get(K.DATASET_KIND, "demo")
+    if kind == "demo":
+        return cache.get_dataset(lv.DEMO, model.id2label)
+    if kind == "file path":
+        path = (ss.get(K.DATASET_PATH) or "").strip()
+        # a hosted dataset may name its text/label columns in the configuration; locally they are detected
+        if not path:
+            return None
+        return cache.get_dataset(path, model.id2label, *hosting.dataset_columns(hosting.config(), path))
+    upload = ss.get(K.DATASET_UPLOAD) if hosting.uploads_allowed() else None
+    if upload is None:
+        return None
+    return lv.load_dataset(upload.getvalue(), filename=upload.name, id2label=model.id2label)
+
+
+def mask_options() -> dict:
+    """The sidebar's masking options beyond the paper's rule, as views.masking.build_mask keywords."""
+    ss = st.session_state
+    words = sorted({w.strip().lower() for w in (ss.get(K.EXTRA_STOPWORDS) or "").split(",") if w.strip()})
+    return {"numbers": bool(ss.get(K.MASK_NUMBERS, False)), "extra_stopwords": tuple(words)}
+
+
+PAGE_BUDGET_S = 15.0  # what a page may spend on one document's analysis and IG's first steps
+
+
+def default_max_tokens(model: lv.LoadedModel) -> int:
+    """The model's maximum when two IG steps and two forwards at that length (more than a page's analysis
+    costs) take at most PAGE_BUDGET_S on this machine (timed once per model and length, then cached on
+    disk), else DEFAULT_MAX_TOKENS; never above a hosted server's limit."""
+    from longviz_core.attribution.budget import fitting_max_tokens
+
+    def compute() -> int:
+        return fitting_max_tokens(model, PAGE_BUDGET_S, on_wait=queue_notice())
+
+    fitting = cache.memo(("default_max_tokens", model.fingerprint), compute)
+    return min(fitting, hosting.max_tokens_limit(hosting.config()))
+
+
+def max_tokens(model: lv.LoadedModel) -> int:
+    """The sidebar's max tokens, or default_max_tokens when it is left empty."""
+    chosen = st.session_state.get(K.MAX_TOKENS)
+    return default_max_tokens(model) if chosen is None else int(min(chosen, model.max_tokens))
+
+
+def export_settings(model: lv.LoadedModel, description: str, **options) -> dict:
+    """What a downloaded file's run metadata records: the document, max tokens and the page's options."""
+    return {"document": description, "max_tokens": max_tokens(model), **options}
+
+
+def serving_store(model: lv.LoadedModel, df, kind: str, settings, only=None):
+    """The first precomputed result store (`python -m longviz_core precompute`) found at LONGVIZ_STORE_DIR (a store
+    or a folder of stores) for this model, dataset and max tokens that holds `kind` made with `settings`
+    (dataset.stores.serves_view; `only`: the keys of the kind's settings the view reads); None when there is none."""
+    from longviz_core.dataset.stores import serves_view
+
+    root = os.environ.get("LONGVIZ_STORE_DIR", "").strip()
+    if not root or df is None:
+        return None
+    stores = cache.get_stores(root, model.fingerprint, lv.dataset_fingerprint(df), max_tokens(model))
+    return next((s for s in stores if serves_view(s, kind, settings, only)), None)
+
+
+def dataset_probs(model: lv.LoadedModel, df):
+    mt = max_tokens(model)
+    key = ("predictions", model.fingerprint, lv.dataset_fingerprint(df), mt)
+    return cache.memo(key, lambda: lv.predict_probs(model, df["text"], mt, progress_bar("Predicting the dataset")))
+
+
+def positive_class(model: lv.LoadedModel) -> int:
+    return 1 if model.num_labels > 1 else 0
+
+
+def current_document(model: lv.LoadedModel):
+    """(text, true label or None, description) of the chosen document."""
+    ss = st.session_state
+    mode = ss.get(K.DOC_MODE, DOC_MODES[0])
+    if mode == "pasted text":
+        text = ss.get(K.PASTED) or ""
+        if not text.strip():
+            raise lv.InputTextError("Paste a text in the sidebar to analyse it.")
+        return text, None, "pasted text"
+    df = current_dataset(model)
+    if df is None:
+        raise lv.DatasetError("Choose a dataset file (or switch to the demo dataset) in the sidebar.")
+    labels = df["label"].to_numpy() if "label" in df else None
+    if mode == "by index":
+        idx = int(ss.get(K.DOC_INDEX, 0))
+        if idx >= len(df):
+            raise lv.DatasetError(f"Index {idx} is past the end of the dataset ({len(df)} documents).")
+    else:
+        probs = dataset_probs(model, df)
+        idx = lv.pick_document(probs, labels, mode.replace("random ", ""), positive_class(model), ss[K.DOC_SEED])
+        if idx is None:
+            raise lv.DatasetError(f"No {mode.replace('random ', '')} in this dataset at these settings.")
+    label = int(labels[idx]) if labels is not None else None
+    return df["text"].iloc[idx], label, f"document {idx} ({mode})"
+
+
+def current_analysis():
+    """(model, analysis, true label or None, description) of the current document."""
+    model = current_model()
+    text, label, description = current_document(model)
+    analysis = cache.get_analysis(model, text, max_tokens(model), on_wait=queue_notice())
+    enc = analysis.encoded
+    if enc.truncated:  # on every page: each number below is about the first part of the text only
+        st.warning(f"Truncated to {enc.n - 2:,} of {enc.n_text_tokens_original:,} text tokens (max tokens = "
+                   f"{enc.max_tokens:,}, including <s> and </s>; the model allows {model.max_tokens:,}).")
+    return model, analysis, label, description
