@@ -3,7 +3,6 @@ import pandas as pd
 import streamlit as st
 
 from longviz_core import attribution as ig
-from longviz_core import cache
 from longviz_core.figures.text import legend_html, scale_max, token_overlay_html
 from longviz_core.progress import format_seconds
 from longviz_core.views import attribution_tables as tables
@@ -40,12 +39,14 @@ with common.guard():
     attr = ig.cached_attribution(model, analysis, **settings)
     if attr is None:
         with st.spinner("Timing one step of the model (once per model and length)…"):
-            eta = ig.estimate_ig_seconds(model, analysis.n, n_steps, precision, on_wait=common.queue_notice())
+            with common.queue_notice():
+                eta = ig.estimate_ig_seconds(model, analysis.n, n_steps, precision)
         common.run_when_clicked(f"Not computed yet for these settings: {n_steps} steps on {analysis.n:,} tokens "
                                 f"take about {format_seconds(eta)} on this machine ({model.device.type}).",
                                 "Compute attributions", K.page(P, "run"), type="primary")
-        attr = ig.integrated_gradients(model, analysis, **settings, progress=common.progress_bar("Integrated Gradients"),
-                                       on_wait=common.queue_notice())
+        with common.queue_notice():
+            attr = ig.integrated_gradients(model, analysis, **settings,
+                                           progress=common.progress_bar("Integrated Gradients"))
 
 # ---- header row (Fig 9)
 h = st.columns(5)
@@ -131,8 +132,8 @@ min_docs = int(d2.number_input("Minimum documents containing a type", 1, n_docs,
                                help="Hide token types found in fewer documents. Every type's mean is taken over all "
                                     "the documents (0 where it is absent), whatever this filter."))
 with common.guard():  # the mask toggle above applies here too
-    ds = cache.memo(("store_attributions", str(store.root), store.content_key(), int(target), masked, min_docs),
-                    lambda: store.dataset_attributions(int(target), masked=bool(masked), min_docs=min_docs))
+    ds = dataset.store_view(store, "store_attributions", lambda: store.dataset_attributions(
+        int(target), masked=bool(masked), min_docs=min_docs), int(target), masked, min_docs)
 meta = {**meta, "dataset_documents": ds.n_docs, "dataset_steps": ds_steps, "masked": masked, "min_docs": min_docs}
 st.caption(ds.description())
 overlay.token_table_pair(P, ds.table, "mean_attribution", ds.title(name(ds.target)), "dataset_token_types", model,

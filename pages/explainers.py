@@ -78,7 +78,8 @@ if scope == "this document":
             f"then every count up to {fa.FLIP_BOUND} tokens for the first flips (up to {rankings * fa.FLIP_BOUND:,} "
             "more); the gradient explainers take one forward and backward each")
     if "ig" in methods and attr.cached_attribution(model, analysis, target, steps) is None:
-        seconds = attr.estimate_ig_seconds(model, analysis.n, steps, on_wait=common.queue_notice())
+        with common.queue_notice():
+            seconds = attr.estimate_ig_seconds(model, analysis.n, steps)
         note += f", Integrated Gradients about {format_seconds(seconds)} ({steps} steps)"
     st.info(note + ".")
     stop_until_clicked("Run the explainers and the deletion test", (
@@ -86,29 +87,29 @@ if scope == "this document":
 
     def explanation(method):
         opts = (options or {}).get(method, {})
-        return cache.derived(analysis, "explanation", lambda a, **kw: lv.explain(
-            model, a, method, target, progress=common.progress_bar(lv.EXPLAINERS[method].label),
-            on_wait=common.queue_notice(), **opts), method=method, target=target, **opts)
+        return cache.derived(analysis, "explanation", common.queued(lambda a, **kw: lv.explain(
+            model, a, method, target, progress=common.progress_bar(lv.EXPLAINERS[method].label), **opts)),
+            method=method, target=target, **opts)
 
-    def stage(bound, on_wait=None, **more):  # the worker brings its own on_wait: no Streamlit call off the page
+    def stage(bound, **more):  # no queue notice here: the exact scan runs it in a worker, off the page
         return lambda a, **kw: lb.document_leaderboard(
             model, a, methods, target, seeds=seeds, replacement=replacement, flip_bound=bound, rank_by=rank_by,
-            options=options, explanations=explanations, on_wait=on_wait or common.queue_notice(), **more)
+            options=options, explanations=explanations, **more)
 
     slot = st.empty()
     with common.guard():
         explanations = {m: explanation(m) for m in methods if m != "random"}
         if "random" in methods:
             explanations["random"] = lv.explain(model, analysis, "random", seed=0)
-        runs = cache.derived(analysis, "leaderboard", stage(0), bound=0, **settings)
+        runs = cache.derived(analysis, "leaderboard", common.queued(stage(0)), bound=0, **settings)
         with slot.container():
             show_table(runs, model, meta, "Leaderboard for this document", "First flips: scanning …")
         bar = common.progress_bar("First flips")
-        runs = cache.derived(analysis, "leaderboard", stage(fa.FLIP_BOUND, resume=True, progress=bar),
+        runs = cache.derived(analysis, "leaderboard", common.queued(stage(fa.FLIP_BOUND, resume=True, progress=bar)),
                              bound=fa.FLIP_BOUND, **settings)
-        exact = deletion.exact_stage(P, repr((model.fingerprint, analysis.key, settings)), lambda progress, stop,
-                                     on_wait: stage(None, resume=True, progress=progress, stop=stop,
-                                                    on_wait=on_wait)(analysis), *deletion.left_of(runs))
+        exact = deletion.exact_stage(P, repr((model.fingerprint, analysis.key, settings)), lambda progress, stop:
+                                     stage(None, resume=True, progress=progress, stop=stop)(analysis),
+                                     *deletion.left_of(runs))
     runs = runs if exact is None else exact
     with slot.container():
         show_leaderboard(runs, model, meta, "Leaderboard for this document")

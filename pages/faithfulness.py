@@ -56,9 +56,9 @@ if scope == "this document":
         ig = common.attribution_after_click(model, analysis, steps, P, "Run Integrated Gradients and the deletion test")
 
     def stage(bound, **more):
-        return lambda a, **kw: fa.faithfulness(model, a, ig.scores, layers=layers, scale=importance,
-                                               replacement=replacement, seeds=seeds, flip_bound=bound,
-                                               on_wait=common.queue_notice(), **more)
+        return common.queued(lambda a, **kw: fa.faithfulness(model, a, ig.scores, layers=layers, scale=importance,
+                                                             replacement=replacement, seeds=seeds,
+                                                             flip_bound=bound, **more))
 
     meta = common.export_settings(model, description, scope=scope, ig_steps=steps, **settings)
     slot = st.empty()
@@ -71,9 +71,9 @@ if scope == "this document":
                                bound=fa.FLIP_BOUND, **settings)
         exact = deletion.exact_stage(
             P, repr((model.fingerprint, analysis.key, ig.key, settings)),
-            lambda progress, stop, on_wait: fa.faithfulness(
+            lambda progress, stop: fa.faithfulness(
                 model, analysis, ig.scores, layers=layers, scale=importance, replacement=replacement, seeds=seeds,
-                flip_bound=None, resume=True, progress=progress, stop=stop, on_wait=on_wait),
+                flip_bound=None, resume=True, progress=progress, stop=stop),
             *deletion.left_of(result))
     result = exact or result
     with slot.container():
@@ -99,7 +99,7 @@ else:
             model, n_steps=steps, replacement=replacement, seeds=tuple(seeds), max_removed=max_removed,
             faithfulness_layers=None if (lo, hi) == (1, L) else tuple(layers), faithfulness_scaled=scaling is not None,
             **({} if scaling is None else scaling.settings())), "Compute the dataset-wide summary")
-        result = cache.memo(("store_faithfulness", str(store.root), store.content_key()), store.dataset_faithfulness)
+        result = dataset.store_view(store, "store_faithfulness", store.dataset_faithfulness)
     st.caption(f"Mean ± std over {result.n_documents} documents; the flip fraction's mean is over the documents that "
                f"flipped; each document's random row is its mean over {len(seeds)} seeds.")
     meta = common.export_settings(model, description, scope=scope, ig_steps=steps, documents=result.n_documents,

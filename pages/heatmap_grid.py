@@ -58,7 +58,7 @@ with common.guard():
             raise lv.DatasetError("The dataset-wide grid needs a dataset: choose one in the sidebar.")
         store = dataset.store(model, df, P, "attention", dataset.settings(model, grid=grid),
                               "Compute the dataset-wide grid", only=("grid", "pooling"), default_docs=8)
-        pooled = cache.memo(("store_pooled", str(store.root), store.content_key()), store.pooled_attention)
+        pooled = dataset.store_view(store, "store_pooled", store.pooled_attention)
     maps = pooling.normalised_maps(pooled, None if importance is None else importance.values)
 
 what = "this document" if scope == "this document" else f"the average of {pooled.n_documents} documents"

@@ -2,7 +2,6 @@
 import streamlit as st
 
 import longviz_core as lv
-from longviz_core import cache
 from longviz_core.dataset import aggregate
 from longviz_core.figures import agreement as fig
 from longviz_core.views import agreement as ag
@@ -118,7 +117,7 @@ else:
         settings = dataset.settings(model, n_steps=steps, rbo_p=p, mask_kinds=tuple(kinds), layer_range=extra,
                                     **({} if scaling is None else scaling.settings()))
         store = dataset.store(model, df, P, "agreement", settings, "Compute dataset-wide tables")
-        result = cache.memo(("store_agreement", str(store.root), store.content_key()), store.dataset_agreement)
+        result = dataset.store_view(store, "store_agreement", store.dataset_agreement)
         if scaling is None:  # the store of a labelled dataset also holds the scaled rows
             result = aggregate.without_scaled(result)
     st.caption(f"Mean ± std over {result.n_documents} documents.")

@@ -40,8 +40,8 @@ def dataset_counts(group: str) -> None:
         store = dataset.store(model, df, P, "attention", dataset.settings(model), "Count over the dataset",
                               only=("counts",))
         read = store.word_counts if group == "word" else store.type_counts
-        tables = {d: cache.memo(("store_counts", str(store.root), store.content_key(), group, d, masked),
-                                lambda d=d: read(d, masked)) for d in tc.DIRECTIONS}
+        tables = {d: dataset.store_view(store, "store_counts", lambda d=d: read(d, masked), group, d, masked)
+                  for d in tc.DIRECTIONS}
     settings = common.export_settings(model, "dataset", documents=store.count("attention"), k=k, bars=top_n,
                                       scope="all layers and heads", masked=masked, count=tc.COUNT_RULES[rule],
                                       group_by=name)

@@ -34,6 +34,7 @@ from pages._ui.shell import (
     page_style,
     progress_bar,
     queue_notice,
+    queued,
     run_through_app,
     run_when_clicked,
     table,
@@ -46,6 +47,6 @@ __all__ = [
     "WHOLE_TABLE_ROWS", "HeadImportance", "attribution_after_click", "computed_importance", "current_analysis",
     "current_dataset", "current_document", "current_model", "dataset_probs", "default_max_tokens", "export_settings",
     "guard", "head_importance", "ig_steps_picker", "importance_method", "imported_importance", "mask_options",
-    "max_ig_steps", "max_tokens", "page_style", "positive_class", "progress_bar", "queue_notice", "run_through_app",
+    "max_ig_steps", "max_tokens", "page_style", "positive_class", "progress_bar", "queue_notice", "queued", "run_through_app",
     "run_when_clicked", "serving_store", "sidebar", "table", "wrappable",
 ]

@@ -2,7 +2,7 @@
 import threading
 import time
 
-from longviz_core.runtime import BudgetLRU, ComputeQueue
+from longviz_core.runtime import BudgetLRU, ComputeQueue, waiting_notice
 
 
 def test_queue_runs_jobs_one_at_a_time_in_arrival_order_and_reports_the_line():
@@ -13,7 +13,7 @@ def test_queue_runs_jobs_one_at_a_time_in_arrival_order_and_reports_the_line():
 
     def job(name, hold_open=False):
         reports = seen.setdefault(name, [])
-        with queue.hold(on_wait=reports.append, poll_s=0.01):
+        with waiting_notice(reports.append), queue.hold(poll_s=0.01):
             running.append(name)
             assert len(running) == 1, running  # nobody else inside
             order.append(name)
