@@ -14,7 +14,7 @@ import streamlit as st
 from longviz_core.progress import format_seconds
 from longviz_core.runtime import waiting_notice
 from longviz_core.views.deletion import metric_columns
-from pages._ui import common
+from pages._ui import shell
 from pages._ui.keys import K
 
 REFRESH_S = 2.0
@@ -80,7 +80,7 @@ def numbers(result, name: str, model, meta, pending: str | None = None) -> None:
         st.dataframe(wide, hide_index=True)
         st.caption(pending)
         return
-    common.table(wide, name, model, meta, download=shown.reset_index())
+    shell.table(wide, name, model, meta, download=shown.reset_index())
     m, held = result.n_removable, {}
     for run in result.runs:  # one line per "no flip …" text, naming every run it holds for
         if run.flip_removed is None:

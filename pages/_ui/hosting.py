@@ -1,6 +1,6 @@
 """Hosted mode in the app: the lab's configuration, the login gate and the list-only sidebar choices.
 
-app.py calls `apply_host_config()` and `login_gate()` before the sidebar; `_common.sidebar()` calls
+app.py calls `apply_host_config()` and `login_gate()` before the sidebar; `sidebar.sidebar()` calls
 `sidebar_sources()` instead of its free-text model and dataset widgets when `config()` is not None.
 In local mode (no configuration) every function here is a no-op and the app behaves as before.
 """
@@ -135,7 +135,7 @@ def sidebar_sources(cfg: HostConfig) -> None:
     """Model and dataset chosen by name from the configuration (inside `with st.sidebar`).
 
     The selectboxes store the *source* under the usual keys (K.MODEL, K.DATASET_PATH with K.DATASET_KIND =
-    "file path"), so `_common.current_model()` / `current_dataset()` work unchanged; a value outside the
+    "file path"), so `current.current_model()` / `current_dataset()` work unchanged; a value outside the
     lists cannot be chosen."""
     ss = st.session_state
     models = {m.source: m.name for m in cfg.models}
