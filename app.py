@@ -3,7 +3,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from pages._ui import hosting, links, shell, sidebar, url
+from pages._ui import hosting, links, login, shell, sidebar, url
 
 st.set_page_config(page_title="longviz", page_icon=":material/search:", layout="wide")
 shell.page_style()
@@ -24,7 +24,7 @@ pages = [
 ]
 with shell.guard():  # one error contract (pages/_ui/shell.py) for the sign-in, the sidebar and every page
     hosting.apply_host_config()
-    hosting.login_gate()
+    login.login_gate()
 navigation = st.navigation(pages)
 with shell.guard():
     url.sweep()  # before any widget seeds itself from the URL

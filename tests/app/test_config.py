@@ -137,10 +137,10 @@ HOSTED_APP = """
 from types import SimpleNamespace
 import streamlit as st
 from pages._ui import current, sidebar
-from pages._ui import hosting
+from pages._ui import hosting, login
 from pages._ui.keys import K
 cfg = hosting.apply_host_config()
-hosting.login_gate()
+login.login_gate()
 with st.sidebar:
     if cfg is not None:
         hosting.sidebar_sources(cfg)
