@@ -3,10 +3,10 @@ from pathlib import Path
 
 import streamlit as st
 
-from pages._ui import common, hosting, links, url
+from pages._ui import hosting, links, login, shell, sidebar, url
 
 st.set_page_config(page_title="longviz", page_icon=":material/search:", layout="wide")
-common.page_style()
+shell.page_style()
 HERE = Path(__file__).parent
 PAGES = [  # (file, title, icon): Material Symbols, a font Streamlit serves itself (emoji need a system font)
     ("pages/document.py", "Document", ":material/description:"),
@@ -22,12 +22,12 @@ pages = [
     st.Page(str(HERE / f), title=title, icon=icon, default=(i == 0), url_path=Path(f).stem)
     for i, (f, title, icon) in enumerate(PAGES)
 ]
-with common.guard():  # one error contract (pages/_ui/common.py) for the sign-in, the sidebar and every page
+with shell.guard():  # one error contract (pages/_ui/shell.py) for the sign-in, the sidebar and every page
     hosting.apply_host_config()
-    hosting.login_gate()
+    login.login_gate()
 navigation = st.navigation(pages)
-with common.guard():
+with shell.guard():
     url.sweep()  # before any widget seeds itself from the URL
-    common.sidebar()
+    sidebar.sidebar()
     links.sync()
     navigation.run()

@@ -54,9 +54,9 @@ def _nbytes(value) -> int:
     return 1024
 
 
-def get_analysis(model: LoadedModel, text: str, max_tokens: int, on_wait=None) -> DocumentAnalysis:
+def get_analysis(model: LoadedModel, text: str, max_tokens: int) -> DocumentAnalysis:
     key = ("analysis", model.fingerprint, text_hash(text), int(max_tokens))
-    return _lru().get_or_compute(key, lambda: analyze(model, text, max_tokens, on_wait=on_wait), _nbytes)
+    return _lru().get_or_compute(key, lambda: analyze(model, text, max_tokens), _nbytes)
 
 
 def derived(analysis: DocumentAnalysis, name: str, fn, **params):

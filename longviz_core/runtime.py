@@ -2,13 +2,31 @@
 
 One model copy serves every Streamlit session of a process, and a GPU (or two CPU cores) cannot run two
 4,096-token jobs at once without running out of memory or thrashing. Heavy work therefore runs one job at a
-time under `COMPUTE`, a FIFO queue that can tell a waiting job its place in line.
+time under `COMPUTE`, a FIFO queue that can tell a waiting job its place in line: whoever starts the work (a page,
+the command line, a worker thread) sets the notice once with `waiting_notice`, and every `COMPUTE.hold` below it,
+however deep, reads it from the context instead of an argument passed through each layer.
 """
 from __future__ import annotations
 
 import threading
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Callable, Iterator
+
+
+# Told k while k jobs are ahead of this one in COMPUTE's line, and 0 once a job that had to wait starts.
+_WAIT_NOTICE: ContextVar[Callable[[int], None] | None] = ContextVar("longviz_wait_notice", default=None)
+
+
+@contextmanager
+def waiting_notice(on_wait: Callable[[int], None] | None) -> Iterator[None]:
+    """Heavy work started inside the block tells `on_wait(k)` its place in the compute queue (None: silence).
+    Threads do not inherit it: a worker sets its own or runs in contextvars.copy_context()."""
+    token = _WAIT_NOTICE.set(on_wait)
+    try:
+        yield
+    finally:
+        _WAIT_NOTICE.reset(token)
 
 
 class ComputeQueue:
@@ -26,9 +44,10 @@ class ComputeQueue:
             return max(0, len(self._line) - 1)
 
     @contextmanager
-    def hold(self, on_wait: Callable[[int], None] | None = None, poll_s: float = 0.5) -> Iterator[None]:
-        """Run the body alone. `on_wait(k)` is called while k jobs are ahead of this one, and once with 0 when
-        a job that had to wait starts."""
+    def hold(self, poll_s: float = 0.5) -> Iterator[None]:
+        """Run the body alone. The context's waiting notice (see waiting_notice) is told k while k jobs are
+        ahead of this one, and 0 once when a job that had to wait starts."""
+        on_wait = _WAIT_NOTICE.get()
         me = threading.get_ident()
         with self._cond:
             if self._owner == me:  # nested call from the same job

@@ -6,16 +6,18 @@ import streamlit as st
 from longviz_core.figures.text import legend_html, scale_max, token_overlay_html
 from longviz_core.views.masking import build_mask
 from longviz_core.views.units import overlay_table
-from pages._ui import common, export, labels, overlay
+from pages._ui import current, export, labels, overlay, shell
+from pages._ui.importance import head_importance
+from pages._ui.keys import K
 
-common.run_through_app()
+shell.run_through_app()
 
-K, P = common.K, "overlay"
+K, P = K, "overlay"
 PRESETS = ("last layer", "all layers (averaged)", "choose layers and heads")
 
 st.title("Summed attention")
-with common.guard():
-    model, analysis, label, description = common.current_analysis()
+with shell.guard():
+    model, analysis, label, description = current.current_analysis()
 st.caption(f"{description} · {analysis.n:,} tokens · colour = attention a token receives from all tokens "
            "(column sums), over the chosen heads, divided by the largest unmasked value.")
 
@@ -40,15 +42,15 @@ elif preset == PRESETS[2]:
         st.info("Choose at least one layer and one head.")
         st.stop()
 
-with common.guard():
-    importance = common.head_importance(model, P, c2) if scale else None
+with shell.guard():
+    importance = head_importance(model, P, c2) if scale else None
     values = analysis.attention.received(layers, heads, None if importance is None else importance.values)
     n_heads = (L if layers is None else len(layers)) * (H if heads is None else len(heads))
     values = values / n_heads  # averaged over the chosen heads; the colours are relative anyway
-    mask = build_mask(analysis.tokens, **common.mask_options()) if masked else None
+    mask = build_mask(analysis.tokens, **current.mask_options()) if masked else None
 
 vmax = scale_max(analysis.tokens, values, mask, unit)
-settings = common.export_settings(model, description, heads=preset, layers=layers, head_indices=heads,
+settings = current.export_settings(model, description, heads=preset, layers=layers, head_indices=heads,
                                   scaled_by_head_importance=importance is not None, masked=masked,
                                   head_importance=None if importance is None else importance.name, unit=unit)
 values_df = overlay_table(analysis.tokens, values, "received", mask, unit)  # a word receives what its pieces do
@@ -64,5 +66,5 @@ if importance is not None:
 
 with st.expander(f"{overlay.UNIT_NAMES[unit].capitalize()} receiving the most attention"):
     order = np.argsort(-np.nan_to_num(live, nan=-np.inf), kind="stable")[:25]
-    common.table(values_df.iloc[order][["position", unit, "received"]], f"most attended {overlay.UNIT_NAMES[unit]}",
+    shell.table(values_df.iloc[order][["position", unit, "received"]], f"most attended {overlay.UNIT_NAMES[unit]}",
                  model, settings)

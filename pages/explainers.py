@@ -11,12 +11,14 @@ from longviz_core.dataset import run
 from longviz_core.figures import explainers as fig
 from longviz_core.progress import format_seconds
 from longviz_core.views import faithfulness as fa
-from pages._ui import common, dataset, deletion, export
+from pages._ui import current, dataset, deletion, export, shell
+from pages._ui.ig import ig_steps_picker
+from pages._ui.keys import K
 from pages._ui.leaderboard import show_leaderboard, show_table
 
-common.run_through_app()
+shell.run_through_app()
 
-K, P = common.K, "explainers"
+K, P = K, "explainers"
 def stop_until_clicked(label: str, wanted) -> None:
     """Results stay on screen while other widgets change: the page stops until `label` is clicked for these
     settings (`wanted`, any value with a stable repr); other settings ask for a new click."""
@@ -28,8 +30,8 @@ def stop_until_clicked(label: str, wanted) -> None:
 
 
 st.title("Explainers: which explanation can you trust?")
-with common.guard():
-    model, analysis, label, description = common.current_analysis()
+with shell.guard():
+    model, analysis, label, description = current.current_analysis()
 name = analysis.label_name
 st.caption(f"{description} · {analysis.n:,} tokens · predicted {name(analysis.predicted)} "
            f"(p = {analysis.probs[analysis.predicted]:.3f})")
@@ -48,7 +50,7 @@ methods = st.pills("Explainers", methods_all, selection_mode="multi", default=me
                    format_func=lambda m: lv.EXPLAINERS[m].label, **K.option(P, "methods"))
 c1, c2, c3 = st.columns(3)
 scope = c1.radio("Scope", ("this document", "dataset"), **K.option(P, "scope"), horizontal=True)
-steps = common.ig_steps_picker(c2, P) if "ig" in methods else None
+steps = ig_steps_picker(c2, P) if "ig" in methods else None
 c1, c2, c3 = st.columns(3)
 target_choice = c1.selectbox("Class explained", ["predicted", *range(model.num_labels)], **K.option(P, "target"),
                              format_func=lambda t: "the predicted class" if t == "predicted" else name(t),
@@ -72,13 +74,14 @@ settings = dict(methods=methods, target=target, rank_by=rank_by, replacement=rep
 
 
 if scope == "this document":
-    meta = common.export_settings(model, description, scope=scope, **settings)
+    meta = current.export_settings(model, description, scope=scope, **settings)
     rankings = len([m for m in methods if m != "random"]) + (len(seeds) if "random" in methods else 0)
     note = (f"The deletion test scores first its curves ({1 + rankings * len(fa.KS):,} perturbed copies at most), "
             f"then every count up to {fa.FLIP_BOUND} tokens for the first flips (up to {rankings * fa.FLIP_BOUND:,} "
             "more); the gradient explainers take one forward and backward each")
     if "ig" in methods and attr.cached_attribution(model, analysis, target, steps) is None:
-        seconds = attr.estimate_ig_seconds(model, analysis.n, steps, on_wait=common.queue_notice())
+        with shell.queue_notice():
+            seconds = attr.estimate_ig_seconds(model, analysis.n, steps)
         note += f", Integrated Gradients about {format_seconds(seconds)} ({steps} steps)"
     st.info(note + ".")
     stop_until_clicked("Run the explainers and the deletion test", (
@@ -86,29 +89,29 @@ if scope == "this document":
 
     def explanation(method):
         opts = (options or {}).get(method, {})
-        return cache.derived(analysis, "explanation", lambda a, **kw: lv.explain(
-            model, a, method, target, progress=common.progress_bar(lv.EXPLAINERS[method].label),
-            on_wait=common.queue_notice(), **opts), method=method, target=target, **opts)
+        return cache.derived(analysis, "explanation", shell.queued(lambda a, **kw: lv.explain(
+            model, a, method, target, progress=shell.progress_bar(lv.EXPLAINERS[method].label), **opts)),
+            method=method, target=target, **opts)
 
-    def stage(bound, on_wait=None, **more):  # the worker brings its own on_wait: no Streamlit call off the page
+    def stage(bound, **more):  # no queue notice here: the exact scan runs it in a worker, off the page
         return lambda a, **kw: lb.document_leaderboard(
             model, a, methods, target, seeds=seeds, replacement=replacement, flip_bound=bound, rank_by=rank_by,
-            options=options, explanations=explanations, on_wait=on_wait or common.queue_notice(), **more)
+            options=options, explanations=explanations, **more)
 
     slot = st.empty()
-    with common.guard():
+    with shell.guard():
         explanations = {m: explanation(m) for m in methods if m != "random"}
         if "random" in methods:
             explanations["random"] = lv.explain(model, analysis, "random", seed=0)
-        runs = cache.derived(analysis, "leaderboard", stage(0), bound=0, **settings)
+        runs = cache.derived(analysis, "leaderboard", shell.queued(stage(0)), bound=0, **settings)
         with slot.container():
             show_table(runs, model, meta, "Leaderboard for this document", "First flips: scanning …")
-        bar = common.progress_bar("First flips")
-        runs = cache.derived(analysis, "leaderboard", stage(fa.FLIP_BOUND, resume=True, progress=bar),
+        bar = shell.progress_bar("First flips")
+        runs = cache.derived(analysis, "leaderboard", shell.queued(stage(fa.FLIP_BOUND, resume=True, progress=bar)),
                              bound=fa.FLIP_BOUND, **settings)
-        exact = deletion.exact_stage(P, repr((model.fingerprint, analysis.key, settings)), lambda progress, stop,
-                                     on_wait: stage(None, resume=True, progress=progress, stop=stop,
-                                                    on_wait=on_wait)(analysis), *deletion.left_of(runs))
+        exact = deletion.exact_stage(P, repr((model.fingerprint, analysis.key, settings)), lambda progress, stop:
+                                     stage(None, resume=True, progress=progress, stop=stop)(analysis),
+                                     *deletion.left_of(runs))
     runs = runs if exact is None else exact
     with slot.container():
         show_leaderboard(runs, model, meta, "Leaderboard for this document")
@@ -116,7 +119,7 @@ if scope == "this document":
     if len(explanations) >= 2:
         metric = st.radio("Agreement", list(lb.AGREEMENT_METRICS), format_func=lb.AGREEMENT_METRICS.get,
                           **K.option(P, "agreement"), horizontal=True)
-        with common.guard():
+        with shell.guard():
             matrix = lb.agreement_matrix(explanations, metric, rank_by=rank_by)
         st.caption("Rankings of the text tokens (<s> and </s> left out) by each explainer's deletion key; random is "
                    "its seed 0. RBO: extrapolated, p = 0.99.")
@@ -126,18 +129,18 @@ if scope == "this document":
     export.download_table(fig.scores_table(analysis.tokens, explanations), "explainer scores per token", model,
                           meta)
 else:
-    with common.guard():
-        df = common.current_dataset(model)
+    with shell.guard():
+        df = current.current_dataset(model)
         if df is None:
             raise lv.DatasetError("The dataset leaderboard needs a dataset: choose one in the sidebar.")
-        store_settings = run.leaderboard_settings(methods, target, max_tokens=common.max_tokens(model), seeds=seeds,
+        store_settings = run.leaderboard_settings(methods, target, max_tokens=current.max_tokens(model), seeds=seeds,
                                                   replacement=replacement, rank_by=rank_by,
                                                   options=options)
     store = dataset.store(model, df, P, "leaderboard", store_settings, "Compute the dataset leaderboard")
-    with common.guard():
+    with shell.guard():
         runs = store.leaderboard_runs()
     count = runs["doc"].nunique()
-    meta = common.export_settings(model, description, scope=scope, documents=count, **settings)
+    meta = current.export_settings(model, description, scope=scope, documents=count, **settings)
     st.caption("Explainers: mean over documents (first flip over those that flipped); random: each seed's mean over "
                "documents, then mean ± sd over seeds.")
     show_leaderboard(runs, model, meta, f"Leaderboard over {count} documents")

@@ -6,16 +6,19 @@ import longviz_core as lv
 from longviz_core import cache
 from longviz_core.figures import agreement as fig
 from longviz_core.views import faithfulness as fa
-from pages._ui import common, dataset, deletion, export, labels
+from pages._ui import current, dataset, deletion, export, labels, shell
+from pages._ui.ig import attribution_after_click, ig_steps_picker
+from pages._ui.importance import head_importance
+from pages._ui.keys import K
 
-common.run_through_app()
+shell.run_through_app()
 
-K, P = common.K, "faithfulness"
+K, P = K, "faithfulness"
 SCAN_LIMITS = {"100 % (every count)": 1.0, "50 %": 0.5, "20 %": 0.2, "10 %": 0.1}  # the dataset scope's stores
 
 st.title("Faithfulness: deleting the top-ranked tokens")
-with common.guard():
-    model, analysis, label, description = common.current_analysis()
+with shell.guard():
+    model, analysis, label, description = current.current_analysis()
 st.caption(f"{description} · {analysis.n:,} tokens · predicted {analysis.label_name(analysis.predicted)} "
            f"(p = {analysis.probs[analysis.predicted]:.3f})")
 labels.caption(labels.explained("the predicted class y, per document") + " (AOPC, LOdds and flips follow its "
@@ -32,7 +35,7 @@ st.markdown(
 L = model.num_layers
 c1, c2, c3 = st.columns(3)
 scope = c1.radio("Scope", ("this document", "dataset"), **K.option(P, "scope"), horizontal=True)
-steps = common.ig_steps_picker(c2, P)
+steps = ig_steps_picker(c2, P)
 replacement = c3.radio("Replace removed tokens by", fa.REPLACEMENTS, **K.option(P, "replacement"), horizontal=True,
                        format_func=lambda r: {"mask": "<mask>", "pad": "<pad>"}[r])
 c1, c2, c3 = st.columns(3)
@@ -42,9 +45,9 @@ n_seeds = c3.number_input("Random ranking: seeds (0 .. N−1)", 2, 20, len(fa.DE
 seeds = list(range(int(n_seeds)))
 layers = list(range(lo - 1, hi))
 
-with common.guard():
-    df = common.current_dataset(model)
-    scaling = common.head_importance(model, P, c2) if scale else None
+with shell.guard():
+    df = current.current_dataset(model)
+    scaling = head_importance(model, P, c2) if scale else None
     importance = None if scaling is None else scaling.values
     if scaling is not None:
         labels.caption(labels.importance(scaling), "scales the attention ranking", sections=("importance",))
@@ -52,28 +55,28 @@ settings = dict(layers=layers, scale=None if importance is None else importance.
                 replacement=replacement, seeds=seeds)
 
 if scope == "this document":
-    with common.guard():
-        ig = common.attribution_after_click(model, analysis, steps, P, "Run Integrated Gradients and the deletion test")
+    with shell.guard():
+        ig = attribution_after_click(model, analysis, steps, P, "Run Integrated Gradients and the deletion test")
 
     def stage(bound, **more):
-        return lambda a, **kw: fa.faithfulness(model, a, ig.scores, layers=layers, scale=importance,
-                                               replacement=replacement, seeds=seeds, flip_bound=bound,
-                                               on_wait=common.queue_notice(), **more)
+        return shell.queued(lambda a, **kw: fa.faithfulness(model, a, ig.scores, layers=layers, scale=importance,
+                                                             replacement=replacement, seeds=seeds,
+                                                             flip_bound=bound, **more))
 
-    meta = common.export_settings(model, description, scope=scope, ig_steps=steps, **settings)
+    meta = current.export_settings(model, description, scope=scope, ig_steps=steps, **settings)
     slot = st.empty()
-    with common.guard():
+    with shell.guard():
         result = cache.derived(analysis, "faithfulness", stage(0), ig=ig.key, bound=0, **settings)
         with slot.container():
             deletion.numbers(result, "faithfulness", model, meta, "First flips: scanning …")
-        bar = common.progress_bar("First flips")
+        bar = shell.progress_bar("First flips")
         result = cache.derived(analysis, "faithfulness", stage(fa.FLIP_BOUND, resume=True, progress=bar), ig=ig.key,
                                bound=fa.FLIP_BOUND, **settings)
         exact = deletion.exact_stage(
             P, repr((model.fingerprint, analysis.key, ig.key, settings)),
-            lambda progress, stop, on_wait: fa.faithfulness(
+            lambda progress, stop: fa.faithfulness(
                 model, analysis, ig.scores, layers=layers, scale=importance, replacement=replacement, seeds=seeds,
-                flip_bound=None, resume=True, progress=progress, stop=stop, on_wait=on_wait),
+                flip_bound=None, resume=True, progress=progress, stop=stop),
             *deletion.left_of(result))
     result = exact or result
     with slot.container():
@@ -92,17 +95,17 @@ else:
         "First flip: scan up to", list(SCAN_LIMITS), **K.option(P, "max_removed"),
         help="Every count of removed tokens is scored in order until the decision flips, in every document. A "
              "lower limit is faster and reports 'no flip within the first X %' when the decision holds that long.")]
-    with common.guard():
+    with shell.guard():
         if df is None:
             raise lv.DatasetError("The dataset-wide summary needs a dataset: choose one in the sidebar.")
         store = dataset.store(model, df, P, "faithfulness", dataset.settings(
             model, n_steps=steps, replacement=replacement, seeds=tuple(seeds), max_removed=max_removed,
             faithfulness_layers=None if (lo, hi) == (1, L) else tuple(layers), faithfulness_scaled=scaling is not None,
             **({} if scaling is None else scaling.settings())), "Compute the dataset-wide summary")
-        result = cache.memo(("store_faithfulness", str(store.root), store.content_key()), store.dataset_faithfulness)
+        result = dataset.store_view(store, "store_faithfulness", store.dataset_faithfulness)
     st.caption(f"Mean ± std over {result.n_documents} documents; the flip fraction's mean is over the documents that "
                f"flipped; each document's random row is its mean over {len(seeds)} seeds.")
-    meta = common.export_settings(model, description, scope=scope, ig_steps=steps, documents=result.n_documents,
+    meta = current.export_settings(model, description, scope=scope, ig_steps=steps, documents=result.n_documents,
                                   **settings)
     export.table(fig.faithfulness_summary(result.summary), "dataset faithfulness", model, meta)
     with st.expander("Every number (mean and std per k)"):

@@ -8,16 +8,18 @@ from longviz_core.figures import attention as fig
 from longviz_core.tokens import readable_token
 from longviz_core.views import importance as imp
 from longviz_core.views import pooling
-from pages._ui import common, dataset, export, hosting, labels
+from pages._ui import current, dataset, export, hosting, labels, shell
+from pages._ui.importance import computed_importance, importance_method, imported_importance
+from pages._ui.keys import K
 
-common.run_through_app()
+shell.run_through_app()
 
-K, P = common.K, "heatmap"
+K, P = K, "heatmap"
 IMPORTED = K.IMPORTED_IMPORTANCE
 
 st.title("Attention heatmap grid")
-with common.guard():
-    model, analysis, label, description = common.current_analysis()
+with shell.guard():
+    model, analysis, label, description = current.current_analysis()
 st.caption(f"{description} · {analysis.n:,} tokens · rows = layers, columns = heads; each map is pooled onto "
            "blocks of consecutive tokens and divided by its head's largest cell.")
 
@@ -35,34 +37,34 @@ if scale:
     # an imported file is a user's bytes: offered only where uploads are (hosted: allow_upload = true)
     sources = ("computed on the dataset",) + (("imported file",) if hosting.uploads_allowed() else ())
     source = c1.radio("Head importance", sources, horizontal=True, **K.option(P, "importance_source"))
-    with common.guard():
+    with shell.guard():
         if source == "imported file":
             upload = hosting.uploader("head_importance (.npy or .pt, shape layers x heads)", ["npy", "pt", "pth"],
                                       K.page(P, "importance_file"))
             if upload is not None:
                 st.session_state[IMPORTED] = imp.load_head_importance(
                     upload.getvalue(), model.num_layers, model.num_heads, filename=upload.name)
-            importance = common.imported_importance(model)
+            importance = imported_importance(model)
             if importance is None:
                 st.info("Upload a head-importance file to scale the maps.")
         else:
             st.session_state.pop(IMPORTED, None)  # the other attention pages follow this choice
-            importance = common.computed_importance(model, common.importance_method(c2, P))
+            importance = computed_importance(model, importance_method(c2, P))
 
-with common.guard():
+with shell.guard():
     if scope == "this document":
         pooled = cache.derived(analysis, "pooled", lambda a, grid: pooling.pool_attention(a.attention, grid), grid=grid)
     else:
-        df = common.current_dataset(model)
+        df = current.current_dataset(model)
         if df is None:
             raise lv.DatasetError("The dataset-wide grid needs a dataset: choose one in the sidebar.")
         store = dataset.store(model, df, P, "attention", dataset.settings(model, grid=grid),
                               "Compute the dataset-wide grid", only=("grid", "pooling"), default_docs=8)
-        pooled = cache.memo(("store_pooled", str(store.root), store.content_key()), store.pooled_attention)
+        pooled = dataset.store_view(store, "store_pooled", store.pooled_attention)
     maps = pooling.normalised_maps(pooled, None if importance is None else importance.values)
 
 what = "this document" if scope == "this document" else f"the average of {pooled.n_documents} documents"
-settings = common.export_settings(model, description, scope=scope, documents=pooled.n_documents, grid=grid,
+settings = current.export_settings(model, description, scope=scope, documents=pooled.n_documents, grid=grid,
                                   colour=colour, scaled_by_head_importance=importance is not None,
                                   head_importance=None if importance is None else importance.name)
 export.image(fig.grid_image(maps, colour, title=f"Attention of every head, {what}"

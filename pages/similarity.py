@@ -2,16 +2,18 @@
 import streamlit as st
 
 import longviz_core as lv
-from longviz_core import cache
 from longviz_core.dataset import aggregate
 from longviz_core.figures import agreement as fig
 from longviz_core.views import agreement as ag
 from longviz_core.views.similarity import DEFAULT_P, METRICS, rbo_top_weight
-from pages._ui import common, dataset, export, labels
+from pages._ui import current, dataset, export, labels, shell
+from pages._ui.ig import attribution_after_click, ig_steps_picker
+from pages._ui.importance import head_importance
+from pages._ui.keys import K
 
-common.run_through_app()
+shell.run_through_app()
 
-K, P = common.K, "similarity"
+K, P = K, "similarity"
 MASK_LABELS = {"special": "special tokens", "nonalnum": "non-alphanumeric", "stopwords": "stopwords"}
 VARIANTS = ("cosine_raw", "cosine_median", "cosine_mean", "cosine_rank")
 # shorter column headers on screen, so the tables fit a 1,024 px window (files keep the full names)
@@ -21,8 +23,8 @@ SHORT_NAMES = {"Scaled by head importance": "Scaled", "Cosine similarity": "Cosi
                **{METRICS[v]["label"]: v.removeprefix("cosine_") for v in VARIANTS}}
 
 st.title("Agreement: attention vs attribution")
-with common.guard():
-    model, analysis, label, description = common.current_analysis()
+with shell.guard():
+    model, analysis, label, description = current.current_analysis()
 st.caption(f"{description} · {analysis.n:,} tokens · predicted {analysis.label_name(analysis.predicted)}")
 
 L = model.num_layers
@@ -31,7 +33,7 @@ scope = c1.radio("Scope", ("this document", "dataset"), **K.option(P, "scope"), 
 labels.caption(labels.explained(f"the predicted class ({analysis.label_name(analysis.predicted)})"
                                 if scope == "this document" else "the predicted class of each document"),
                labels.scores(), "|IG| compared with received attention", sections=("agreement", "scores"))
-steps = common.ig_steps_picker(c2, P)
+steps = ig_steps_picker(c2, P)
 p = c3.select_slider("RBO p", (0.9, 0.95, 0.98, DEFAULT_P, 0.995), value=DEFAULT_P, **K.option(P, "p"))
 kinds = st.multiselect("Mask (paper §3.4)", ag.MASK_KINDS, default=list(ag.MASK_KINDS), **K.option(P, "mask"),
                        format_func=MASK_LABELS.get)
@@ -49,9 +51,9 @@ with st.expander("Masked: 'zero' (the paper) vs 'drop'"):
         "rises no matter how the real tokens agree — likely why the paper's masked τ jumps from ~0.16 to ~0.74. "
         "**drop** removes masked tokens first, so the metrics only see the tokens that carry content.")
 
-with common.guard():
-    df = common.current_dataset(model)
-    scaling = common.head_importance(model, P, c2, required=False) if scale else None
+with shell.guard():
+    df = current.current_dataset(model)
+    scaling = head_importance(model, P, c2, required=False) if scale else None
 importance = None if scaling is None else scaling.values
 layer_range = (lo - 1, hi - 1)
 if scaling is not None:
@@ -59,26 +61,26 @@ if scaling is not None:
                    sections=("importance",))
 
 
-meta = common.export_settings(model, description, scope=scope, ig_steps=steps, rbo_p=p, mask=kinds,
+meta = current.export_settings(model, description, scope=scope, ig_steps=steps, rbo_p=p, mask=kinds,
                               layer_range=[lo, hi], scaled_by_head_importance=importance is not None,
                               head_importance=None if scaling is None else scaling.name)
 
 
 if scope == "this document":
-    with common.guard():
-        ig = common.attribution_after_click(model, analysis, steps, P, "Run Integrated Gradients")
+    with shell.guard():
+        ig = attribution_after_click(model, analysis, steps, P, "Run Integrated Gradients")
         if ig.warning:
             st.warning(ig.warning)
-        mask = ag.mask_for(analysis.tokens, kinds, **common.mask_options())
+        mask = ag.mask_for(analysis.tokens, kinds, **current.mask_options())
         table = ag.agreement_table(analysis, ig.scores, importance=importance, mask=mask, layer_range=layer_range, p=p)
     st.subheader("Table 1: similarity of attention and |IG|")
-    common.table(fig.table1(table), "table 1", model, meta, column_config=SHORT_NAMES)
+    shell.table(fig.table1(table), "table 1", model, meta, column_config=SHORT_NAMES)
     with st.expander("The notebook's extra cosine variants"):
-        common.table(fig.table1(table, VARIANTS), "cosine variants", model, meta, column_config=SHORT_NAMES)
+        shell.table(fig.table1(table, VARIANTS), "cosine variants", model, meta, column_config=SHORT_NAMES)
         st.caption(" · ".join(f"**{SHORT_NAMES[METRICS[v]['label']]}**: {METRICS[v]['description']}"
                               for v in VARIANTS))
     st.subheader("Table 2: Jaccard of the top 5 %")
-    common.table(fig.table2(table), "table 2", model, meta, column_config=SHORT_NAMES)
+    shell.table(fig.table2(table), "table 2", model, meta, column_config=SHORT_NAMES)
 
     st.subheader("Top-5 % sets")
     sources = ag.attention_sources(L, layer_range)
@@ -88,7 +90,7 @@ if scope == "this document":
     set_scaled = c2.checkbox("Scaled", **K.option(P, "set_scaled"), disabled=importance is None)
     set_mode = c3.radio("Masked", ag.MASK_MODES if mask is not None else ("no",), horizontal=True,
                         **K.option(P, "set_mode"))
-    with common.guard():
+    with shell.guard():
         attention = analysis.attention.received(layers=source.layers,
                                                 scale=importance if set_scaled and importance is not None else None)
         sets = ag.top_sets(analysis.tokens, attention, ig.scores, mask, set_mode)
@@ -97,7 +99,7 @@ if scope == "this document":
     names = [*ag.SET_NAMES, "counts by token"]
     tabs = st.tabs([f"{name} ({len(t)})" for name, t in zip(ag.SET_NAMES, sets.tables())] + [names[-1]])
     for tab, name, t in zip(tabs, names, [*sets.tables(), sets.counts()]):
-        common.table(t, f"top 5 percent {name}", model, set_meta, where=tab, column_config=SHORT_NAMES)
+        shell.table(t, f"top 5 percent {name}", model, set_meta, where=tab, column_config=SHORT_NAMES)
 
     st.subheader("Per-head agreement with |IG|")
     c1, c2 = st.columns(2)
@@ -105,12 +107,12 @@ if scope == "this document":
                       **K.option(P, "head_metric"))
     head_mode = c2.radio("Masked ", ag.MASK_MODES if mask is not None else ("no",), horizontal=True,
                          **K.option(P, "head_mode"))
-    with common.guard():
+    with shell.guard():
         grid = ag.head_agreement(analysis, ig.scores, metric, mask, head_mode, p=p)
     export.chart(fig.head_agreement_heatmap(grid, metric), f"per-head {metric}", model,
                  {**meta, "head_metric": metric, "head_masked": head_mode})
 else:
-    with common.guard():
+    with shell.guard():
         if df is None:
             raise lv.DatasetError("Dataset-wide tables need a dataset: choose one in the sidebar.")
         # an extra source equal to all layers or the final layer adds no row: the same store as none
@@ -118,7 +120,7 @@ else:
         settings = dataset.settings(model, n_steps=steps, rbo_p=p, mask_kinds=tuple(kinds), layer_range=extra,
                                     **({} if scaling is None else scaling.settings()))
         store = dataset.store(model, df, P, "agreement", settings, "Compute dataset-wide tables")
-        result = cache.memo(("store_agreement", str(store.root), store.content_key()), store.dataset_agreement)
+        result = dataset.store_view(store, "store_agreement", store.dataset_agreement)
         if scaling is None:  # the store of a labelled dataset also holds the scaled rows
             result = aggregate.without_scaled(result)
     st.caption(f"Mean ± std over {result.n_documents} documents.")

@@ -9,11 +9,12 @@ from longviz_core.figures import attention as fig
 from longviz_core.model import topk as tk
 from longviz_core.views import counts as tc
 from longviz_core.views.masking import build_mask
-from pages._ui import common, dataset, export, labels
+from pages._ui import current, dataset, export, labels, shell
+from pages._ui.keys import K
 
-common.run_through_app()
+shell.run_through_app()
 
-K, P = common.K, "counts"
+K, P = K, "counts"
 SCOPES = ("all layers and heads", "one layer", "one head")
 SHORT_NAMES = {"count_attended": "attended", "count_attending": "attending"}
 GROUP_NAMES = {"type": "token type", "word": "word"}
@@ -33,16 +34,16 @@ def dataset_counts(group: str) -> None:
     k, rule, name = COUNTS["k"], COUNTS["rule"], GROUP_NAMES[group]
     st.caption(f"Fixed for the dataset: k = {k}, all layers and heads, counted {tc.COUNT_RULES[rule]}. A {name}'s "
                "count is the sum over the documents of its count in each; `documents`: how many count it.")
-    with common.guard():
-        df = common.current_dataset(model)
+    with shell.guard():
+        df = current.current_dataset(model)
         if df is None:
             raise lv.DatasetError("Dataset-wide counts need a dataset: choose one in the sidebar.")
         store = dataset.store(model, df, P, "attention", dataset.settings(model), "Count over the dataset",
                               only=("counts",))
         read = store.word_counts if group == "word" else store.type_counts
-        tables = {d: cache.memo(("store_counts", str(store.root), store.content_key(), group, d, masked),
-                                lambda d=d: read(d, masked)) for d in tc.DIRECTIONS}
-    settings = common.export_settings(model, "dataset", documents=store.count("attention"), k=k, bars=top_n,
+        tables = {d: dataset.store_view(store, "store_counts", lambda d=d: read(d, masked), group, d, masked)
+                  for d in tc.DIRECTIONS}
+    settings = current.export_settings(model, "dataset", documents=store.count("attention"), k=k, bars=top_n,
                                       scope="all layers and heads", masked=masked, count=tc.COUNT_RULES[rule],
                                       group_by=name)
     meaning = tc.COUNT_MEANINGS[rule].replace("top-k", f"top-{k}")
@@ -57,8 +58,8 @@ def dataset_counts(group: str) -> None:
 
 
 st.title("Token counts")
-with common.guard():
-    model, analysis, label, description = common.current_analysis()
+with shell.guard():
+    model, analysis, label, description = current.current_analysis()
 st.caption(f"{description} · {analysis.n:,} tokens. For every token and head: its top-k **attended** keys (what it "
            "attends to most) and its top-k **attending** queries (who attends to it most); ties go to the lower "
            "position. **Once per token** (the paper's Algorithm 2): a token's set is its top-k over all the "
@@ -90,10 +91,10 @@ if scope != SCOPES[0]:
         heads = [c2.selectbox("Head", range(model.num_heads), format_func=lambda i: f"head {i + 1}",
                               **K.option(P, "head"))]
 
-with common.guard():
+with shell.guard():
     with st.spinner("Finding every token's top-k lists (once per document)…"):
         topk = cache.derived(analysis, "topk", lambda a, k: tk.topk_indices(a.attention, k), k=tk.TOPK_MAX)
-        options = common.mask_options()
+        options = current.mask_options()
         tallies = cache.derived(analysis, "tallies", lambda a, masked, **options: tc.tally(
             topk, a.tokens, build_mask(a.tokens, **options) if masked else None), masked=masked, **options)
     mask = tallies.mask
@@ -102,7 +103,7 @@ with common.guard():
 
 where = "all layers and heads" if layers is None else f"layer {layers[0] + 1}" + (
     "" if heads is None else f", head {heads[0] + 1}")
-settings = common.export_settings(model, description, k=k, bars=top_n, scope=where, masked=masked,
+settings = current.export_settings(model, description, k=k, bars=top_n, scope=where, masked=masked,
                                   count=tc.COUNT_RULES[rule], group_by=GROUP_NAMES[group])
 st.subheader(f"Top {top_n} by {tc.COUNT_MEANINGS[rule].replace('top-k', f'top-{k}')} — {where}")
 labels.caption(labels.count_rule(rule), sections=("count",))
@@ -117,7 +118,7 @@ for by in bys:  # one under the other: side by side, the position table's column
     col = st.container()
     both = tc.count_intersection(tables["attended", by], tables["attending", by], top_n)
     col.markdown(f"**By {by}**: {len(both)} of the top {top_n} in common (counted {tc.COUNT_RULES[rule]})")
-    common.table(both, f"attended and attending by {by}", model, settings, where=col, column_config=SHORT_NAMES)
+    shell.table(both, f"attended and attending by {by}", model, settings, where=col, column_config=SHORT_NAMES)
 
 st.subheader("Instances of one token (Fig. 6)")
 by_type = tables["attended", "type"]
@@ -130,7 +131,7 @@ words = ~build_mask(choices)  # the default is the most counted real word, not <
 token = c1.selectbox("Token", choices, index=int(words.argmax()) if words.any() else 0, **K.option(P, "token"),
                      help="Default: the most counted word (not a special token, punctuation or a stopword).")
 direction = c2.radio("Lists", tc.DIRECTIONS, horizontal=True, **K.option(P, "instance_direction"))
-with common.guard():
+with shell.guard():
     inst = tc.instance_counts(analysis, token, k, direction, layers, heads, mask, tallies=tallies, rule=rule)
 export.chart(fig.instances_chart(inst, f"'{token}': {len(inst)} instances, {direction} counts along the document",
                                  rule=rule, n=analysis.n),
@@ -140,4 +141,4 @@ with st.expander(f"All counts (tables; count = {tc.COUNT_MEANINGS[rule]})"):
     shown = {(d, by): tables[d, by] for d in tc.DIRECTIONS for by in bys}
     tabs = st.tabs([f"{d} by {by}" for d, by in shown])
     for tab, ((d, by), table) in zip(tabs, shown.items()):
-        common.table(table, f"{d} counts by {by}", model, settings, where=tab)
+        shell.table(table, f"{d} counts by {by}", model, settings, where=tab)

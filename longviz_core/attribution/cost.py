@@ -105,7 +105,6 @@ def estimate_ig_seconds(
     *,
     cache_dir: str | os.PathLike | None = None,
     progress: Progress | None = None,
-    on_wait=None,
 ) -> float:
     """Expected wall time of integrated_gradients on a document of n_tokens.
 
@@ -121,7 +120,7 @@ def estimate_ig_seconds(
     bucket = _bucket(model, n_tokens)
     timing = _read_timing(model, bucket, precision, cache_dir)
     if timing is None:
-        with COMPUTE.hold(on_wait):
+        with COMPUTE.hold():
             report(progress, 0.0, f"Timing one forward+backward at {bucket} tokens")
             t_fwd, t_fb = time_passes(model, _synthetic(model, bucket), precision)[:2]
         timing = {"forward": t_fwd, "step": t_fb}

@@ -429,10 +429,10 @@ def _att_x_grad(model, analysis, target):
 
 # ------------------------------------------------------------------------------------------ IG
 def _ig(model, analysis, target, n_steps=50, method="gausslegendre", precision="fp32", internal_batch_size=None,
-        use_cache=True, cache_dir=None, _progress=None, _on_wait=None, _meta=None):
+        use_cache=True, cache_dir=None, _progress=None, _meta=None):
     a = integrated_gradients(model, analysis, target, n_steps, method, precision=precision,
                              internal_batch_size=internal_batch_size, use_cache=use_cache, cache_dir=cache_dir,
-                             progress=_progress, on_wait=_on_wait)
+                             progress=_progress)
     _meta.update(seconds=a.seconds, from_cache=a.from_cache)
     return a.scores
 
@@ -463,7 +463,7 @@ EXPLAINERS: dict[str, Explainer] = {e.name: e for e in (
 
 # ------------------------------------------------------------------------------------------ front door
 def explain(model: LoadedModel, analysis: DocumentAnalysis, method: str, /, target: int | None = None, *,
-            progress: Progress | None = None, on_wait=None, **options) -> Explanation:
+            progress: Progress | None = None, **options) -> Explanation:
     """Token scores of `method` (a key of EXPLAINERS) for `target` (default: the predicted class).
 
     options: the method's own (EXPLAINERS[method].options; e.g. n_steps and method for ig, seed for random; the
@@ -486,10 +486,10 @@ def explain(model: LoadedModel, analysis: DocumentAnalysis, method: str, /, targ
         raise ExplainerError(f"{method} has no option(s) {unknown}; its options are {sorted(info.options) or 'none'}")
     settings = {**info.options, **options}
     meta: dict = {}
-    extra = {"_progress": progress, "_on_wait": on_wait, "_meta": meta} if method == "ig" else {}
+    extra = {"_progress": progress, "_meta": meta} if method == "ig" else {}
     heavy = info.cost not in ("none", "attention")
     report(progress, 0.0, f"{info.label}")
-    with (COMPUTE.hold(on_wait) if heavy else nullcontext()), _PeakMemory(model.device) as peak:
+    with (COMPUTE.hold() if heavy else nullcontext()), _PeakMemory(model.device) as peak:
         started = time.perf_counter()
         scores = info.compute(model, analysis, int(target), **settings, **extra)
         seconds = time.perf_counter() - started

@@ -175,7 +175,6 @@ def integrated_gradients(
     use_cache: bool = True,
     cache_dir: str | os.PathLike | None = None,
     progress: Progress | None = None,
-    on_wait=None,
 ) -> Attribution:
     """Token attributions for `target` (default: the predicted class; required when given an Encoded).
 
@@ -193,7 +192,7 @@ def integrated_gradients(
             report(progress, 1.0, "Loaded from cache")
             return hit
     steps = n_steps
-    with COMPUTE.hold(on_wait):
+    with COMPUTE.hold():
         # another session may have computed this very entry while we waited in the queue
         hit = _try_read(path, key, enc.n) if use_cache else None
         if hit is not None:

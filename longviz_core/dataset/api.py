@@ -51,7 +51,6 @@ def dataset_attributions(
     min_docs: int = 1,
     cache_dir=None,
     progress: Progress | None = None,
-    on_wait=None,
 ) -> DatasetAttribution:
     """Dataset-wide attribution by token type (Fig 10e/f) over `texts`: the precompute's "attribution" kind (IG of
     class `target` with `n_steps` steps) into the local store for these texts and settings (local_store:
@@ -65,7 +64,7 @@ def dataset_attributions(
         raise ValueError(f"min_docs must be a positive integer, got {min_docs!r}")
     settings = Settings(max_tokens=max_tokens, n_steps=n_steps, ig_method=method, precision=precision,
                         target=str(int(target)))
-    store, summary = local_run(model, _texts_frame(texts), "attribution", settings, progress, cache_dir, on_wait)
+    store, summary = local_run(model, _texts_frame(texts), "attribution", settings, progress, cache_dir)
     return replace(store.dataset_attributions(int(target), masked, min_docs),
                    from_cache=not any(summary.computed.values()))
 
@@ -83,7 +82,6 @@ def dataset_agreement(
     top: float = DEFAULT_TOP,
     cache_dir=None,
     progress: Progress | None = None,
-    on_wait=None,
 ) -> DatasetAgreement:
     """Tables 1-2, the top-set token counts (every configuration) and the per-head grids (HEAD_METRICS x
     MASK_MODES) over `texts`, mean +- std over documents: the precompute's "agreement" kind (IG of the predicted
@@ -93,7 +91,7 @@ def dataset_agreement(
     `from_cache` counts the documents found in the store."""
     settings = Settings(max_tokens=max_tokens, n_steps=ig_steps, target="predicted", importance_values=importance,
                         rbo_p=p, top=top, mask_kinds=tuple(mask_kinds), layer_range=layer_range)
-    store, summary = local_run(model, _texts_frame(texts), "agreement", settings, progress, cache_dir, on_wait)
+    store, summary = local_run(model, _texts_frame(texts), "agreement", settings, progress, cache_dir)
     return replace(store.dataset_agreement(), from_cache=summary.skipped["agreement"])
 
 
@@ -114,7 +112,6 @@ def dataset_faithfulness(
     batch_size: int | None = None,
     cache_dir=None,
     progress: Progress | None = None,
-    on_wait=None,
 ) -> DatasetFaithfulness:
     """views.faithfulness.faithfulness on every text (IG of the predicted class with `ig_steps` steps; the attention
     ranking over `layers`, scaled by `scale` (layers, heads) when given), then per ranking the mean and sd over
@@ -129,7 +126,7 @@ def dataset_faithfulness(
                         faithfulness_layers=None if layers is None else tuple(np.atleast_1d(layers)),
                         faithfulness_scaled=scale is not None, importance_values=scale)
     df = _texts_frame(texts, labels)
-    store, summary = local_run(model, df, "faithfulness", settings, progress, cache_dir, on_wait)
+    store, summary = local_run(model, df, "faithfulness", settings, progress, cache_dir)
     return replace(store.dataset_faithfulness(), from_cache=summary.skipped["faithfulness"])
 
 
@@ -149,7 +146,6 @@ def leaderboard_runs(
     batch_size: int | None = None,
     cache_dir=None,
     progress: Progress | None = None,
-    on_wait=None,
 ) -> tuple[pd.DataFrame, int]:
     """leaderboard.document_leaderboard on every text (truncated to max_tokens), with a 'doc' column; (runs, documents found
     in the store). The precompute's "leaderboard" kind into the local store for these texts and settings
@@ -165,7 +161,7 @@ def leaderboard_runs(
     settings = leaderboard_settings(methods, target, max_tokens=max_tokens, ks=ks, seeds=seeds,
                                     replacement=replacement, max_removed=max_removed, rank_by=rank_by,
                                     options=options)
-    store, summary = local_run(model, _texts_frame(texts), "leaderboard", settings, progress, cache_dir, on_wait)
+    store, summary = local_run(model, _texts_frame(texts), "leaderboard", settings, progress, cache_dir)
     return store.leaderboard_runs(), summary.skipped["leaderboard"]
 
 

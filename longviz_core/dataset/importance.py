@@ -13,8 +13,7 @@ from .store import ResultStore
 
 
 def stored_head_importance(model: LoadedModel, df: pd.DataFrame, settings: Settings,
-                           serving: ResultStore | None = None, progress: Progress | None = None,
-                           on_wait=None) -> np.ndarray:
+                           serving: ResultStore | None = None, progress: Progress | None = None) -> np.ndarray:
     """(layers, heads) head importance by settings.importance_method on `df`: from `serving` (a precomputed store
     that holds it) when given, else from the local store, computed there first when it lacks it."""
     store = serving
@@ -22,5 +21,5 @@ def stored_head_importance(model: LoadedModel, df: pd.DataFrame, settings: Setti
         out = local_store_dir(model, df, settings)
         store = ResultStore(out, limit=0) if (out / "manifest.json").is_file() else None
         if store is None or not store.has("head-importance"):  # computed once per dataset and definition, then read
-            store = local_store(model, df, "head-importance", settings, limit=0, progress=progress, on_wait=on_wait)
+            store = local_store(model, df, "head-importance", settings, limit=0, progress=progress)
     return store.head_importance()

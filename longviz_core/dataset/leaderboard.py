@@ -85,7 +85,6 @@ def document_leaderboard(
     resume: bool = False,
     cache_dir=None,
     progress: Progress | None = None,
-    on_wait=None,
     stop=None,
 ) -> pd.DataFrame:
     """Every explainer of `methods` (default: all of EXPLAINERS) on one document, scored by one deletion test.
@@ -107,7 +106,7 @@ def document_leaderboard(
     for i, method in enumerate(scored):
         e = explanations.get(method)
         if e is None:
-            e = explain(model, analysis, method, target, on_wait=on_wait, **options.get(method, {}),
+            e = explain(model, analysis, method, target, **options.get(method, {}),
                         progress=scaled(progress, 0.5 * i / len(scored), 0.5 / len(scored), f"{_label(method)}: "))
         _check_explanation(e, method, analysis)
         made[method] = e
@@ -117,7 +116,7 @@ def document_leaderboard(
                                    flip_bound=min(bounds) if bounds else None, batch_size=batch_size)
     result = deletion_test(model, analysis, orders, settings, scaled(progress, 0.5 if scored else 0.0,
                            0.5 if scored else 1.0), labels={m: _label(m) for m in methods}, resume=resume,
-                           cache_dir=cache_dir, on_wait=on_wait, stop=stop)
+                           cache_dir=cache_dir, stop=stop)
     costs = {m: (e.target, e.seconds, e.peak_bytes) for m, e in made.items()}
     for s in seeds:
         e = explain(model, analysis, "random", seed=s)

@@ -102,7 +102,6 @@ def precompute(
     *,
     use_cache: bool = False,
     cache_dir=None,
-    on_wait=None,
 ) -> RunSummary:
     """Compute the kinds `what` (dataset.kinds) for the rows of `shard` (see shard_rows) into the store at `out`.
 
@@ -111,7 +110,7 @@ def precompute(
     gets (fraction, message) after every document: documents done / total and the time left, from the measured
     time of the documents this run computed (those found done cost nothing). An exception raised by `progress`
     (the app's Stop button, a closed tab) ends the run there; every committed unit stays.
-    use_cache / cache_dir / on_wait: see kinds.Job (in-process runs)."""
+    use_cache / cache_dir: see kinds.Job (in-process runs)."""
     if "text" not in df:
         raise ValueError("the dataset needs a 'text' column (load it with load_dataset)")
     kinds = run_kinds(df, what, settings)
@@ -127,7 +126,7 @@ def precompute(
     skipped = {k: 0 for k in kinds}
     writer_name = f"shard-{i}-of-{n}"
     with StoreWriter(out, writer_name) as writer:
-        job = Job(model, df, settings, out, use_cache=use_cache, cache_dir=cache_dir, on_wait=on_wait)
+        job = Job(model, df, settings, out, use_cache=use_cache, cache_dir=cache_dir)
         for k in (k for k in kinds if KINDS[k].dataset_level):
             if _dataset_unit(job, writer, k, progress):
                 computed[k] += 1

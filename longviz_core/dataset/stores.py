@@ -68,20 +68,19 @@ def _key_settings(kind: str, settings: Settings):
 
 
 def local_store(model: LoadedModel, df: pd.DataFrame, what, settings: Settings = Settings(),
-                progress: Progress | None = None, cache_dir=None, *, limit: int | None = None,
-                on_wait=None) -> ResultStore:
+                progress: Progress | None = None, cache_dir=None, *, limit: int | None = None) -> ResultStore:
     """The in-process path (the app's "compute for the dataset" buttons, the Python API): the same precompute,
     for the first `limit` documents (all when None), into the store at local_store_dir, returned opened on those
     documents. Resumable and reused across sessions: a later call computes only what is missing. The run reuses
     the per-document disk caches of IG, head importance and the flip scans (kinds.Job)."""
-    return local_run(model, df, what, settings, progress, cache_dir, on_wait, limit)[0]
+    return local_run(model, df, what, settings, progress, cache_dir, limit)[0]
 
 
-def local_run(model, df, what, settings, progress, cache_dir, on_wait, limit=None) -> tuple[ResultStore, RunSummary]:
+def local_run(model, df, what, settings, progress, cache_dir, limit=None) -> tuple[ResultStore, RunSummary]:
     """local_store's run, with the run's summary (what it computed and what it found done)."""
     out = local_store_dir(model, df, settings, cache_dir)
     summary = precompute(model, df, out, what, settings, limit=limit, progress=progress, use_cache=True,
-                         cache_dir=cache_dir, on_wait=on_wait)
+                         cache_dir=cache_dir)
     return ResultStore(out, limit), summary
 
 

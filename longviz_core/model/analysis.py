@@ -50,7 +50,7 @@ class DocumentAnalysis:
         return str(self.id2label.get(int(i), i))
 
 
-def analyze(model: LoadedModel, text: str, max_tokens: int = DEFAULT_MAX_TOKENS, on_wait=None) -> DocumentAnalysis:
+def analyze(model: LoadedModel, text: str, max_tokens: int = DEFAULT_MAX_TOKENS) -> DocumentAnalysis:
     """Encode `text` (truncated to `max_tokens`), run the model once with attentions, keep the bands."""
     enc = encode(model.tokenizer, text, max_tokens, model_max=model.max_tokens, position_offset=model.position_offset)
     patterns = model.family.attention_patterns(enc.n)
@@ -62,7 +62,7 @@ def analyze(model: LoadedModel, text: str, max_tokens: int = DEFAULT_MAX_TOKENS,
             "and longviz cannot read the weights it applies yet. Choose a Max tokens of at most "
             f"{model.family.sparse_from}, where it runs full attention.")
     inputs = model.family.inputs(enc, model.device)
-    with COMPUTE.hold(on_wait), torch.no_grad():
+    with COMPUTE.hold(), torch.no_grad():
         if model.family.attention_interface:  # each layer by its pattern: banded, or streamed from Q and K
             out, attention = analyze_layers(model, inputs, [p.radius if p.kind == BANDED else None for p in patterns])
         else:

@@ -34,7 +34,6 @@ def deletion_test(
     labels: Mapping[str, str] | None = None,
     resume: bool = False,
     cache_dir=None,
-    on_wait=None,
     stop: threading.Event | None = None,
 ) -> DeletionResult:
     """Curves and first flips of every order in `orders` (name -> removable positions, most important first) and
@@ -63,7 +62,7 @@ def deletion_test(
                      default_batch_size(model) if settings.batch_size is None else settings.batch_size)
     counts = [removed_count(k, m) for k in settings.ks]
     limit = settings.limit(m)
-    with COMPUTE.hold(on_wait):
+    with COMPUTE.hold():
         report(progress, 0.0, f"Deletion curves: {len(runs)} rankings")
         intact = scorer.log_probs([(runs[0][2], 0)], owner=-1)[0]
         predicted = int(np.argmax(intact))

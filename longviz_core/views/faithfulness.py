@@ -74,7 +74,6 @@ def faithfulness(
     resume: bool = False,
     cache_dir=None,
     progress: Progress | None = None,
-    on_wait=None,
     stop=None,
 ) -> DeletionResult:
     """Deletion curves and first decision flips of `rankings` for one document (the deletion test of
@@ -93,7 +92,7 @@ def faithfulness(
                                 seeds=seeds if RANDOM in rankings else (),
                                 flip_bound=min(bounds) if bounds else None, batch_size=batch_size)
     return deletion_test(model, analysis, ranking_orders(analysis, attribution, rankings, layers, scale), settings,
-                         progress, labels=RANKING_LABELS, resume=resume, cache_dir=cache_dir, on_wait=on_wait,
+                         progress, labels=RANKING_LABELS, resume=resume, cache_dir=cache_dir,
                          stop=stop)
 
 

@@ -58,7 +58,8 @@ def default_max_tokens(model: lv.LoadedModel) -> int:
     from longviz_core.attribution.budget import fitting_max_tokens
 
     def compute() -> int:
-        return fitting_max_tokens(model, PAGE_BUDGET_S, on_wait=queue_notice())
+        with queue_notice():
+            return fitting_max_tokens(model, PAGE_BUDGET_S)
 
     fitting = cache.memo(("default_max_tokens", model.fingerprint), compute)
     return min(fitting, hosting.max_tokens_limit(hosting.config()))
@@ -128,7 +129,8 @@ def current_analysis():
     """(model, analysis, true label or None, description) of the current document."""
     model = current_model()
     text, label, description = current_document(model)
-    analysis = cache.get_analysis(model, text, max_tokens(model), on_wait=queue_notice())
+    with queue_notice():
+        analysis = cache.get_analysis(model, text, max_tokens(model))
     enc = analysis.encoded
     if enc.truncated:  # on every page: each number below is about the first part of the text only
         st.warning(f"Truncated to {enc.n - 2:,} of {enc.n_text_tokens_original:,} text tokens (max tokens = "

@@ -8,6 +8,7 @@ from __future__ import annotations
 import streamlit as st
 
 import longviz_core as lv
+from longviz_core import cache
 from longviz_core.dataset import run, stores
 from longviz_core.progress import format_seconds
 from pages._ui import current, shell
@@ -15,6 +16,12 @@ from pages._ui.keys import K
 
 KEEPS = ("Every document is written to the store as soon as it is done, so stopping (or a rerun of the page, or a "
          "closed tab) loses only the document in flight; computing again goes on from there.")
+
+
+def store_view(store: lv.ResultStore, view: str, compute, *parts):
+    """`compute()`, a store's aggregation for a view, kept once per store (folder and content) and the view's own
+    `parts` (hashable settings, never arrays)."""
+    return cache.memo((view, str(store.root), store.content_key(), *parts), compute)
 
 
 def settings(model: lv.LoadedModel, **options) -> lv.PrecomputeSettings:
@@ -73,8 +80,8 @@ def _time_left(model, df, out, kind, settings, left: int) -> str:
                 "document measured so far).")
     leaderboard_ig = "leaderboard" in kinds and "ig" in (settings.explainers or ("ig",))  # None: every explainer
     if "attribution" in kinds or leaderboard_ig:
-        ig = estimate_ig_seconds(model, settings.max_tokens, settings.n_steps, settings.precision,
-                                 on_wait=shell.queue_notice())
+        with shell.queue_notice():
+            ig = estimate_ig_seconds(model, settings.max_tokens, settings.n_steps, settings.precision)
         return (f"Integrated Gradients alone takes up to about {format_seconds(ig * left)} for the other {left} "
                 f"at {settings.max_tokens:,} tokens; the progress bar shows the time left as documents finish.")
     return "The progress bar shows the time left as documents finish."
@@ -91,8 +98,8 @@ def _compute(model, df, out, kind, settings, n, label, running) -> None:
     bar = shell.progress_bar(label)
     bar(0.0, f"{n} documents")
     try:
-        run.precompute(model, df, out, kind, settings, limit=n, progress=bar, use_cache=True,
-                       on_wait=shell.queue_notice())
+        with shell.queue_notice():
+            run.precompute(model, df, out, kind, settings, limit=n, progress=bar, use_cache=True)
     except Exception:
         st.session_state.pop(running, None)
         raise

@@ -4,6 +4,7 @@ shown by a fragment that refreshes its progress, an upper bound of the time left
 rest of the app stays usable."""
 from __future__ import annotations
 
+import contextvars
 import threading
 from dataclasses import dataclass, field
 
@@ -11,8 +12,9 @@ import pandas as pd
 import streamlit as st
 
 from longviz_core.progress import format_seconds
+from longviz_core.runtime import waiting_notice
 from longviz_core.views.deletion import metric_columns
-from pages._ui import common
+from pages._ui import shell
 from pages._ui.keys import K
 
 REFRESH_S = 2.0
@@ -39,7 +41,8 @@ _LOCK = threading.Lock()
 
 
 def _start(key: str, work) -> Job:
-    """work(progress, stop, on_wait) -> result, in a daemon thread; one job per key at a time."""
+    """work(progress, stop) -> result, in a daemon thread carrying the page's context, with the scan's own queue
+    notice (the page's would call Streamlit off its thread); one job per key at a time."""
     with _LOCK:
         job = _JOBS.get(key)
         if job is not None and job.running:
@@ -55,11 +58,12 @@ def _start(key: str, work) -> Job:
 
     def target() -> None:
         try:
-            job.result = work(progress, job.stop, on_wait)
+            with waiting_notice(on_wait):
+                job.result = work(progress, job.stop)
         except Exception as e:  # shown on the page by the fragment
             job.error = e
 
-    job.thread = threading.Thread(target=target, name=f"longviz-scan-{key[:40]}", daemon=True)
+    job.thread = threading.Thread(target=contextvars.copy_context().run, args=(target,), name=f"longviz-scan-{key[:40]}", daemon=True)
     job.thread.start()
     return job
 
@@ -76,7 +80,7 @@ def numbers(result, name: str, model, meta, pending: str | None = None) -> None:
         st.dataframe(wide, hide_index=True)
         st.caption(pending)
         return
-    common.table(wide, name, model, meta, download=shown.reset_index())
+    shell.table(wide, name, model, meta, download=shown.reset_index())
     m, held = result.n_removable, {}
     for run in result.runs:  # one line per "no flip …" text, naming every run it holds for
         if run.flip_removed is None:

@@ -36,11 +36,12 @@ def attribution_after_click(model: lv.LoadedModel, analysis, steps: int, page: s
     from longviz_core.attribution.budget import cached_or_estimate
     from longviz_core.progress import format_seconds
 
-    hit, seconds = cached_or_estimate(model, analysis, steps, on_wait=queue_notice())
+    with queue_notice():
+        hit, seconds = cached_or_estimate(model, analysis, steps)
     if hit is not None:
         return hit
     run_when_clicked(f"Integrated Gradients with {steps} steps on {analysis.n:,} tokens takes about "
                      f"{format_seconds(seconds)} on this machine ({model.device.type}).{note}", label,
                      K.page(page, "run_ig"))
-    return attr.integrated_gradients(model, analysis, None, steps, progress=progress_bar("Integrated Gradients"),
-                                     on_wait=queue_notice())
+    with queue_notice():
+        return attr.integrated_gradients(model, analysis, None, steps, progress=progress_bar("Integrated Gradients"))

@@ -58,8 +58,8 @@ def computed_importance(model: lv.LoadedModel, method: str, required: bool = Tru
         return None
     settings = run.clamped(model, lv.PrecomputeSettings(max_tokens=max_tokens(model), importance_method=method))
     serving = serving_store(model, df, "head-importance", settings)
-    values = stored_head_importance(model, df, settings, serving, progress=progress_bar("Head importance"),
-                                    on_wait=queue_notice())
+    with queue_notice():
+        values = stored_head_importance(model, df, settings, serving, progress=progress_bar("Head importance"))
     return HeadImportance(values, method, imp.METHOD_NAMES[method], imp.IMPORTANCE_METHODS[method])
 
 

@@ -7,7 +7,7 @@ import streamlit as st
 from longviz_core.dataset import leaderboard as lb
 from longviz_core.figures import agreement as fig_faith
 from longviz_core.figures import explainers as fig
-from pages._ui import common, export
+from pages._ui import export, shell
 
 # On screen: the columns that fit at 1,024 px (random's spread is stated beside the table, the measured cost is
 # the seconds); the expander and the CSV have every column at full precision. Widths in px: "no flip ≤ 24 tokens"
@@ -37,7 +37,7 @@ def show_table(runs, model, meta, title, pending=None):
         st.dataframe(view.assign(**{"first flip": "…"}), hide_index=True, column_config=FORMATS)
         st.caption(pending)
         return table
-    common.table(view, "explainer leaderboard", model, meta, column_config=FORMATS)
+    shell.table(view, "explainer leaderboard", model, meta, column_config=FORMATS)
     st.caption(fig.random_floor(view))
     return table
 
@@ -46,7 +46,7 @@ def show_leaderboard(runs, model, meta, title):
     """The leaderboard, every number, the curves, the flips and the runs, with their downloads."""
     table = show_table(runs, model, meta, title)
     with st.expander("Every number (AOPC and LOdds at each k, sds)"):
-        common.table(flips_in_words(table), "explainer leaderboard every number", model, meta, download=table)
+        shell.table(flips_in_words(table), "explainer leaderboard every number", model, meta, download=table)
     tabs = st.tabs(["AOPC", "LOdds", "first flip (exact scan)", "runs"])
     curves = lb.curves(runs)
     for tab, metric in zip(tabs, ("aopc", "lodds")):
@@ -56,7 +56,7 @@ def show_leaderboard(runs, model, meta, title):
     export.chart(fig_faith.flip_chart(lb.flips(runs), bound=int(open_["scanned"].min()) if len(open_) else None),
                  "explainer decision flips", model, meta, where=tabs[2])
     shown = ["doc"] * ("doc" in runs) + ["label", "seed", "aopc", "lodds", "first_flip", "seconds"]
-    common.table(flips_in_words(runs)[shown], "explainer runs", model, meta, where=tabs[3],
+    shell.table(flips_in_words(runs)[shown], "explainer runs", model, meta, where=tabs[3],
                  download=runs)  # every column, NaN for no flip, in the CSV
 
 

@@ -51,9 +51,9 @@ def overlay_scores(page: str, model: lv.LoadedModel, analysis, attr, label) -> O
         return OverlayScores(method, attr.scores, "attribution overlay", "attribution",
                              f"Attribution to '{name(attr.target)}' (L2-normalised)", header)
     with shell.guard():
-        shown = cache.derived(analysis, "explanation", lambda a, **kw: lv.explain(
-            model, a, method, int(attr.target), progress=shell.progress_bar(lv.EXPLAINERS[method].label),
-            on_wait=shell.queue_notice()), method=method, target=int(attr.target))
+        shown = cache.derived(analysis, "explanation", shell.queued(lambda a, **kw: lv.explain(
+            model, a, method, int(attr.target), progress=shell.progress_bar(lv.EXPLAINERS[method].label))),
+            method=method, target=int(attr.target))
     st.caption(f"Overlay: {shown.label} ({lv.EXPLAINERS[method].source}), computed in {shown.seconds:.2f} s.")
     header = explainer_header_html(shown.label, lv.EXPLAINERS[method].source, name(shown.target),
                                    name(analysis.predicted), analysis.probs[analysis.predicted], true_label)

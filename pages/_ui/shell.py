@@ -9,6 +9,7 @@ from contextlib import contextmanager
 import streamlit as st
 
 import longviz_core as lv
+from longviz_core.runtime import waiting_notice
 from pages._ui import export
 
 log = logging.getLogger(__name__)
@@ -119,8 +120,9 @@ def run_when_clicked(notice: str, label: str, key: str, **button) -> None:
     slot.empty()
 
 
+@contextmanager
 def queue_notice():
-    """An `on_wait` callback: tells the user their place in the compute queue."""
+    """Heavy work inside the block tells the user their place in the compute queue, in a slot placed here."""
     slot = st.empty()
 
     def on_wait(ahead: int) -> None:
@@ -129,4 +131,14 @@ def queue_notice():
         else:
             slot.empty()
 
-    return on_wait
+    with waiting_notice(on_wait):
+        yield
+
+
+def queued(compute):
+    """`compute` run inside queue_notice when called: for cache.derived's computations, which run on a miss only."""
+    def run(*args, **kwargs):
+        with queue_notice():
+            return compute(*args, **kwargs)
+
+    return run

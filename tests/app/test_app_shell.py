@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from pages._ui.common import DOC_MODES, K
+from pages._ui.keys import DOC_MODES, K
 
 TIMEOUT = 180
 # the demo's classes as a metric tile shows them: a zero-width space after "_" lets them wrap between words

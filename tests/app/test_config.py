@@ -132,21 +132,21 @@ def test_command_line_wins_over_environment(tmp_path):
 
 
 # ------------------------------------------------------------------------------------ the hosting layer
-# A minimal app that calls the hosting layer as app.py / _common.sidebar() do once merged.
+# A minimal app that calls the hosting layer as app.py / sidebar.sidebar() do once merged.
 HOSTED_APP = """
 from types import SimpleNamespace
 import streamlit as st
-from pages._ui import common as _common
-from pages._ui import hosting
-from pages._ui.common import K
+from pages._ui import current, sidebar
+from pages._ui import hosting, login
+from pages._ui.keys import K
 cfg = hosting.apply_host_config()
-hosting.login_gate()
+login.login_gate()
 with st.sidebar:
     if cfg is not None:
         hosting.sidebar_sources(cfg)
     st.selectbox("Document", hosting.doc_modes(cfg), key=K.DOC_MODE)
 if st.session_state.get(K.DATASET_KIND) == "file path":
-    df = _common.current_dataset(SimpleNamespace(id2label={0: "neg", 1: "pos"}))
+    df = current.current_dataset(SimpleNamespace(id2label={0: "neg", 1: "pos"}))
     st.write(f"texts={list(df['text'])}")
 st.write(f"model={st.session_state.get(K.MODEL)} dataset={st.session_state.get(K.DATASET_PATH)} "
          f"kind={st.session_state.get(K.DATASET_KIND)} limit={hosting.max_tokens_limit(cfg)} "
@@ -288,7 +288,7 @@ def test_local_mode_is_unchanged(monkeypatch):
 
 
 def test_hosted_masking_defaults(hosted, tmp_path):
-    from pages._ui.common import K
+    from pages._ui.keys import K
     from tests.support.apps import app_test
 
     path = hosted('mask_numbers = true\nextra_stopwords = ["et", " al "]\n')

@@ -9,7 +9,7 @@ import pytest
 
 from longviz_core import cache
 from longviz_core.views.masking import build_mask
-from pages._ui.common import K
+from pages._ui.keys import K
 from tests.support.apps import app_test, overlay_html, page
 
 PAGES = ("document", "heatmap_grid", "token_counts", "attention_overlay")

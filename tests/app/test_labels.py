@@ -7,8 +7,8 @@ import pytest
 
 from longviz_core.views import counts as tc
 from longviz_core.views.importance import METHOD_NAMES
-from pages._ui import common, labels
-from pages._ui.common import K
+from pages._ui import labels, shell
+from pages._ui.keys import K
 from tests.support.apps import ROOT, app_test, page
 
 MAX_TOKENS = 512  # the head importance of the demo at 512 tokens is in the shared disk cache
@@ -115,7 +115,7 @@ def test_faithfulness_names_class_and_importance(demo):
 
 
 def test_a_class_name_wraps_only_between_its_words():
-    assert common.wrappable("long_class_name") == "long_\u200bclass_\u200bname"
-    assert common.wrappable("positive review") == "positive review"  # a space is a wrap point already
-    assert common.wrappable("_x__y_") == "_\u200bx_\u200b_\u200by_\u200b"
-    assert common.wrappable("long_class_name").replace("\u200b", "") == "long_class_name"
+    assert shell.wrappable("long_class_name") == "long_\u200bclass_\u200bname"
+    assert shell.wrappable("positive review") == "positive review"  # a space is a wrap point already
+    assert shell.wrappable("_x__y_") == "_\u200bx_\u200b_\u200by_\u200b"
+    assert shell.wrappable("long_class_name").replace("\u200b", "") == "long_class_name"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from pages._ui.common import K
+from pages._ui.keys import K
 from support.apps import app_test
 
 TIMEOUT = 300
@@ -143,7 +143,7 @@ def test_a_copied_url_reopens_the_same_view_in_a_new_session(app_server, browser
 def test_a_link_to_a_page_works_as_the_first_request_a_server_gets(demo, browser, tmp_path):
     """Until some session has run app.py, Streamlit treats pages/ as an old-style multipage app: a link
     straight to a page on a freshly started server would run that page file alone (no sidebar, the folder's
-    helper modules listed as pages). The pages hand over to app.py instead (_common.run_through_app)."""
+    helper modules listed as pages). The pages hand over to app.py instead (shell.run_through_app)."""
     from selenium.webdriver.common.by import By
 
     from support.browser import nav_links, open_app

@@ -15,7 +15,7 @@ from longviz_core import _disk, analyze, load_model
 from longviz_core.attribution import ig as A
 from longviz_core.tokens import word_spans
 from longviz_core.views.units import units
-from pages._ui.common import K
+from pages._ui.keys import K
 from tests.support.apps import click_token, overlay_html, overlays
 
 TIMEOUT = 300

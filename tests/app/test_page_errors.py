@@ -6,7 +6,7 @@ import pytest
 
 import longviz_core as lv
 from longviz_core import cache
-from pages._ui.common import K
+from pages._ui.keys import K
 from tests.support.apps import app_test, page
 
 PAGES = ("document", "heatmap_grid", "token_counts", "attention_overlay", "attribution", "similarity",

@@ -20,7 +20,7 @@ from longviz_core.dataset import leaderboard as lb
 from longviz_core.dataset.store import ResultStore
 from longviz_core.figures.explainers import NO_FLIP, flip_text
 from pages._ui import ig
-from pages._ui.common import K
+from pages._ui.keys import K
 from support.apps import ROOT, app_test, page
 
 MAX_TOKENS, STEPS, DOCS = 128, 4, 2

@@ -11,7 +11,7 @@ from longviz_core.attribution import STEP_PRESETS
 from longviz_core.views import agreement as ag
 from longviz_core.views import faithfulness as fa
 from longviz_core.views.importance import IMPORTANCE_METHODS
-from pages._ui.common import K
+from pages._ui.keys import K
 
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
 TIMEOUT = 300

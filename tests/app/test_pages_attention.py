@@ -10,7 +10,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from longviz_core.views.importance import IMPORTANCE_METHODS
-from pages._ui.common import K
+from pages._ui.keys import K
 from tests.support.apps import overlay_html, overlays
 
 APP = Path(__file__).resolve().parents[2] / "app.py"

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from pages._ui import common, overlay_view, state
-from pages._ui.common import K
+from pages._ui import overlay_view, shell, sidebar, state
+from pages._ui.keys import K
 from tests.support.apps import app_test, click_token, overlay_html, overlays, page
 
 P = "attribution"
@@ -71,7 +71,7 @@ def test_new_document_resets_target_and_selection(at):
     at.number_input(key=K.page(P, "pos")).set_value(top_1 + 1).run()
     _ok(at)
     assert _target(at)[0] == other and _pos(at) == top_1 + 1
-    assert any(m.label == "Attribution label" and m.value == common.wrappable(box.format_func(other))
+    assert any(m.label == "Attribution label" and m.value == shell.wrappable(box.format_func(other))
                for m in at.metric)
     _doc(at, 1)
     assert _target(at) == predicted_1 and _pos(at) == top_1
@@ -177,9 +177,9 @@ def test_progress_bar_removes_itself_when_done():
     from streamlit.testing.v1 import AppTest
 
     def script():
-        from pages._ui import common
+        from pages._ui import shell
 
-        update = common.progress_bar("Job")
+        update = shell.progress_bar("Job")
         update(0.5, "half")
         update(1.0, "done")
 
@@ -194,5 +194,5 @@ def test_pasted_text_says_it_is_not_in_the_link(demo):
     at.session_state[K.MAX_TOKENS] = MAX_TOKENS
     at.run()
     _ok(at)
-    assert common.NOT_IN_LINK in [c.value for c in at.sidebar.caption]
+    assert sidebar.NOT_IN_LINK in [c.value for c in at.sidebar.caption]
     assert K.PASTED not in at.query_params

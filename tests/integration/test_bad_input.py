@@ -264,7 +264,7 @@ def _fails_then_recovers(at, break_it, repair, message: str) -> None:
 
 
 def test_ui_1_2_empty_and_overlong_text(app):
-    from pages._ui.common import K
+    from pages._ui.keys import K
 
     def paste(text):
         def do(at):
@@ -281,7 +281,7 @@ def test_ui_1_2_empty_and_overlong_text(app):
 
 
 def test_ui_3_binary_and_non_utf8_uploads(app):
-    from pages._ui.common import K
+    from pages._ui.keys import K
 
     def upload(name, data):
         def do(at):
@@ -297,7 +297,7 @@ def test_ui_3_binary_and_non_utf8_uploads(app):
 
 
 def test_ui_4_5_csv_without_text_and_labels_outside_the_classes(app, tmp_path):
-    from pages._ui.common import K
+    from pages._ui.keys import K
 
     def path_to(data):
         def do(at):
@@ -313,7 +313,7 @@ def test_ui_4_5_csv_without_text_and_labels_outside_the_classes(app, tmp_path):
 
 
 def test_ui_6_7_missing_model_and_not_a_classifier(app, tmp_path, tiny_longformer_dir):
-    from pages._ui.common import K
+    from pages._ui.keys import K
 
     def model(source):
         return lambda at: at.text_input(key=K.MODEL).set_value(source).run()
@@ -347,7 +347,7 @@ def test_ui_8_a_corrupted_attribution_cache_file_is_recomputed(app, demo_model, 
     path = cache_root() / "attributions" / f"{cached.key}.npz"
     path.write_bytes(path.read_bytes()[:100])  # truncated by a full disk or a killed copy
     # a new session: the damaged entry is not an error, the button offers to compute it again
-    from pages._ui.common import K
+    from pages._ui.keys import K
 
     other = app_test()
     other.run()

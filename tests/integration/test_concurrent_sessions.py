@@ -41,7 +41,7 @@ def _session(port: int, doc: int, barrier: threading.Barrier, out: dict, i: int)
         out["doc_problems"] = s.problems()
         out["caption"] = " ".join(c.body for c in s.of_type("markdown"))
         predicted = s.metric("Predicted")
-        # the tile shows the name with zero-width wrap points after "_" (common.wrappable); compare the name itself
+        # the tile shows the name with zero-width wrap points after "_" (shell.wrappable); compare the name itself
         out["predicted"], out["p"] = predicted.body.replace("\u200b", ""), predicted.delta
         s.run(page="attribution")
         s.set("attribution.steps", string_value="custom")

@@ -251,7 +251,7 @@ def test_every_page_opens_on_the_family(dirs, name, tmp_path):
     import pandas as pd
     from streamlit.testing.v1 import AppTest
 
-    from pages._ui.common import K
+    from pages._ui.keys import K
     from support.apps import APP, ROOT
 
     csv = tmp_path / "data.csv"

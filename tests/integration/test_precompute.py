@@ -479,7 +479,7 @@ def test_app_shows_the_dataset_grid_from_a_store_made_by_the_command(demo, tmp_p
         raise AssertionError("the page computed the dataset grid instead of reading the store")
 
     monkeypatch.setattr(pooling, "pool_dataset", no_computing)
-    from pages._ui.common import K
+    from pages._ui.keys import K
 
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
     at.session_state[K.MAX_TOKENS] = 512  # the store's length: a store made for another length is not served
@@ -497,7 +497,7 @@ def test_dataset_pages_read_a_store_made_by_the_command(demo, demo_dataset, tmp_
     LONGVIZ_STORE_DIR when it was made with the page's settings (here the defaults, at 256 tokens); nothing is
     computed. A setting the store was not made with asks to compute into the app's local store instead."""
     from longviz_core.dataset import aggregate, run
-    from pages._ui.common import K
+    from pages._ui.keys import K
     from support.apps import app_test, page
 
     stores = tmp_path / "stores"

@@ -196,7 +196,7 @@ def test_attention_pages_on_a_per_layer_window_model(layered_longformer, tmp_pat
     the grid names the selected layer's own window."""
     from streamlit.testing.v1 import AppTest
 
-    from pages._ui.common import K
+    from pages._ui.keys import K
     from support.apps import APP
 
     def _ok(at):

@@ -101,7 +101,7 @@ def test_csv_headers_and_index_are_escaped_and_numbers_stay_numbers():
 _MINI_APP = """
 import streamlit as st
 from pages._ui import hosting
-from pages._ui.common import K
+from pages._ui.keys import K
 cfg = hosting.apply_host_config()
 with st.sidebar:
     hosting.sidebar_sources(cfg)

@@ -38,7 +38,7 @@ def _variant(src, dst, drop=(), damage=None):
 
 @traceback
 def test_checkpoints_without_tokenizer_or_with_damaged_weights(app, tiny_longformer_dir, tmp_path):
-    from pages._ui.common import K
+    from pages._ui.keys import K
 
     cases = {
         "no-tokenizer": (dict(drop=("tokenizer.json", "vocab.json", "merges.txt")), "no complete tokenizer"),
@@ -54,7 +54,7 @@ def test_checkpoints_without_tokenizer_or_with_damaged_weights(app, tiny_longfor
 
 @traceback
 def test_pasted_binary_text(app):
-    from pages._ui.common import K
+    from pages._ui.keys import K
 
     app.selectbox(key=K.DOC_MODE).set_value("pasted text").run()
     app.text_area(key=K.PASTED).set_value("PK\x03\x04\x00\x00 binary").run()

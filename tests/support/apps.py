@@ -31,7 +31,7 @@ def page(name: str) -> str:
 
 def local_app(monkeypatch, max_tokens: int) -> AppTest:
     """The app in local mode (no hosted configuration) on the demo, run once with `max_tokens`, clean."""
-    from pages._ui.common import K
+    from pages._ui.keys import K
 
     monkeypatch.delenv("LONGVIZ_CONFIG", raising=False)
     at = app_test()

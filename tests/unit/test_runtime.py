@@ -1,8 +1,9 @@
 """The compute queue: one heavy job at a time, first come first served, and an honest place in line."""
+import contextvars
 import threading
 import time
 
-from longviz_core.runtime import BudgetLRU, ComputeQueue
+from longviz_core.runtime import BudgetLRU, ComputeQueue, waiting_notice
 
 
 def test_queue_runs_jobs_one_at_a_time_in_arrival_order_and_reports_the_line():
@@ -13,7 +14,7 @@ def test_queue_runs_jobs_one_at_a_time_in_arrival_order_and_reports_the_line():
 
     def job(name, hold_open=False):
         reports = seen.setdefault(name, [])
-        with queue.hold(on_wait=reports.append, poll_s=0.01):
+        with waiting_notice(reports.append), queue.hold(poll_s=0.01):
             running.append(name)
             assert len(running) == 1, running  # nobody else inside
             order.append(name)
@@ -71,3 +72,37 @@ def test_budget_lru_evicts_by_bytes_and_computes_each_key_once():
     assert calls == ["x", "y", "z"] and len(lru) == 2
     lru.get_or_compute("y", make("y", 4), size_of)
     assert calls[-1] == "y" and lru.computed == 4
+
+
+def test_waiting_notice_reaches_hold_in_its_context_only():
+    queue = ComputeQueue()
+    inside, outside = [], []
+    entered, release = threading.Event(), threading.Event()
+
+    def first():
+        with queue.hold(poll_s=0.01):
+            entered.set()
+            release.wait(5)
+
+    def waiter():
+        with queue.hold(poll_s=0.01):
+            pass
+
+    holder = threading.Thread(target=first)
+    holder.start()
+    entered.wait(5)
+    with waiting_notice(inside.append):  # a worker started here carries the notice only via copy_context
+        carried = threading.Thread(target=contextvars.copy_context().run, args=(waiter,))
+    with waiting_notice(outside.append):
+        bare = threading.Thread(target=waiter)  # a plain thread starts from an empty context
+    carried.start()
+    while queue.waiting() < 1:
+        time.sleep(0.005)
+    bare.start()
+    while queue.waiting() < 2:
+        time.sleep(0.005)
+    release.set()
+    for t in (holder, carried, bare):
+        t.join(5)
+    assert inside[0] == 1 and inside[-1] == 0  # one job ahead, then its turn
+    assert outside == []

@@ -21,7 +21,7 @@ def _attribution(job: Job, doc: Doc) -> Record:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)  # recorded in the summary table instead
         attr = integrated_gradients(job.model, a, target_class(job, a), s.n_steps, s.ig_method, precision=s.precision,
-                                    use_cache=job.use_cache, cache_dir=job.cache_dir, on_wait=job.on_wait)
+                                    use_cache=job.use_cache, cache_dir=job.cache_dir)
     by_token = document_token_sums(a.tokens, attr.scores, job.model.tokenizer.all_special_tokens)
     summary = pd.DataFrame([{"target": attr.target, "n_steps": attr.n_steps, "total": attr.total, "delta": attr.delta,
                              "prob_input": attr.prob_input, "prob_baseline": attr.prob_baseline,

@@ -17,7 +17,7 @@ def _faithfulness(job: Job, doc: Doc) -> Record:
     result = faithfulness(job.model, a, doc.load("attribution").arrays["scores"], layers=cfg["attention_layers"],
                           scale=scale, rankings=cfg["rankings"], ks=cfg["ks"], replacement=cfg["replacement"],
                           seeds=cfg["seeds"], max_removed=cfg["max_removed"], flip_bound=cfg["flip_bound"],
-                          resume=job.use_cache, cache_dir=job.cache_dir, on_wait=job.on_wait)
+                          resume=job.use_cache, cache_dir=job.cache_dir)
     rows = result.table()
     rows.insert(0, "p_original", result.p_original)
     rows.insert(0, "n", result.n)

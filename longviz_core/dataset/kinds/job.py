@@ -34,8 +34,7 @@ class Doc:
         if self._analysis is None:
             from ...model.analysis import analyze
 
-            self._analysis = analyze(self.job.model, self.text, self.job.settings.max_tokens,
-                                     on_wait=self.job.on_wait)
+            self._analysis = analyze(self.job.model, self.text, self.job.settings.max_tokens)
         return self._analysis
 
     def load(self, kind: str) -> Record:
@@ -57,7 +56,6 @@ class Job:
     # its results in the store alone.
     use_cache: bool = False
     cache_dir: Path | None = None
-    on_wait: Callable | None = None  # told the place in the compute queue (runtime.COMPUTE) while waiting
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ def _leaderboard(job: Job, doc: Doc) -> Record:
     runs = document_leaderboard(job.model, a, cfg["methods"], target, ks=cfg["ks"], seeds=cfg["seeds"] or (),
                                 replacement=cfg["replacement"], max_removed=cfg["max_removed"],
                                 flip_bound=cfg["flip_bound"], rank_by=cfg["rank_by"], options=options,
-                                resume=job.use_cache, cache_dir=job.cache_dir, on_wait=job.on_wait)
+                                resume=job.use_cache, cache_dir=job.cache_dir)
     return Record(tables={"runs": runs})
 
 
