@@ -10,7 +10,7 @@ from longviz_core.dataset import leaderboard as lb
 from longviz_core.dataset import run
 from longviz_core.figures import explainers as fig
 from longviz_core.progress import format_seconds
-from longviz_core.views import faithfulness as fa
+from longviz_core.evaluation import faithfulness as fa
 from pages._ui import common, dataset, deletion, export
 from pages._ui.leaderboard import show_leaderboard, show_table
 

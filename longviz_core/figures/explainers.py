@@ -52,7 +52,7 @@ NO_FLIP = "no flip"
 def flip_text(fraction, within=None, short: bool = False) -> str:
     """A first flip as shown: the fraction of text tokens removed to 4 decimals (one token of a 4,096-token
     document is 0.0002); for NaN, NO_FLIP when the scan reached the end, "no flip within the first N tokens" when
-    it stopped at `within` = N (a bounded scan, views.deletion.summarise's no_flip_within); `short`: "no flip ≤ N
+    it stopped at `within` = N (a bounded scan, evaluation.deletion.summarise's no_flip_within); `short`: "no flip ≤ N
     tokens", for the leaderboard's narrow column (random_floor's caption says it in full)."""
     if fraction is not None and not np.isnan(fraction):
         return f"{float(fraction):.4f}"

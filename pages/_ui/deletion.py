@@ -11,7 +11,7 @@ import pandas as pd
 import streamlit as st
 
 from longviz_core.progress import format_seconds
-from longviz_core.views.deletion import metric_columns
+from longviz_core.evaluation.deletion import metric_columns
 from pages._ui import common
 from pages._ui.keys import K
 

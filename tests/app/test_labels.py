@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from longviz_core.views import counts as tc
-from longviz_core.views.importance import METHOD_NAMES
+from longviz_core.evaluation.importance import METHOD_NAMES
 from pages._ui import common, labels
 from pages._ui.common import K
 from tests.support.apps import ROOT, app_test, page

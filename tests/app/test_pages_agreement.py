@@ -9,8 +9,8 @@ from streamlit.testing.v1 import AppTest
 
 from longviz_core.attribution import STEP_PRESETS
 from longviz_core.views import agreement as ag
-from longviz_core.views import faithfulness as fa
-from longviz_core.views.importance import IMPORTANCE_METHODS
+from longviz_core.evaluation import faithfulness as fa
+from longviz_core.evaluation.importance import IMPORTANCE_METHODS
 from pages._ui.common import K
 
 APP = str(Path(__file__).resolve().parents[2] / "app.py")

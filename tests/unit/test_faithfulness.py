@@ -13,8 +13,8 @@ import pytest
 import torch
 
 import longviz_core as lv
-from longviz_core.views import deletion_engine as engine
-from longviz_core.views import faithfulness as fa
+from longviz_core.evaluation import deletion_engine as engine
+from longviz_core.evaluation import faithfulness as fa
 from tiny import make_tiny_longformer, text_of
 
 
