@@ -4,7 +4,7 @@ import streamlit as st
 
 import longviz_core as lv
 from longviz_core import cache
-from longviz_core.figures import agreement as fig
+from longviz_core.figures import faithfulness as fig
 from longviz_core.evaluation import faithfulness as fa
 from pages._ui import common, dataset, deletion, export, labels
 

@@ -15,7 +15,7 @@ Serrano & Smith 2019's first decision flip) with its cost, side by side, for one
                                                             through ResultStore.leaderboard_runs;
                                                             run.leaderboard_runs for the runs
     curves(runs)                                            AOPC / LOdds against the fraction removed (Song et al. 2024
-                                                            Fig. 3), for figures.agreement.deletion_curves_chart
+                                                            Fig. 3), for figures.faithfulness.deletion_curves_chart
     agreement_matrix(explanations)                          Kendall tau / RBO between the explainers' rankings
 
 Deletion order: an explanation ranks the text tokens by its scores, highest first (`rank_by="signed"`, the
@@ -199,7 +199,7 @@ def summarise(runs: pd.DataFrame, ks: Sequence[float] = KS) -> pd.DataFrame:
 
 def curves(runs: pd.DataFrame, ks: Sequence[float] = KS) -> pd.DataFrame:
     """AOPC and LOdds against k for every explainer, one row per (explainer, k), in the layout of
-    figures.agreement.deletion_curves_chart: ranking (the label), k, aopc, lodds, and for random
+    figures.faithfulness.deletion_curves_chart: ranking (the label), k, aopc, lodds, and for random
     `<metric>_sd`, `_lo`, `_hi` (mean -+ sd over the seeds of each seed's mean over documents)."""
     table = summarise(runs, ks)
     rows = []
@@ -214,7 +214,7 @@ def curves(runs: pd.DataFrame, ks: Sequence[float] = KS) -> pd.DataFrame:
 
 
 def flips(runs: pd.DataFrame) -> pd.DataFrame:
-    """One row per run for figures.agreement.flip_chart: ranking (the label), flip_fraction (NaN = no flip),
+    """One row per run for figures.faithfulness.flip_chart: ranking (the label), flip_fraction (NaN = no flip),
     seed and doc where present."""
     out = pd.DataFrame({"ranking": runs["label"], "flip_fraction": runs["first_flip"], "seed": runs["seed"]})
     if "doc" in runs:

@@ -21,7 +21,7 @@ from longviz_core.dataset import api, run, stores
 from longviz_core.dataset.kinds import KINDS
 from longviz_core.dataset.store import ResultStore, doc_id_of
 from longviz_core.figures import explainers as fig
-from longviz_core.figures.agreement import deletion_curves_chart, flip_chart
+from longviz_core.figures.faithfulness import deletion_curves_chart, flip_chart
 from longviz_core.evaluation import faithfulness as fa
 from longviz_core.evaluation.deletion import k_label, metric_columns
 from support.oracles import assert_stores_equal
