@@ -51,7 +51,7 @@ def _click_if_shown(at, key):
 
 @pytest.fixture()
 def similarity(demo):
-    at = _open("similarity")
+    at = _open("agreement")
     _click_if_shown(at, K.page("similarity", "run_ig"))
     return at
 

@@ -137,7 +137,7 @@ def test_app_buttons_and_command_line_give_the_same_numbers(cli_store, private_c
                                       .iloc[::-1].head(10).reset_index(drop=True), rtol=RTOL)
 
     # agreement: Tables 1-2, every document's rows, the per-head grids and the top-set counts
-    at.switch_page(page("similarity")).run()
+    at.switch_page(page("agreement")).run()
     at.radio(key="similarity.scope").set_value("dataset").run()
     _compute(at, "similarity")
     want = cli_store.dataset_agreement()

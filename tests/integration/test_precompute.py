@@ -519,7 +519,7 @@ def test_dataset_pages_read_a_store_made_by_the_command(demo, demo_dataset, tmp_
     def captions():
         return " ".join(c.value for c in at.caption)
 
-    at.switch_page(page("similarity")).run()
+    at.switch_page(page("agreement")).run()
     at.radio(key="similarity.scope").set_value("dataset").run()
     assert not at.exception and not at.error, (at.exception, at.error)
     assert read in captions(), captions()[-600:]
