@@ -116,7 +116,7 @@ def dataset_faithfulness(
     progress: Progress | None = None,
     on_wait=None,
 ) -> DatasetFaithfulness:
-    """evaluation.faithfulness.faithfulness on every text (IG of the predicted class with `ig_steps` steps; the attention
+    """evaluation.faithfulness.faithfulness on every text (IG of the predicted class, `ig_steps` steps; the attention
     ranking over `layers`, scaled by `scale` (layers, heads) when given), then per ranking the mean and sd over
     documents: the precompute's "faithfulness" kind into the local store for these texts and settings
     (resumable; a later call with the same texts and settings computes nothing), then the store's aggregation

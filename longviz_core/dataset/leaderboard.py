@@ -1,6 +1,6 @@
 """Which explainer should a researcher trust on a long document? Every explainer of
-`attribution.explainers.EXPLAINERS` scored by the deletion test (evaluation.deletion: Song et al. 2024's AOPC and LOdds,
-Serrano & Smith 2019's first decision flip) with its cost, side by side, for one document or over a dataset.
+`attribution.explainers.EXPLAINERS` scored by the deletion test (evaluation.deletion: Song et al. 2024's AOPC and
+LOdds, Serrano & Smith 2019's first decision flip) with its cost, side by side, for one document or over a dataset.
 
     document_leaderboard(model, analysis, methods, target)  one document -> its runs: one row per explainer,
                                                             one per seed for random (a pure function of its
@@ -9,11 +9,11 @@ Serrano & Smith 2019's first decision flip) with its cost, side by side, for one
     summarise(runs)                                         runs of one or many documents -> the leaderboard:
                                                             evaluation.deletion.summarise with each explainer's
                                                             cost, sorted by AOPC, best marked
-    run.leaderboard(model, texts, ...)                      the dataset leaderboard (lv.leaderboard): the
+    api.leaderboard(model, texts, ...)                      the dataset leaderboard (lv.leaderboard): the
                                                             precompute's store kind 'leaderboard' (dataset.kinds)
                                                             into the local store (progress, resumable), read back
                                                             through ResultStore.leaderboard_runs;
-                                                            run.leaderboard_runs for the runs
+                                                            api.leaderboard_runs for the runs
     curves(runs)                                            AOPC / LOdds against the fraction removed (Song et al. 2024
                                                             Fig. 3), for figures.faithfulness.deletion_curves_chart
     agreement_matrix(explanations)                          Kendall tau / RBO between the explainers' rankings
