@@ -14,7 +14,7 @@ PAGES = [  # (file, title, icon): Material Symbols, a font Streamlit serves itse
     ("pages/token_counts.py", "Token counts", ":material/bar_chart:"),
     ("pages/attention_overlay.py", "Attention overlay", ":material/format_color_text:"),
     ("pages/attribution.py", "Attribution", ":material/insights:"),
-    ("pages/similarity.py", "Agreement", ":material/compare_arrows:"),
+    ("pages/agreement.py", "Agreement", ":material/compare_arrows:"),
     ("pages/faithfulness.py", "Faithfulness", ":material/content_cut:"),
     ("pages/explainers.py", "Explainers", ":material/leaderboard:"),
 ]

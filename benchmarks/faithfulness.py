@@ -9,7 +9,7 @@ at each --base length, benchmarks/_models.py):
     forward          one forward of the intact document (batch 1), the unit of every other row
     curves           the first numbers: AOPC / LOdds of the Faithfulness page's rankings (attention, |IG|,
                      |IG| x attention, 5 random seeds)
-    flips <= N       curves + every count up to the default flip bound (views.deletion.FLIP_BOUND)
+    flips <= N       curves + every count up to the default flip bound (evaluation.deletion.FLIP_BOUND)
     exact            curves + every count to the end (resumable: stopped after --exact-s seconds, then the part
                      scored and the copies left are printed)
     explainers       (--explainers, demo only) every explainer but IG (cached once the Attribution page has run),
@@ -41,7 +41,7 @@ import longviz_core as lv  # noqa: E402
 from longviz_core.attribution import ConvergenceWarning, integrated_gradients  # noqa: E402
 from longviz_core.dataset import leaderboard as lb  # noqa: E402
 from longviz_core.runtime import default_device  # noqa: E402
-from longviz_core.views import faithfulness as fa  # noqa: E402
+from longviz_core.evaluation import faithfulness as fa  # noqa: E402
 
 
 def one_forward(model, analysis, repeats: int = 3) -> float:

@@ -267,7 +267,7 @@ def _leaderboard_arguments(p) -> None:
     from .attribution.explainers import EXPLAINERS
     from .dataset.leaderboard import MIN_SEEDS, RANK_BY
     from .model.encoding import DEFAULT_MAX_TOKENS
-    from .views.faithfulness import DEFAULT_SEEDS, REPLACEMENTS
+    from .evaluation.faithfulness import DEFAULT_SEEDS, REPLACEMENTS
 
     p.add_argument("--model", required=True, help="'demo', a checkpoint directory or a Hub id")
     p.add_argument("--dataset", required=True, help="'demo' or a CSV / Parquet / JSONL file")

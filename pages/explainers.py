@@ -10,7 +10,7 @@ from longviz_core.dataset import leaderboard as lb
 from longviz_core.dataset import run
 from longviz_core.figures import explainers as fig
 from longviz_core.progress import format_seconds
-from longviz_core.views import faithfulness as fa
+from longviz_core.evaluation import faithfulness as fa
 from pages._ui import current, dataset, deletion, export, shell
 from pages._ui.ig import ig_steps_picker
 from pages._ui.keys import K

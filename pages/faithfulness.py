@@ -4,8 +4,8 @@ import streamlit as st
 
 import longviz_core as lv
 from longviz_core import cache
-from longviz_core.figures import agreement as fig
-from longviz_core.views import faithfulness as fa
+from longviz_core.figures import faithfulness as fig
+from longviz_core.evaluation import faithfulness as fa
 from pages._ui import current, dataset, deletion, export, labels, shell
 from pages._ui.ig import attribution_after_click, ig_steps_picker
 from pages._ui.importance import head_importance

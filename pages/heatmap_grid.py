@@ -6,7 +6,7 @@ import longviz_core as lv
 from longviz_core import cache
 from longviz_core.figures import attention as fig
 from longviz_core.tokens import readable_token
-from longviz_core.views import importance as imp
+from longviz_core.evaluation import importance as imp
 from longviz_core.views import pooling
 from pages._ui import current, dataset, export, hosting, labels, shell
 from pages._ui.importance import computed_importance, importance_method, imported_importance

@@ -18,7 +18,7 @@ classifier reads; under a family's mean pooling, e_cls below is the vector 1/n, 
     gae            e_cls^T (I + Ḡ_L) ⋯ (I + Ḡ_1),   Ḡ_l = mean_h (∂z_t/∂A_{l,h} ⊙ A_{l,h})⁺      Chefer et al. 2021
     attcat         Σ_{l<L} (Σ_d h^l_{i,d} · ∂z_t/∂h^l_{i,d}) · ᾱ^l_i,   ᾱ^l_i = mean_{h,q} A_{l,h}[q, i]
                                                                                     Qiang et al. 2022 (their code)
-    random         the ranks of a seeded random permutation (views.faithfulness.random_order's), specials 0
+    random         the ranks of a seeded random permutation (evaluation.faithfulness.random_order's), specials 0
 
 Rollout and GAE never build an n x n matrix: the classifier reads cls, so only the cls row of the rolled-out
 product is needed, and it is a vector pushed through each layer's matrix in its banded (plus global) form,

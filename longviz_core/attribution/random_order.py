@@ -1,5 +1,5 @@
 """The random ranking, defined once: a seeded permutation of a document's removable positions, used by the deletion
-test's random baseline (views.deletion) and by the 'random' explainer (attribution.explainers)."""
+test's random baseline (evaluation.deletion) and by the 'random' explainer (attribution.explainers)."""
 from __future__ import annotations
 
 import numpy as np

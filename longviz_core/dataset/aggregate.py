@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import StoreError
-from ..views.deletion import KS, k_label, metric_columns
+from ..evaluation.deletion import KS, k_label, metric_columns
 from ..views.similarity import METRICS
 
 

@@ -13,7 +13,7 @@ from ..model.encoding import DEFAULT_MAX_TOKENS
 from ..model.loading import LoadedModel
 from ..progress import Progress
 from ..views.agreement import MASK_KINDS
-from ..views.faithfulness import DEFAULT_SEEDS, KS, RANKINGS, check_settings
+from ..evaluation.faithfulness import DEFAULT_SEEDS, KS, RANKINGS, check_settings
 from ..views.similarity import DEFAULT_P, DEFAULT_TOP
 from . import leaderboard as lb
 from .aggregate import DatasetAgreement, DatasetAttribution, DatasetFaithfulness
@@ -113,7 +113,7 @@ def dataset_faithfulness(
     cache_dir=None,
     progress: Progress | None = None,
 ) -> DatasetFaithfulness:
-    """views.faithfulness.faithfulness on every text (IG of the predicted class with `ig_steps` steps; the attention
+    """evaluation.faithfulness.faithfulness on every text (IG of the predicted class, `ig_steps` steps; the attention
     ranking over `layers`, scaled by `scale` (layers, heads) when given), then per ranking the mean and sd over
     documents: the precompute's "faithfulness" kind into the local store for these texts and settings
     (resumable; a later call with the same texts and settings computes nothing), then the store's aggregation

@@ -1,21 +1,21 @@
 """Which explainer should a researcher trust on a long document? Every explainer of
-`attribution.explainers.EXPLAINERS` scored by the deletion test (views.deletion: Song et al. 2024's AOPC and LOdds,
-Serrano & Smith 2019's first decision flip) with its cost, side by side, for one document or over a dataset.
+`attribution.explainers.EXPLAINERS` scored by the deletion test (evaluation.deletion: Song et al. 2024's AOPC and
+LOdds, Serrano & Smith 2019's first decision flip) with its cost, side by side, for one document or over a dataset.
 
     document_leaderboard(model, analysis, methods, target)  one document -> its runs: one row per explainer,
                                                             one per seed for random (a pure function of its
                                                             inputs: the per-document unit a store kind can hold);
                                                             every explainer's order in one deletion test
     summarise(runs)                                         runs of one or many documents -> the leaderboard:
-                                                            views.deletion.summarise with each explainer's
+                                                            evaluation.deletion.summarise with each explainer's
                                                             cost, sorted by AOPC, best marked
-    run.leaderboard(model, texts, ...)                      the dataset leaderboard (lv.leaderboard): the
+    api.leaderboard(model, texts, ...)                      the dataset leaderboard (lv.leaderboard): the
                                                             precompute's store kind 'leaderboard' (dataset.kinds)
                                                             into the local store (progress, resumable), read back
                                                             through ResultStore.leaderboard_runs;
-                                                            run.leaderboard_runs for the runs
+                                                            api.leaderboard_runs for the runs
     curves(runs)                                            AOPC / LOdds against the fraction removed (Song et al. 2024
-                                                            Fig. 3), for figures.agreement.deletion_curves_chart
+                                                            Fig. 3), for figures.faithfulness.deletion_curves_chart
     agreement_matrix(explanations)                          Kendall tau / RBO between the explainers' rankings
 
 Deletion order: an explanation ranks the text tokens by its scores, highest first (`rank_by="signed"`, the
@@ -43,9 +43,9 @@ from ..errors import LongvizError
 from ..model.analysis import DocumentAnalysis
 from ..model.loading import LoadedModel
 from ..progress import Progress, scaled
-from ..views import deletion as dl
-from ..views.deletion import DEFAULT_SEEDS, KS, REPLACEMENTS, k_label
-from ..views.deletion_engine import deletion_test
+from ..evaluation import deletion as dl
+from ..evaluation.deletion import DEFAULT_SEEDS, KS, REPLACEMENTS, k_label
+from ..evaluation.deletion_engine import deletion_test
 from ..views.similarity import DEFAULT_P, rank_order, rbo_of_orders
 
 RANK_BY = ("signed", "magnitude")
@@ -60,7 +60,7 @@ class LeaderboardError(LongvizError, ValueError):
 
 
 def run_columns(ks: Sequence[float] = KS) -> list[str]:
-    """A leaderboard run: the deletion test's row (views.deletion.row_columns) with the explainer's label, the
+    """A leaderboard run: the deletion test's row (evaluation.deletion.row_columns) with the explainer's label, the
     class explained, the prediction and the explanation's cost (seconds, peak_bytes)."""
     return ["method", "label", "seed", "target", "predicted", "p_original", "n", *dl.row_columns(ks)[2:],
             "seconds", "peak_bytes"]
@@ -173,7 +173,7 @@ def _check_explanation(e: Explanation, method: str, analysis: DocumentAnalysis) 
 # ------------------------------------------------------------------------------------------ the leaderboard
 def summarise(runs: pd.DataFrame, ks: Sequence[float] = KS) -> pd.DataFrame:
     """The leaderboard from the runs of one document or many (a 'doc' column tells documents apart): the deletion
-    test's summary (views.deletion.summarise: means over documents, random's mean and sd over its seeds) with
+    test's summary (evaluation.deletion.summarise: means over documents, random's mean and sd over its seeds) with
     each explainer's label and cost, one row per explainer, sorted by AOPC (highest first), `best` on the first row.
     seconds: mean wall time of one explanation; peak_bytes: the largest peak; cost: the explainer's cost class
     (EXPLAINERS)."""
@@ -198,7 +198,7 @@ def summarise(runs: pd.DataFrame, ks: Sequence[float] = KS) -> pd.DataFrame:
 
 def curves(runs: pd.DataFrame, ks: Sequence[float] = KS) -> pd.DataFrame:
     """AOPC and LOdds against k for every explainer, one row per (explainer, k), in the layout of
-    figures.agreement.deletion_curves_chart: ranking (the label), k, aopc, lodds, and for random
+    figures.faithfulness.deletion_curves_chart: ranking (the label), k, aopc, lodds, and for random
     `<metric>_sd`, `_lo`, `_hi` (mean -+ sd over the seeds of each seed's mean over documents)."""
     table = summarise(runs, ks)
     rows = []
@@ -213,7 +213,7 @@ def curves(runs: pd.DataFrame, ks: Sequence[float] = KS) -> pd.DataFrame:
 
 
 def flips(runs: pd.DataFrame) -> pd.DataFrame:
-    """One row per run for figures.agreement.flip_chart: ranking (the label), flip_fraction (NaN = no flip),
+    """One row per run for figures.faithfulness.flip_chart: ranking (the label), flip_fraction (NaN = no flip),
     seed and doc where present."""
     out = pd.DataFrame({"ranking": runs["label"], "flip_fraction": runs["first_flip"], "seed": runs["seed"]})
     if "doc" in runs:

@@ -26,7 +26,7 @@ from ..errors import DatasetError, whole_number
 from ..model.encoding import DEFAULT_MAX_TOKENS
 from ..model.loading import LoadedModel, dataset_fingerprint
 from ..progress import Progress, format_seconds, report
-from ..views.faithfulness import DEFAULT_SEEDS, KS
+from ..evaluation.faithfulness import DEFAULT_SEEDS, KS
 from . import leaderboard as lb
 from .folders import check_store_target
 from .kinds import KINDS, Doc, Job, Settings, kind_names, resolve_kinds

@@ -1,15 +1,8 @@
-"""Charts and display tables for agreement and faithfulness (Altair + pandas; no Streamlit).
+"""Charts and display tables for agreement (Altair + pandas; no Streamlit).
 
-- `deletion_curves_chart`: AOPC / LOdds / probability against the share of tokens removed, one line per ranking
-  with the random ranking's mean +-1 sd band over its seeds (one document), or mean lines with a +-1 std band
-  over documents (dataset).
-- `flip_chart`: the fraction of tokens removed at the first decision flip, per ranking (in the style of Serrano &
-  Smith 2019, Fig. 5: one dot per random seed or per document), the mean +-1 sd, and "no flip" counts in the row
-  labels.
 - `head_agreement_heatmap`: layers x heads grid of a per-head agreement metric, the tooltip showing the
   cell's printed value.
 - `table1` / `table2`: the agreement table with the paper's columns and readable labels.
-- `faithfulness_summary`: the dataset-wide faithfulness summary as 'mean ± std' text columns.
 """
 from __future__ import annotations
 
@@ -20,109 +13,7 @@ import numpy as np
 import pandas as pd
 
 from ..views.similarity import METRICS
-
-CURVE_METRICS = {
-    "aopc": ("AOPC(k) = p(y|x) − p(y|x without top k%)", "higher = more faithful"),
-    "lodds": ("LOdds(k) = log p(y|x without top k%) − log p(y|x)", "lower = more faithful"),
-    "probability": ("p(y | x without the top k%)", "lower = more faithful"),
-}
-_RANKING_ORDER = ["Attention", "|IG|", "|IG| × attention", "Random"]
-
-
-CURVE_SIZE = (440, 300)  # width, height in pixels: a fixed aspect, the same for every curve chart
-# The plot area keeps its size and the title, axes and legend are added around it. Streamlit's default "fit"
-# squeezes them all into width x height instead, which left a 5 px tall plot under a two-row legend.
-PAD = alt.AutoSizeParams(type="pad")
-FIT_WIDTH = alt.AutoSizeParams(type="fit-x", contains="padding")  # as wide as the page, the height its own
-
-
-def deletion_curves_chart(curves: pd.DataFrame, metric: str = "aopc", title: str | None = None) -> alt.Chart:
-    """Lines of `metric` against the fraction of text tokens removed (0 to 1), one colour per ranking with its
-    own legend entry, at a fixed size (CURVE_SIZE). A probability axis runs 0 to 1; AOPC and LOdds axes
-    include 0.
-
-    curves: tidy rows with columns ranking, k (fraction) and `metric` (FaithfulnessResult.long_curves()); when
-    several rows share (ranking, k) — one per document — the chart shows their mean and a +-1 std band.
-    Otherwise rows with finite `<metric>_lo` / `<metric>_hi` (the random ranking's mean -+ sd over its seeds)
-    get a shaded band."""
-    if metric not in CURVE_METRICS:
-        raise ValueError(f"metric must be one of {sorted(CURVE_METRICS)}, got {metric!r}")
-    _require(curves, ["ranking", "k", metric])
-    data = curves.assign(k=curves["k"].astype(float))
-    label, direction = CURVE_METRICS[metric]
-    x = alt.X("k:Q", title="fraction of text tokens removed", scale=alt.Scale(domain=[0, 1], nice=False),
-              axis=alt.Axis(format=".0%", values=[0, 0.2, 0.4, 0.6, 0.8, 1.0]))
-    y_scale = alt.Scale(domain=[0, 1], nice=False) if metric == "probability" else alt.Scale(zero=True)
-    colour = alt.Color("ranking:N", sort=_order(data["ranking"]), title="ranking",
-                       legend=alt.Legend(orient="bottom", direction="horizontal", columns=2, labelLimit=0,
-                                         symbolType="stroke", symbolOpacity=1, symbolStrokeWidth=3))
-    several = data.duplicated(["ranking", "k"]).any()
-    y_title = f"{metric.upper() if metric != 'probability' else 'probability'} ({direction})"
-    subtitle = label
-    if several:
-        line = alt.Chart(data).mark_line(point=True, clip=True).encode(
-            x=x, y=alt.Y(f"mean({metric}):Q", title=y_title, scale=y_scale), color=colour,
-            tooltip=["ranking:N", alt.Tooltip("k:Q", title="fraction removed", format=".0%"),
-                     alt.Tooltip(f"mean({metric}):Q", format=".4f", title="mean"),
-                     alt.Tooltip(f"stdev({metric}):Q", format=".4f", title="std"),
-                     alt.Tooltip(f"count({metric}):Q", title="documents")])
-        band = alt.Chart(data).mark_errorband(extent="stdev", opacity=0.15, clip=True).encode(
-            x=x, y=alt.Y(f"{metric}:Q", title=y_title, scale=y_scale), color=colour)
-        chart = band + line
-        subtitle += " · mean over documents, band ± 1 std"
-    else:
-        lo, hi, sd = f"{metric}_lo", f"{metric}_hi", f"{metric}_sd"
-        chart = alt.Chart(data).mark_line(point=True, clip=True).encode(
-            x=x, y=alt.Y(f"{metric}:Q", title=y_title, scale=y_scale), color=colour,
-            tooltip=["ranking:N", alt.Tooltip("k:Q", title="fraction removed", format=".0%"),
-                     alt.Tooltip(f"{metric}:Q", format=".4f")]
-            + ([alt.Tooltip(f"{sd}:Q", format=".4f", title="sd over seeds")] if sd in data else [])
-            + (["removed:Q"] if "removed" in data else []))
-        if lo in data and hi in data and data[lo].notna().any():
-            band = alt.Chart(data[data[lo].notna() & data[hi].notna()]).mark_area(opacity=0.2, clip=True).encode(
-                x=x, y=alt.Y(f"{lo}:Q", title=y_title, scale=y_scale), y2=f"{hi}:Q", color=colour)
-            chart = band + chart
-            subtitle += " · Random: mean ± sd over seeds (band)"
-    width, height = CURVE_SIZE
-    return chart.properties(title=alt.TitleParams(title or label.split(" = ")[0], subtitle=subtitle, anchor="start"),
-                            width=width, height=height, autosize=PAD)
-
-
-def flip_chart(flips: pd.DataFrame,
-               title: str = "First decision flip (exact scan): fraction of text tokens removed",
-               max_removed: float = 1.0, bound: int | None = None) -> alt.Chart:
-    """One dot per row at its flip fraction (a random seed, or a document), a black tick at each ranking's mean
-    and a bar over mean -+ sd (population, over the rows that flipped); rows with flip_fraction NaN are 'no
-    flip': not drawn, counted in the ranking's label ("Random (2 no flip)", "... no flip within 20 %" when the
-    scan stopped at max_removed < 1; "... within the first N tokens" for a scan stopped at `bound` tokens).
-
-    flips: columns ranking, flip_fraction (NaN = no flip) and optionally doc or seed
-    (FaithfulnessResult.flips(), DatasetFaithfulness.per_document)."""
-    _require(flips, ["ranking", "flip_fraction"])
-    data = flips.copy()
-    no_flip = data["flip_fraction"].isna().groupby(data["ranking"], sort=False).sum()
-    within = (f" within the first {bound:,} tokens" if bound is not None else
-              f" within {100 * max_removed:g} %" if max_removed < 1 else "")
-    names = {r: f"{r} ({int(k)} no flip{within})" if k else r for r, k in no_flip.items()}
-    data["row"] = data["ranking"].map(names)
-    order = [names[r] for r in _order(data["ranking"])]
-    drawn = data[data["flip_fraction"].notna()]
-    y = alt.Y("row:N", sort=order, title=None, axis=alt.Axis(labelLimit=0))  # ranking names are never cut
-    x = alt.X("flip_fraction:Q", scale=alt.Scale(domain=[0, 1]),
-              title="fraction of text tokens removed (lower = the ranking finds the decision faster)")
-    dots = alt.Chart(drawn).mark_circle(size=60, opacity=0.6).encode(
-        x=x, y=y, color=alt.Color("ranking:N", sort=_order(data["ranking"]), legend=None),
-        tooltip=["ranking:N", alt.Tooltip("flip_fraction:Q", format=".3f", title="fraction removed")]
-        + [f"{c}:Q" for c in ("doc", "seed") if c in data])
-    grouped = drawn.groupby("row", sort=False)["flip_fraction"]
-    stats = pd.DataFrame({"mean": grouped.mean(), "sd": grouped.std(ddof=0), "flipped": grouped.size()})
-    stats = stats.reset_index().assign(lo=lambda s: s["mean"] - s["sd"], hi=lambda s: s["mean"] + s["sd"])
-    tooltip = ["row:N", alt.Tooltip("mean:Q", format=".3f"), alt.Tooltip("sd:Q", format=".3f", title="sd"),
-               alt.Tooltip("flipped:Q", title="flipped")]
-    bars = alt.Chart(stats).mark_rule(color="black").encode(x="lo:Q", x2="hi:Q", y=y, tooltip=tooltip)
-    ticks = alt.Chart(stats).mark_tick(color="black", thickness=2, size=24).encode(x="mean:Q", y=y, tooltip=tooltip)
-    return (dots + bars + ticks).properties(title=title, height=40 * max(1, len(order)), autosize=FIT_WIDTH)
-
+from .layout import FIT_WIDTH, require_columns
 
 HEAD_CELL = (36, 28)  # width, height in pixels of one head's cell
 
@@ -168,7 +59,7 @@ def table1(table: pd.DataFrame, metrics: Sequence[str] = ("cosine", "kendall_tau
            digits: int = 3) -> pd.DataFrame:
     """The agreement table as the paper prints it: Attention layer, Is scaled?, Is masked?, then the metrics
     with their readable labels, rounded. Accepts agreement_table rows or a mean_std_table."""
-    _require(table, ["source", "scaled", "masked", *metrics])
+    require_columns(table, ["source", "scaled", "masked", *metrics])
     out = pd.DataFrame({
         "Attention": table["source"].to_numpy(),
         "Scaled by head importance": np.where(table["scaled"].astype(bool), "yes", "no"),
@@ -188,27 +79,3 @@ def table1(table: pd.DataFrame, metrics: Sequence[str] = ("cosine", "kendall_tau
 def table2(table: pd.DataFrame, digits: int = 3) -> pd.DataFrame:
     """Table 2: the top-5 % Jaccard column only."""
     return table1(table, ("jaccard_top",), digits)
-
-
-def faithfulness_summary(summary: pd.DataFrame, columns: Sequence[str] = ("aopc", "aopc@10%", "lodds",
-                                                                             "first_flip")) -> pd.DataFrame:
-    """A compact dataset summary: ranking, documents, 'mean ± std' per chosen number, flipped and no-flip counts
-    (from faithfulness.summarise)."""
-    _require(summary, ["ranking", "documents", "flipped", "no flip", *(f"{c} mean" for c in columns)])
-    out = summary[["ranking", "documents"]].copy()
-    for c in columns:
-        out[c] = [f"{m:.3f} ± {s:.3f}" if np.isfinite(m) else "—"
-                  for m, s in zip(summary[f"{c} mean"], summary[f"{c} std"])]
-    out["flipped"], out["no flip"] = summary["flipped"].to_numpy(), summary["no flip"].to_numpy()
-    return out
-
-
-def _require(df: pd.DataFrame, columns: Sequence[str]) -> None:
-    missing = [c for c in columns if c not in df]
-    if missing:
-        raise ValueError(f"missing column(s) {missing}; have {list(df.columns)}")
-
-
-def _order(rankings: pd.Series) -> list[str]:
-    present = list(dict.fromkeys(rankings))
-    return [r for r in _RANKING_ORDER if r in present] + [r for r in present if r not in _RANKING_ORDER]

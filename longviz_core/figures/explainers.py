@@ -4,8 +4,8 @@
 - `agreement_heatmap`: explainers x explainers Kendall tau / RBO of their token rankings.
 - `scores_table`: every explainer's score per token, for the CSV export.
 - `explainer_header_html`: the overlay header naming the explainer, the class explained and the prediction.
-The deletion curves (Song et al. 2024 Fig. 3) and the first-flip chart reuse figures.agreement's deletion_curves_chart
-and flip_chart with leaderboard.curves() / leaderboard.flips().
+The deletion curves (Song et al. 2024 Fig. 3) and the first-flip chart reuse figures.faithfulness's
+deletion_curves_chart and flip_chart with leaderboard.curves() / leaderboard.flips().
 """
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from ..tokens import token_label
+from .layout import require_columns
 
 METRIC_TITLES = {"kendall_tau": "Kendall τ-b", "rbo": "RBO (extrapolated)"}
 _HEADER_STYLE = "font-family:ui-sans-serif,system-ui,sans-serif;font-size:0.8rem;color:#333;margin:4px 0"
@@ -27,10 +28,8 @@ def leaderboard_view(table: pd.DataFrame) -> pd.DataFrame:
     decision never changed within the scan limit) and flip rate, seconds per explanation, peak extra memory in
     MB, and the cost class. The other numbers keep full precision (format them in the widget), so a displayed
     table equals the exported one."""
-    missing = [c for c in ("method", "label", "aopc", "aopc_sd", "lodds", "lodds_sd", "first_flip", "flip_rate",
-                           "seconds", "peak_bytes", "cost", "best") if c not in table]
-    if missing:
-        raise ValueError(f"missing column(s) {missing}; have {list(table.columns)}")
+    require_columns(table, ("method", "label", "aopc", "aopc_sd", "lodds", "lodds_sd", "first_flip", "flip_rate",
+                            "seconds", "peak_bytes", "cost", "best"))
     return pd.DataFrame({
         "explainer": [("★ " if best else "") + label for label, best in zip(table["label"], table["best"])],
         "method": table["method"].to_numpy(),
@@ -52,7 +51,7 @@ NO_FLIP = "no flip"
 def flip_text(fraction, within=None, short: bool = False) -> str:
     """A first flip as shown: the fraction of text tokens removed to 4 decimals (one token of a 4,096-token
     document is 0.0002); for NaN, NO_FLIP when the scan reached the end, "no flip within the first N tokens" when
-    it stopped at `within` = N (a bounded scan, views.deletion.summarise's no_flip_within); `short`: "no flip ≤ N
+    it stopped at `within` = N (a bounded scan, evaluation.deletion.summarise's no_flip_within); `short`: "no flip ≤ N
     tokens", for the leaderboard's narrow column (random_floor's caption says it in full)."""
     if fraction is not None and not np.isnan(fraction):
         return f"{float(fraction):.4f}"

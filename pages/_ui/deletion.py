@@ -13,7 +13,7 @@ import streamlit as st
 
 from longviz_core.progress import format_seconds
 from longviz_core.runtime import waiting_notice
-from longviz_core.views.deletion import metric_columns
+from longviz_core.evaluation.deletion import metric_columns
 from pages._ui import shell
 from pages._ui.keys import K
 
@@ -95,7 +95,7 @@ def numbers(result, name: str, model, meta, pending: str | None = None) -> None:
 
 def left_of(known) -> tuple[int, float]:
     """(copies the exact scan may still need, seconds per copy measured) from a DeletionResult or leaderboard runs
-    (rows in views.deletion's schema with `n`)."""
+    (rows in evaluation.deletion's schema with `n`)."""
     if isinstance(known, pd.DataFrame):
         open_ = known[~known["settled"].astype(bool)]
         left = int((open_["n"] - 2 - open_["scanned"]).sum())

@@ -19,7 +19,7 @@ class HeadImportance:
     """The head importance a page scales attention by, and which definition it is (for captions and titles)."""
 
     values: np.ndarray  # (layers, heads)
-    method: str | None  # a key of views.importance.IMPORTANCE_METHODS; None for a file imported on the heatmap page
+    method: str | None  # a key of evaluation.importance.IMPORTANCE_METHODS; None for a file imported on the heatmap page
     name: str  # short, for titles: "Taylor (T3-Vis)"
     description: str  # the definition and its normalisation, for captions
 
@@ -32,7 +32,7 @@ class HeadImportance:
 
 def importance_method(where, page: str) -> str:
     """The head-importance definition picker; T3-Vis's Taylor scores (what the paper used) come first."""
-    from longviz_core.views import importance as imp
+    from longviz_core.evaluation import importance as imp
 
     return where.selectbox("Head importance definition", list(imp.IMPORTANCE_METHODS),
                            format_func=imp.METHOD_NAMES.get, **K.option(page, "importance_method"),
@@ -47,7 +47,7 @@ def computed_importance(model: lv.LoadedModel, method: str, required: bool = Tru
     DatasetError when `required`, else a note and None."""
     from longviz_core.dataset import run
     from longviz_core.dataset.importance import stored_head_importance
-    from longviz_core.views import importance as imp
+    from longviz_core.evaluation import importance as imp
 
     df = current_dataset(model)
     if df is None or "label" not in df:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from longviz_core.dataset import leaderboard as lb
-from longviz_core.figures import agreement as fig_faith
+from longviz_core.figures import faithfulness as fig_faith
 from longviz_core.figures import explainers as fig
 from pages._ui import export, shell
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from longviz_core.views import counts as tc
-from longviz_core.views.importance import METHOD_NAMES
+from longviz_core.evaluation.importance import METHOD_NAMES
 from pages._ui import labels, shell
 from pages._ui.keys import K
 from tests.support.apps import ROOT, app_test, page
@@ -97,7 +97,7 @@ def test_attribution_names_class_and_scale(demo):
 
 
 def test_agreement_names_class_scale_and_importance(demo):
-    at = _open("similarity", max_tokens=256)
+    at = _open("agreement", max_tokens=256)
     _click(at, K.page("similarity", "run_ig"))
     _labelled(at, "Class explained: the predicted class", "agreement")
     _labelled(at, labels.scores(), "scores")

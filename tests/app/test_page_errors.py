@@ -9,7 +9,7 @@ from longviz_core import cache
 from pages._ui.keys import K
 from tests.support.apps import app_test, page
 
-PAGES = ("document", "heatmap_grid", "token_counts", "attention_overlay", "attribution", "similarity",
+PAGES = ("document", "heatmap_grid", "token_counts", "attention_overlay", "attribution", "agreement",
          "faithfulness")
 
 
@@ -82,7 +82,7 @@ def test_importance_without_labels(demo, files, name, option):
 
 @pytest.mark.parametrize("name, option, message", [
     ("heatmap_grid", "heatmap", "The dataset-wide grid needs a dataset: choose one in the sidebar."),
-    ("similarity", "similarity", "Dataset-wide tables need a dataset: choose one in the sidebar."),
+    ("agreement", "similarity", "Dataset-wide tables need a dataset: choose one in the sidebar."),
     ("faithfulness", "faithfulness", "The dataset-wide summary needs a dataset: choose one in the sidebar."),
 ])
 def test_dataset_scope_without_a_dataset(demo, name, option, message):

@@ -9,8 +9,8 @@ from streamlit.testing.v1 import AppTest
 
 from longviz_core.attribution import STEP_PRESETS
 from longviz_core.views import agreement as ag
-from longviz_core.views import faithfulness as fa
-from longviz_core.views.importance import IMPORTANCE_METHODS
+from longviz_core.evaluation import faithfulness as fa
+from longviz_core.evaluation.importance import IMPORTANCE_METHODS
 from pages._ui.keys import K
 
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
@@ -51,7 +51,7 @@ def _click_if_shown(at, key):
 
 @pytest.fixture()
 def similarity(demo):
-    at = _open("similarity")
+    at = _open("agreement")
     _click_if_shown(at, K.page("similarity", "run_ig"))
     return at
 

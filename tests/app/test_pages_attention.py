@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from longviz_core.views.importance import IMPORTANCE_METHODS
+from longviz_core.evaluation.importance import IMPORTANCE_METHODS
 from pages._ui.keys import K
 from tests.support.apps import overlay_html, overlays
 

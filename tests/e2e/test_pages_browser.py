@@ -109,7 +109,7 @@ def test_agreement_cosine_variants_read_whole(app_server, browser, shots, width)
     shows every column without a horizontal scroll at both widths (the page-wide check skips closed expanders)."""
     base, _log = app_server
     browser.set_window_size(width, HEIGHT)
-    browser.get(f"{base}/similarity?max_tokens={MAX_TOKENS}")
+    browser.get(f"{base}/agreement?max_tokens={MAX_TOKENS}")
     wait_idle(browser)
     click_run_buttons(browser)
     summary = next(s for s in browser.find_elements("css selector", '[data-testid="stExpander"] summary')
@@ -125,7 +125,7 @@ def test_agreement_cosine_variants_read_whole(app_server, browser, shots, width)
     widths = browser.execute_script("return [arguments[0].scrollWidth, arguments[0].clientWidth];", scroller)
     assert widths[0] <= widths[1] + 2, f"content {widths[0]} px wide in a {widths[1]} px box"
     assert not layout_problems(browser), layout_problems(browser)
-    full_page_screenshot(browser, shots / f"similarity-variants-{width}.png", width, HEIGHT)
+    full_page_screenshot(browser, shots / f"agreement-variants-{width}.png", width, HEIGHT)
 
 
 # Faithfulness and Explainers as a new user opens them: the default document (the demo's document 0, Max tokens

@@ -16,7 +16,8 @@ import torch
 from longviz_core import _disk
 from longviz_core.dataset import aggregate, run, stores
 from longviz_core.dataset.store import ResultStore
-from longviz_core.figures import agreement as fig
+from longviz_core.figures import agreement as afig
+from longviz_core.figures import faithfulness as ffig
 from longviz_core.views import agreement as ag
 from longviz_core.views import counts as tc
 from longviz_core.views import pooling
@@ -89,8 +90,8 @@ def test_app_buttons_and_command_line_give_the_same_numbers(cli_store, private_c
     seen: dict = {}
     _record(monkeypatch, pooling, "normalised_maps", seen)  # the grid the heatmap page draws
     _record(monkeypatch, ag, "mean_std_table", seen)  # Tables 1-2 as the similarity page formats them
-    _record(monkeypatch, fig, "head_agreement_heatmap", seen)  # the per-head grid it draws
-    _record(monkeypatch, fig, "faithfulness_summary", seen)  # the faithfulness summary it formats
+    _record(monkeypatch, afig, "head_agreement_heatmap", seen)  # the per-head grid it draws
+    _record(monkeypatch, ffig, "faithfulness_summary", seen)  # the faithfulness summary it formats
     at = app_test()
     at.run()
     at.number_input(key=K.MAX_TOKENS).set_value(MAX_TOKENS).run()
@@ -136,7 +137,7 @@ def test_app_buttons_and_command_line_give_the_same_numbers(cli_store, private_c
                                       .iloc[::-1].head(10).reset_index(drop=True), rtol=RTOL)
 
     # agreement: Tables 1-2, every document's rows, the per-head grids and the top-set counts
-    at.switch_page(page("similarity")).run()
+    at.switch_page(page("agreement")).run()
     at.radio(key="similarity.scope").set_value("dataset").run()
     _compute(at, "similarity")
     want = cli_store.dataset_agreement()
@@ -161,7 +162,7 @@ def test_app_buttons_and_command_line_give_the_same_numbers(cli_store, private_c
     _compute(at, "faithfulness")
     want = cli_store.dataset_faithfulness().summary
     pd.testing.assert_frame_equal(seen["faithfulness_summary"][-1][0], want, rtol=RTOL)
-    pd.testing.assert_frame_equal(at.dataframe[0].value, fig.faithfulness_summary(want))
+    pd.testing.assert_frame_equal(at.dataframe[0].value, ffig.faithfulness_summary(want))
 
     # a store made with other settings is not served: the command line's store serves the same settings only
     monkeypatch.setenv("LONGVIZ_STORE_DIR", str(cli_store.root.parent))

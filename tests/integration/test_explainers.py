@@ -20,7 +20,7 @@ import torch
 
 import longviz_core as lv
 from longviz_core.attribution import explainers as ex
-from longviz_core.views.faithfulness import random_order, removal_order
+from longviz_core.evaluation.faithfulness import random_order, removal_order
 from support.oracles import oracle_bert, oracle_longformer
 from tiny import make_tiny_longformer, text_of
 

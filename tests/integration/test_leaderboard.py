@@ -21,9 +21,9 @@ from longviz_core.dataset import api, run, stores
 from longviz_core.dataset.kinds import KINDS
 from longviz_core.dataset.store import ResultStore, doc_id_of
 from longviz_core.figures import explainers as fig
-from longviz_core.figures.agreement import deletion_curves_chart, flip_chart
-from longviz_core.views import faithfulness as fa
-from longviz_core.views.deletion import k_label, metric_columns
+from longviz_core.figures.faithfulness import deletion_curves_chart, flip_chart
+from longviz_core.evaluation import faithfulness as fa
+from longviz_core.evaluation.deletion import k_label, metric_columns
 from support.oracles import assert_stores_equal
 from tiny import text_of
 
@@ -354,6 +354,6 @@ def test_the_leaderboard_knows_no_faithfulness_ranking():
 
     tree = ast.parse(Path(lb.__file__).read_text())
     imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-    assert "views.faithfulness" not in imported and "views.deletion_engine" in imported
+    assert "evaluation.faithfulness" not in imported and "evaluation.deletion_engine" in imported
     strings = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
     assert not strings & {"attention", "ig_x_attention"} and "random" in strings

@@ -210,8 +210,8 @@ def test_store_numbers_equal_loops_over_the_documents(setup, reference):
 
     from longviz_core.attribution import ConvergenceWarning, integrated_gradients
     from longviz_core.views import agreement as ag
-    from longviz_core.views import faithfulness as fa
-    from longviz_core.views.importance import head_importance
+    from longviz_core.evaluation import faithfulness as fa
+    from longviz_core.evaluation.importance import head_importance
     from longviz_core.views.pooling import pool_dataset
 
     _, _, model, df = setup
@@ -366,7 +366,7 @@ def test_faithfulness_settings_and_an_earlier_store(reference, tmp_path):
     """The manifest records the exact flip scan and the random seeds; a store made by the earlier one-seed grid
     search is refused with a clear message instead of being summarised with missing columns."""
 
-    from longviz_core.views.faithfulness import DEFAULT_SEEDS
+    from longviz_core.evaluation.faithfulness import DEFAULT_SEEDS
 
     settings = ResultStore(reference).settings("faithfulness")
     assert settings["flip"] == "exact scan" and settings["max_removed"] == 1.0
@@ -519,7 +519,7 @@ def test_dataset_pages_read_a_store_made_by_the_command(demo, demo_dataset, tmp_
     def captions():
         return " ".join(c.value for c in at.caption)
 
-    at.switch_page(page("similarity")).run()
+    at.switch_page(page("agreement")).run()
     at.radio(key="similarity.scope").set_value("dataset").run()
     assert not at.exception and not at.error, (at.exception, at.error)
     assert read in captions(), captions()[-600:]

@@ -18,7 +18,7 @@ from longviz_core import _disk
 from longviz_core import attribution as ig
 from longviz_core.attribution import cost
 from longviz_core.dataset import store as st
-from longviz_core.views import importance as imp
+from longviz_core.evaluation import importance as imp
 from tiny import text_of
 
 wrong = pytest.mark.guards("wrong")

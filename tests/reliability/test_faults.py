@@ -24,7 +24,7 @@ from longviz_core.dataset.store import manifest as st_manifest
 from longviz_core.dataset.store import writer as st_writer
 from longviz_core.dataset.kinds import Settings
 from longviz_core.dataset.run import precompute
-from longviz_core.views import importance as imp
+from longviz_core.evaluation import importance as imp
 from support.oracles import assert_stores_equal
 from tiny import WORDS, make_tiny_longformer, text_of
 

@@ -10,6 +10,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CORE = "longviz_core"
 
 # Lowest first. A module may import modules of its own layer and of the layers it lists, never any other.
+# evaluation runs the model again over views' inputs (deletion test, head importance); dataset combines both.
 # figures render what views compute (types, labels) and sit beside dataset: neither imports the other, and no
 # computation imports a renderer. The front door, the Streamlit caches, the command line and the exports for
 # downloads are the top: they may use anything.
@@ -19,6 +20,7 @@ LAYERS: dict[str, set[str]] = {
     "model": {"model"},
     "attribution": {"attribution"},
     "views": {"views"},
+    "evaluation": {"evaluation"},
     "figures": {"figures"},
     "dataset": {"dataset"},
     "top": {"__init__", "__main__", "cache", "cli", "export"},
@@ -29,12 +31,13 @@ MAY_IMPORT: dict[str, set[str]] = {
     "model": {"base", "demo"},
     "attribution": {"base", "demo", "model"},
     "views": {"base", "demo", "model", "attribution"},
+    "evaluation": {"base", "demo", "model", "attribution", "views"},
     "figures": {"base", "views"},
-    "dataset": {"base", "demo", "model", "attribution", "views"},
+    "dataset": {"base", "demo", "model", "attribution", "views", "evaluation"},
     "top": set(LAYERS),
 }
-# Views are siblings: these never import each other (each takes vectors; the dataset layer combines them).
-SIBLINGS = [("views.agreement", "views.faithfulness")]
+# Siblings never import each other (each takes vectors; the dataset layer combines them).
+SIBLINGS = [("views.agreement", "evaluation.faithfulness")]
 
 
 def _modules(package_dir: Path, package: str) -> dict[str, Path]:

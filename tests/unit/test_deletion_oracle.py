@@ -10,9 +10,9 @@ import pytest
 import torch
 
 import longviz_core as lv
-from longviz_core.views import faithfulness as fa
-from longviz_core.views.deletion import DeletionSettings, row_columns
-from longviz_core.views.deletion_engine import deletion_test
+from longviz_core.evaluation import faithfulness as fa
+from longviz_core.evaluation.deletion import DeletionSettings, row_columns
+from longviz_core.evaluation.deletion_engine import deletion_test
 from tiny import make_tiny_longformer, text_of
 
 

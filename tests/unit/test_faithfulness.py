@@ -13,8 +13,8 @@ import pytest
 import torch
 
 import longviz_core as lv
-from longviz_core.views import deletion_engine as engine
-from longviz_core.views import faithfulness as fa
+from longviz_core.evaluation import deletion_engine as engine
+from longviz_core.evaluation import faithfulness as fa
 from tiny import make_tiny_longformer, text_of
 
 
@@ -380,7 +380,7 @@ def test_random_baseline_is_the_mean_of_single_seed_runs(doc):
 
 
 def test_charts_show_the_random_band_and_flip_spread(doc, result):
-    from longviz_core.figures import agreement as fig
+    from longviz_core.figures import faithfulness as fig
 
     spec = fig.deletion_curves_chart(result.long_curves(), "aopc").to_dict()
     marks = [layer["mark"]["type"] if isinstance(layer["mark"], dict) else layer["mark"] for layer in spec["layer"]]

@@ -7,6 +7,7 @@ import pytest
 
 from longviz_core.figures import agreement as afig
 from longviz_core.figures import attention as fig
+from longviz_core.figures import faithfulness as ffig
 from longviz_core.figures.text import scale_max
 from longviz_core.views.similarity import METRICS
 
@@ -41,15 +42,15 @@ def test_deletion_curves_fixed_aspect_full_axes_and_band():
         pd.DataFrame({"ranking": "Random", "k": ks, "probability": [0.95, 0.94, 0.9, 0.85, 0.7],
                       "probability_lo": [0.9] * 5, "probability_hi": [0.99] * 5}),
     ])
-    spec = afig.deletion_curves_chart(curves, "probability").to_dict()
-    assert (spec["width"], spec["height"]) == afig.CURVE_SIZE
+    spec = ffig.deletion_curves_chart(curves, "probability").to_dict()
+    assert (spec["width"], spec["height"]) == ffig.CURVE_SIZE
     band, line = _layers(spec)
     assert band["mark"]["type"] == "area" and band["mark"]["clip"] and line["mark"]["clip"]
     enc = line["encoding"]
     assert enc["x"]["scale"]["domain"] == [0, 1] and enc["y"]["scale"]["domain"] == [0, 1]
     assert enc["color"]["legend"]["orient"] == "bottom"
     assert "mean ± sd over seeds" in spec["title"]["subtitle"]
-    aopc = afig.deletion_curves_chart(curves.assign(aopc=0.1), "aopc").to_dict()
+    aopc = ffig.deletion_curves_chart(curves.assign(aopc=0.1), "aopc").to_dict()
     assert _layers(aopc)[-1]["encoding"]["y"]["scale"] == {"zero": True}
 
 

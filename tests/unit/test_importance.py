@@ -14,7 +14,7 @@ import torch
 
 from longviz_core import encode, load_model
 from longviz_core._disk import unsealed
-from longviz_core.views import importance as imp
+from longviz_core.evaluation import importance as imp
 from tiny import make_tiny_bert, make_tiny_bigbird, make_tiny_longformer, make_tiny_modernbert, text_of
 
 MAX_TOKENS = 40

@@ -12,11 +12,11 @@ Kinds and what they store per document:
                      per-token sums before normalising; tables `summary` (target, total, delta, F(x), F(x'),
                      converged, weak) and `by_token` (views.attribution_tables.document_token_sums)
     head-importance  (dataset level) importance (layers, heads) by `importance_method` (default T3-Vis's
-                     Taylor scores, see views/importance.py), normalised as that method does, and raw; or the
+                     Taylor scores, see evaluation/importance.py), normalised as that method does, and raw; or the
                      values given in Settings.importance_values (an imported file, the API's `importance=`)
     agreement        tables `rows` (Tables 1-2), `heads` (every head's agreement with |IG|), `sets` (top-5 % sets)
     faithfulness     table `rows`: AOPC / LOdds at each k and the first decision flip (exact scan) per ranking
-                     (views.deletion: the deletion test's summary of its runs); the random row: means and sds
+                     (evaluation.deletion: the deletion test's summary of its runs); the random row: means and sds
                      over its seeds
     leaderboard      table `runs`: the explainer leaderboard's runs (dataset.leaderboard.document_leaderboard):
                      one row per explainer, one per seed for random, with AOPC / LOdds at each k, the first flip and

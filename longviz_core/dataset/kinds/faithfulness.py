@@ -9,7 +9,7 @@ from .settings import Settings, flip_bound
 
 
 def _faithfulness(job: Job, doc: Doc) -> Record:
-    from ...views.faithfulness import faithfulness
+    from ...evaluation.faithfulness import faithfulness
 
     cfg = _faithfulness_settings(job.settings)
     a = doc.analysis
@@ -26,7 +26,7 @@ def _faithfulness(job: Job, doc: Doc) -> Record:
 
 
 def _faithfulness_settings(s: Settings) -> dict:
-    from ...views.faithfulness import DEFAULT_SEEDS, KS, RANKINGS, check_ks, check_settings
+    from ...evaluation.faithfulness import DEFAULT_SEEDS, KS, RANKINGS, check_ks, check_settings
 
     rankings = list(RANKINGS if s.rankings is None else s.rankings)
     seeds = check_settings(rankings, None, DEFAULT_SEEDS if s.seeds is None else s.seeds, s.max_removed)

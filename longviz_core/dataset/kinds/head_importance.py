@@ -11,7 +11,7 @@ from .settings import Settings
 
 
 def _head_importance(job: Job, progress: Progress | None) -> Record:
-    from ...views.importance import cached_raw_head_importance, normalise_importance, raw_head_importance
+    from ...evaluation.importance import cached_raw_head_importance, normalise_importance, raw_head_importance
 
     if job.settings.importance_values is not None:
         given = np.asarray(job.settings.importance_values, dtype=np.float64)  # (layers, heads)
@@ -29,7 +29,7 @@ def _head_importance(job: Job, progress: Progress | None) -> Record:
 
 def _importance_settings(s: Settings) -> dict:
     from ..._disk import array_digest
-    from ...views.importance import DEFAULT_EXAMPLES, DEFAULT_NORMALISATION
+    from ...evaluation.importance import DEFAULT_EXAMPLES, DEFAULT_NORMALISATION
 
     if s.importance_values is not None:  # given, not computed: the values themselves are the setting
         return {"given": array_digest(s.importance_values)}

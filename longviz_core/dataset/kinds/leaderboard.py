@@ -34,7 +34,7 @@ def _leaderboard(job: Job, doc: Doc) -> Record:
 
 def _leaderboard_settings(s: Settings) -> dict:
     from ...attribution.explainers import EXPLAINERS
-    from ...views.faithfulness import DEFAULT_SEEDS, KS, check_ks, check_settings
+    from ...evaluation.faithfulness import DEFAULT_SEEDS, KS, check_ks, check_settings
     from ..leaderboard import check_methods
 
     methods = list(EXPLAINERS if s.explainers is None else s.explainers)

@@ -14,7 +14,7 @@ _SEQUENCES = {"importance_values": lambda row: tuple(float(x) for x in row), "ma
 @dataclass(frozen=True)
 class Settings:
     """Everything that changes the numbers (recorded per kind in the manifest). None means the view's own
-    default (views.importance, views.similarity, views.agreement, views.faithfulness)."""
+    default (evaluation.importance, views.similarity, views.agreement, evaluation.faithfulness)."""
 
     max_tokens: int = 2048
     grid: int = 64  # cells per axis of the pooled (dataset-wide) head maps
@@ -35,10 +35,10 @@ class Settings:
     mask_kinds: tuple | None = None  # any of views.agreement.MASK_KINDS; None = all of them
     layer_range: tuple | None = None  # an extra attention source (lo, hi), 0-based inclusive
     # faithfulness (deletion curves, first flips)
-    rankings: tuple | None = None  # None = views.faithfulness.RANKINGS
-    ks: tuple | None = None  # fractions removed; None = views.faithfulness.KS
+    rankings: tuple | None = None  # None = evaluation.faithfulness.RANKINGS
+    ks: tuple | None = None  # fractions removed; None = evaluation.faithfulness.KS
     replacement: str = "mask"  # what a removed token becomes: "mask" or "pad"
-    seeds: tuple | None = None  # the random ranking's seeds; None = views.faithfulness.DEFAULT_SEEDS
+    seeds: tuple | None = None  # the random ranking's seeds; None = evaluation.faithfulness.DEFAULT_SEEDS
     max_removed: float = 1.0  # the flip scan's limit, a fraction of the removable tokens
     flip_bound: int | None = None  # the flip scan's limit in tokens (the smaller limit applies); None = no bound
     faithfulness_layers: tuple | None = None  # the attention ranking's layers (0-based); None = all

@@ -1,5 +1,5 @@
 """The deletion test's engine: perturbed copies scored once each and batched across rankings, the exact first-flip
-scans advanced together, their positions kept on disk (the definitions and the result: views.deletion)."""
+scans advanced together, their positions kept on disk (the definitions and the result: evaluation.deletion)."""
 from __future__ import annotations
 
 import hashlib

@@ -1,4 +1,4 @@
-"""The Faithfulness page's rankings scored by the deletion test (views.deletion): received attention, |IG|,
+"""The Faithfulness page's rankings scored by the deletion test (evaluation.deletion): received attention, |IG|,
 |IG| x attention and the random baseline.
 
 A ranking orders the document's text tokens from most to least important. Deleting its top tokens should hurt
@@ -9,9 +9,9 @@ received attention (any layers, optionally scaled by head importance), |IG|, |IG
 that flipped, `flip_rate` the share that did).
 
 The definitions (AOPC, LOdds, the exact first-flip scan, deletion by `<mask>` or `<pad>`), the stages and the
-sharing of copies are views.deletion's; `faithfulness` builds the three score-based orders and calls
-views.deletion_engine.deletion_test once for all of them. Dataset-wide numbers: the precompute's
-"faithfulness" kind stores every document's runs and a result store summarises them (views.deletion.summarise).
+sharing of copies are evaluation.deletion's; `faithfulness` builds the three score-based orders and calls
+evaluation.deletion_engine.deletion_test once for all of them. Dataset-wide numbers: the precompute's
+"faithfulness" kind stores every document's runs and a result store summarises them (evaluation.deletion.summarise).
 """
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ def faithfulness(
     stop=None,
 ) -> DeletionResult:
     """Deletion curves and first decision flips of `rankings` for one document (the deletion test of
-    views.deletion_engine with the three score-based orders and the random seeds).
+    evaluation.deletion_engine with the three score-based orders and the random seeds).
 
     attribution: signed IG scores (n,) of the predicted class (Attribution.scores); rankings use |scores|.
     layers / scale: the attention ranking's source, as AttentionBands.received (None = all layers, unscaled).
