@@ -48,7 +48,7 @@ from longviz_core import analyze, load_model  # noqa: E402
 from longviz_core import attribution as A  # noqa: E402
 from longviz_core.attribution import cost  # noqa: E402
 from longviz_core.attribution.cost import time_passes  # noqa: E402
-from longviz_core.attribution.explainers import _PeakMemory  # noqa: E402
+from longviz_core.attribution.peak_memory import PeakMemory  # noqa: E402
 
 
 def machine() -> str:
@@ -133,7 +133,7 @@ def child(kind: str, model_dir: str, n: int, steps: int, batch: int, cache: str)
                 warnings.simplefilter("ignore", A.ConvergenceWarning)
                 return A.integrated_gradients(model, analysis, n_steps=steps, use_cache=False,
                                               cache_dir=cache).internal_batch_size
-    with _PeakMemory(model.device) as peak:
+    with PeakMemory(model.device) as peak:
         w0, c0 = time.perf_counter(), time.process_time()
         used = run()
         wall, cpu = time.perf_counter() - w0, time.process_time() - c0

@@ -47,7 +47,8 @@ import torch  # noqa: E402
 from _models import base_model  # noqa: E402
 
 import longviz_core as lv  # noqa: E402
-from longviz_core.attribution import explainers as ex  # noqa: E402
+from longviz_core.attribution.backward import backward  # noqa: E402
+from longviz_core.attribution.peak_memory import PeakMemory  # noqa: E402
 
 
 def machine() -> str:
@@ -71,9 +72,9 @@ def document(model, n: int) -> lv.DocumentAnalysis:
 
 def forward_backward(model, analysis) -> tuple[float, float, int | None]:
     """(wall s, CPU s, peak extra bytes) of one forward+backward: d logit / d embeddings output, no attentions."""
-    with ex._PeakMemory(model.device) as peak:
+    with PeakMemory(model.device) as peak:
         w0, c0 = time.perf_counter(), time.process_time()
-        ex._backward(model, analysis, analysis.predicted, "logit", hidden=[0])
+        backward(model, analysis, analysis.predicted, "logit", hidden=[0])
         wall, cpu = time.perf_counter() - w0, time.process_time() - c0
     return wall, cpu, peak.bytes
 

@@ -48,6 +48,10 @@ class AttributionError(LongvizError, ValueError):
     attribution that belongs to another model or document."""
 
 
+class ExplainerError(LongvizError, ValueError):
+    """An explainer that cannot run on these inputs (unknown method or option, wrong model, wrong target)."""
+
+
 class MissingDependencyError(LongvizError, ImportError):
     """A package installed separately from longviz is missing; the message gives the command that installs it."""
 

@@ -38,31 +38,26 @@ analysis's own bands (same model, same inputs).
 """
 from __future__ import annotations
 
-import math
-import os
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Callable, Sequence
 
 import numpy as np
 import torch
 
-from ..errors import LongvizError, finite_vector
+from ..errors import ExplainerError, finite_vector
 from ..model.analysis import DocumentAnalysis
 from ..model.bands import AttentionBands
 from ..model.loading import LoadedModel
 from ..progress import Progress, report
 from ..runtime import COMPUTE
+from .backward import backward, token_dot
 from .ig import integrated_gradients
+from .peak_memory import PeakMemory
 from .random_order import random_order
 
 CLS = 0  # the position the classifier reads (<s> / [CLS])
-
-
-class ExplainerError(LongvizError, ValueError):
-    """An explainer that cannot run on these inputs (unknown method or option, wrong model, wrong target)."""
 
 
 @dataclass(frozen=True)
@@ -200,170 +195,12 @@ def _random(model, analysis, target, seed=0):
 
 
 # ------------------------------------------------------------------------------------------ gradients
-def _producer(t: torch.Tensor):
-    """The autograd node whose output `t` was before transformers' in-place zeroing (IndexPut) or view."""
-    node = t.grad_fn
-    while node is not None and type(node).__name__.startswith(("IndexPut", "View")):
-        node = node.next_functions[0][0]
-    if node is None:
-        raise ExplainerError("the attention probabilities are not in the autograd graph; gradient explainers "
-                             "need a model whose parameters or inputs require gradients")
-    return node
-
-
-class _AttentionGrads:
-    """Hooks that hand each chosen layer's d objective / d attention to `consume(layer, grads)` during the
-    backward pass, as a one-layer AttentionBands in the analysis's layout (zeros where the analysis has none)."""
-
-    def __init__(self, model: LoadedModel, analysis: DocumentAnalysis, layers: Sequence[int], consume):
-        self.model, self.bands, self.consume = model, analysis.attention, consume
-        self.layers = set(int(l) for l in layers)
-        self.handles: list = []
-        self.parts: dict[int, dict] = {}
-        self.done: set[int] = set()
-
-    def attach(self) -> None:
-        # Longformer returns probabilities only when every layer is asked to: each layer's forward hook drops
-        # them from the output, the chosen layers' after hooking their gradient
-        family = self.model.family
-        for l, module in enumerate(family.attention_modules(self.model.model)):
-            if l in self.layers or family.global_tokens:
-                self.handles.append(module.register_forward_hook(partial(self._forward, l)))
-
-    def remove(self) -> None:
-        for h in self.handles:
-            h.remove()
-        self.handles.clear()
-
-    def _forward(self, layer, module, args, out):
-        if len(out) < 2 or not torch.is_tensor(out[1]):
-            raise ExplainerError(f"{type(module).__name__} returned no attention probabilities")
-        if not self.model.family.global_tokens:  # the returned weights are the tensor multiplied with the values
-            self.handles.append(out[1].register_hook(partial(self._dense, layer)))
-            return None
-        local = out[1]  # (1, n_padded, H, g + 2 w_l + 1)
-        glob = out[2] if len(out) > 2 else None  # (1, H, g, n_padded), a view of the softmax output
-        if layer in self.layers:
-            self.parts[layer] = {"want": 1 + (glob is not None)}
-            self.handles.append(_producer(local).register_prehook(partial(self._part, layer, "local", local.shape)))
-            if glob is not None:
-                self.handles.append(_producer(glob).register_prehook(
-                    partial(self._part, layer, "global", glob.shape)))
-        empty = lambda t: t.new_zeros((t.shape[0], t.shape[1], 0, 0)).detach()  # noqa: E731
-        return (out[0], empty(local), *((empty(glob),) if glob is not None else ()))
-
-    def _part(self, layer, name, shape, grad_outputs):
-        grad = grad_outputs[0]
-        if grad is None or grad.numel() != math.prod(shape):
-            raise ExplainerError("could not capture the attention gradients of this model (transformers' "
-                                 "Longformer attention changed?)")
-        part = self.parts[layer]
-        part[name] = grad.detach().reshape(shape)
-        if len(part) - 1 == part["want"]:
-            self._longformer_layer(layer, part)
-            del self.parts[layer]
-
-    def _longformer_layer(self, layer, part):
-        b, n, w, g = self.bands, self.bands.n, self.bands.window, len(self.bands.global_idx)
-        local = part["local"][0, :n].transpose(0, 1).float().cpu().numpy()  # (H, n, g + 2 w_l + 1)
-        w_l = (local.shape[-1] - g - 1) // 2
-        band = np.zeros((b.num_heads, n, 2 * w + 1), dtype=np.float32)  # (H, n, 2w+1)
-        band[:, :, w - w_l : w + w_l + 1] = local[..., g:]
-        # Entries the attention never has (keys outside the document or in the window padding, global keys
-        # inside the band: transformers masks them before the softmax) get no gradient, as in the bands.
-        keys = np.arange(n)[:, None] - w + np.arange(2 * w + 1)[None, :]  # (n, 2w+1)
-        band[:, (keys < 0) | (keys >= n) | np.isin(keys, b.global_idx)] = 0.0
-        gcols = np.ascontiguousarray(local[..., :g])  # (H, n, g)
-        if g:
-            grows = part["global"][0, :, :, :n].float().cpu().numpy()  # (H, g, n)
-        else:
-            grows = np.zeros((b.num_heads, 0, n), dtype=np.float32)
-        self._hand_over(layer, band, gcols, grows)
-
-    def _dense(self, layer, grad):
-        n = self.bands.n
-        dense = grad.detach()[0, :, :n, :n].float().cpu().numpy()  # (H, n, n)
-        band = np.zeros((dense.shape[0], n, 2 * n - 1), dtype=np.float32)  # (H, n, 2n-1): AttentionBands.from_full
-        rows = np.arange(n)[:, None]
-        band[:, rows, n - 1 - rows + np.arange(n)[None, :]] = dense
-        empty_c, empty_r = np.zeros((dense.shape[0], n, 0), np.float32), np.zeros((dense.shape[0], 0, n), np.float32)
-        self._hand_over(layer, band, empty_c, empty_r)
-
-    def _hand_over(self, layer, band, gcols, grows):
-        grads = AttentionBands(band[None], gcols[None], grows[None], self.bands.global_idx, self.bands.window,
-                               (self.bands.windows[layer],))
-        self.done.add(layer)
-        self.consume(layer, grads)
-
-    def check(self) -> None:
-        missing = sorted(self.layers - self.done)
-        if missing:
-            raise ExplainerError(f"no attention gradient reached layer(s) {missing}: this model's attention is not "
-                                 "supported by the gradient explainers")
-
-
-def _backward(model: LoadedModel, analysis: DocumentAnalysis, target: int, objective: str, *,
-              hidden: Sequence[int] = (), attention: Sequence[int] = (), consume=None) -> dict:
-    """One forward with gradients and one backward of `objective` ('logit' or 'prob' of `target`).
-
-    hidden: layers l whose input h^l (h^0 = the embeddings output) is returned with its gradient, as
-    {l: (h^l, d objective / d h^l)}, each (n, d) float32 on the model's device, window padding cut off.
-    attention: layers whose attention gradient goes to `consume(layer, grads)` during the backward. The embeddings
-    output is detached into a leaf, so no gradient reaches the parameters and their .grad stays untouched.
-    Caller holds COMPUTE."""
-    net, n, family = model.model, analysis.n, model.family
-    if net.training:
-        raise ExplainerError("the shared model must stay in eval mode")
-    wanted = sorted(set(int(l) for l in hidden))
-    # the backward runs down to the earliest layer input needed: every chosen layer's attention lies above it
-    floor = min([*wanted, *(int(l) for l in attention)], default=0)
-    order = sorted(set(wanted) | {floor})
-    captured: dict[int, torch.Tensor] = {}
-    handles = []
-
-    def leaf(_module, _args, out):
-        return out.detach().requires_grad_()
-
-    def keep(l, _module, args, kwargs):
-        captured[l] = args[0] if args else kwargs["hidden_states"]
-
-    grads_hook = _AttentionGrads(model, analysis, attention, consume) if attention else None
-    inputs = family.inputs(analysis.encoded, model.device)
-    # hooks go on inside the running context: BigBird may swap its attention modules for this length
-    with family.running(net, n):
-        try:
-            layers = family.layers(net)
-            handles.append(family.embeddings(net).register_forward_hook(leaf))
-            for l in order:
-                handles.append(layers[l].register_forward_pre_hook(partial(keep, l), with_kwargs=True))
-            if grads_hook is not None:
-                grads_hook.attach()
-            with torch.enable_grad():
-                out = net(**inputs, output_attentions=bool(attention and family.global_tokens))
-                logits = out.logits[0].float()  # (classes,)
-                value = logits[target] if objective == "logit" else torch.softmax(logits, dim=-1)[target]
-                got = torch.autograd.grad(value, [captured[l] for l in order])
-            if grads_hook is not None:
-                grads_hook.check()
-        finally:
-            for h in handles:
-                h.remove()
-            if grads_hook is not None:
-                grads_hook.remove()
-    return {l: (captured[l].detach()[0, :n], g[0, :n]) for l, g in zip(order, got) if l in wanted}
-
-
-def _dot(h: torch.Tensor, g: torch.Tensor) -> np.ndarray:
-    """Σ_d h_{i,d} g_{i,d} per token, (n,) float64."""
-    return (h.double() * g.double()).sum(dim=-1).cpu().numpy()
-
-
 def _grad_x_input(model, analysis, target):
-    return _dot(*_backward(model, analysis, target, "logit", hidden=[0])[0])
+    return token_dot(*backward(model, analysis, target, "logit", hidden=[0])[0])
 
 
 def _grad_norm(model, analysis, target):
-    _, g = _backward(model, analysis, target, "logit", hidden=[0])[0]
+    _, g = backward(model, analysis, target, "logit", hidden=[0])[0]
     return torch.linalg.vector_norm(g.double(), dim=-1).cpu().numpy()
 
 
@@ -376,8 +213,8 @@ def _attcat(model, analysis, target, attention="received"):
         weights = np.stack([_read_row(model, bands, l) for l in range(L)])  # (L, n)
     else:
         raise ExplainerError(f"attcat's attention must be 'received' or 'cls', got {attention!r}")
-    passes = _backward(model, analysis, target, "logit", hidden=range(L))
-    cat = np.stack([_dot(*passes[l]) for l in range(L)])  # (L, n) class activation tokens summed over d
+    passes = backward(model, analysis, target, "logit", hidden=range(L))
+    cat = np.stack([token_dot(*passes[l]) for l in range(L)])  # (L, n) class activation tokens summed over d
     return (cat * weights).sum(axis=0)
 
 
@@ -389,7 +226,7 @@ def _gae(model, analysis, target):
     def consume(layer, grads: AttentionBands):
         products[layer] = _head_mean_product(grads, bands, layer, positive=True)  # Ḡ_l = mean_h (∇A ⊙ A)⁺
 
-    _backward(model, analysis, target, "logit", attention=range(L), consume=consume)
+    backward(model, analysis, target, "logit", attention=range(L), consume=consume)
     return cls_rollout([products[l] for l in range(L)], "gae", readout=model.family.readout(bands.n))
 
 
@@ -423,7 +260,7 @@ def _att_x_grad(model, analysis, target):
         else:  # mean pooling: every row is read, each with weight 1/n
             rows.append(vecmat(model.family.readout(bands.n), _head_mean_product(grads, bands, last, positive=False)))
 
-    _backward(model, analysis, target, "prob", attention=[last], consume=consume)
+    backward(model, analysis, target, "prob", attention=[last], consume=consume)
     return np.mean(rows, axis=0)
 
 
@@ -457,7 +294,7 @@ EXPLAINERS: dict[str, Explainer] = {e.name: e for e in (
               "1 forward + backward", False, {}, _gae),
     Explainer("attcat", "AttCAT", "Qiang et al. 2022, NeurIPS (the authors' code, github.com/qiangyao1988/AttCAT; "
               "Song et al.'s (2024) baseline)", "1 forward + backward", True, {"attention": "received"}, _attcat),
-    Explainer("random", "Random", "seeds 003 and 004 (random baseline)", "none", False, {"seed": 0}, _random),
+    Explainer("random", "Random", "Song et al. 2024 and Serrano & Smith 2019 (random baseline)", "none", False, {"seed": 0}, _random),
 )}
 
 
@@ -489,7 +326,7 @@ def explain(model: LoadedModel, analysis: DocumentAnalysis, method: str, /, targ
     extra = {"_progress": progress, "_meta": meta} if method == "ig" else {}
     heavy = info.cost not in ("none", "attention")
     report(progress, 0.0, f"{info.label}")
-    with (COMPUTE.hold() if heavy else nullcontext()), _PeakMemory(model.device) as peak:
+    with (COMPUTE.hold() if heavy else nullcontext()), PeakMemory(model.device) as peak:
         started = time.perf_counter()
         scores = info.compute(model, analysis, int(target), **settings, **extra)
         seconds = time.perf_counter() - started
@@ -500,70 +337,6 @@ def explain(model: LoadedModel, analysis: DocumentAnalysis, method: str, /, targ
     shown = {k: v for k, v in settings.items() if k not in ("cache_dir", "use_cache")}
     return Explanation(method=method, target=int(target), scores=scores, seconds=float(meta.get("seconds", seconds)),
                        peak_bytes=peak.bytes, options=shown, from_cache=bool(meta.get("from_cache", False)))
-
-
-class _PeakMemory:
-    """Peak memory above the level at entry. CUDA: torch's peak allocation. CPU (Linux): the process's peak
-    resident set (VmHWM, reset at entry through /proc/self/clear_refs, after freed heap memory is handed back with
-    malloc_trim) minus the resident set at entry; the process's other threads count too. `bytes` is None where
-    neither is available."""
-
-    def __init__(self, device) -> None:
-        self.device, self.bytes, self._base = torch.device(device), None, None
-
-    def __enter__(self):
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-            torch.cuda.reset_peak_memory_stats(self.device)
-            self._base = torch.cuda.memory_allocated(self.device)
-        else:
-            _trim_heap()  # before the reset: the peak then starts from the trimmed resident set
-            if _reset_peak_rss():
-                self._base = _status_bytes("VmRSS")
-        return self
-
-    def __exit__(self, *exc):
-        if self._base is None:
-            return False
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-            peak = torch.cuda.max_memory_allocated(self.device)
-        else:
-            peak = _status_bytes("VmHWM")
-        if peak is not None:
-            self.bytes = max(0, int(peak - self._base))
-        return False
-
-
-def _reset_peak_rss() -> bool:
-    try:
-        with open("/proc/self/clear_refs", "w") as fh:
-            fh.write("5")  # 5 resets the peak resident set size only (proc(5))
-        return True
-    except OSError:
-        return False
-
-
-def _trim_heap() -> None:
-    """Hand freed heap memory back to the system (glibc), so the peak counts what the computation allocates
-    rather than what it reuses of memory the process already held."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
-
-
-def _status_bytes(field_name: str) -> int | None:
-    try:
-        with open(f"/proc/{os.getpid()}/status") as fh:
-            for line in fh:
-                if line.startswith(field_name + ":"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
 
 
 __all__ = ["CLS", "EXPLAINERS", "Explainer", "ExplainerError", "Explanation", "cls_rollout", "explain", "head_mean",

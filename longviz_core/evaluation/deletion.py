@@ -255,7 +255,7 @@ class DeletionResult:
                             columns=["seed", "k", "removed", *_CURVE_ATTRS])
 
     def flips(self) -> pd.DataFrame:
-        """One row per run for figures.agreement.flip_chart: ranking, seed, flip_removed, flip_fraction (NaN = no
+        """One row per run for figures.faithfulness.flip_chart: ranking, seed, flip_removed, flip_fraction (NaN = no
         flip within the run's scan)."""
         nan = math.nan
         return pd.DataFrame([{"ranking": self.label(c), "seed": nan if c.seed is None else c.seed,

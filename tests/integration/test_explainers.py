@@ -19,6 +19,7 @@ import pytest
 import torch
 
 import longviz_core as lv
+from longviz_core.attribution import backward
 from longviz_core.attribution import explainers as ex
 from longviz_core.evaluation.faithfulness import random_order, removal_order
 from support.oracles import oracle_bert, oracle_longformer
@@ -102,7 +103,7 @@ def _softmax_fd(model, analysis, state, call, index, target, objective):
 
 def _captured(model, analysis, target, objective, layers):
     grads = {}
-    ex._backward(model, analysis, target, objective, attention=layers,
+    backward.backward(model, analysis, target, objective, attention=layers,
                  consume=lambda layer, g: grads.__setitem__(layer, g))
     return grads
 
@@ -306,8 +307,8 @@ def test_attcat_against_a_direct_loop(model64, attention):
 def test_attcat_first_layer_is_grad_x_input_weighted(layered_longformer):
     """Layer 0's class activation token is Σ_d e ⊙ ∂z/∂e, Gradient × Input (the embeddings are h^0)."""
     a = _doc(layered_longformer)
-    passes = ex._backward(layered_longformer, a, a.predicted, "logit", hidden=[0, 1])
-    close(ex._dot(*passes[0]), lv.explain(layered_longformer, a, "grad_x_input").scores, rtol=1e-12, floor=1e-14)
+    passes = backward.backward(layered_longformer, a, a.predicted, "logit", hidden=[0, 1])
+    close(backward.token_dot(*passes[0]), lv.explain(layered_longformer, a, "grad_x_input").scores, rtol=1e-12, floor=1e-14)
 
 
 # ------------------------------------------------------------------------------------------ full attention
@@ -372,7 +373,7 @@ def test_hooks_are_removed_and_the_model_is_untouched(layered_longformer, monkey
     def boom(*args):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(ex._AttentionGrads, "_hand_over", boom)
+    monkeypatch.setattr(backward.AttentionGrads, "_hand_over", boom)
     with pytest.raises(RuntimeError, match="boom"):
         lv.explain(layered_longformer, a, "gae")
     assert _hooks(net) == before
