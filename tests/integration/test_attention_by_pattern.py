@@ -144,10 +144,10 @@ def test_8192_tokens_in_far_less_memory_than_dense():
 
 
 def test_streamed_defaults_are_the_views_defaults():
-    from longviz_core.model import streamed
-    from longviz_core.views import counts, pooling
+    from longviz_core.model import streamed, topk
+    from longviz_core.views import pooling
 
-    assert (streamed.DEFAULT_K, streamed.DEFAULT_GRID) == (counts.TOPK_MAX, pooling.DEFAULT_GRID)
+    assert (streamed.DEFAULT_K, streamed.DEFAULT_GRID) == (topk.TOPK_MAX, pooling.DEFAULT_GRID)
 
 
 def test_a_full_layer_is_made_whole_only_up_to_its_limit(modernbert, monkeypatch):
