@@ -18,14 +18,23 @@ FORMATS["seconds"] = st.column_config.NumberColumn("seconds", format="%.2f", wid
 FORMATS.update({c: None for c in ("method", "AOPC sd (seeds)", "LOdds sd (seeds)", "flip rate", "peak MB", "cost")})
 
 
-def flips_in_words(df):
-    """The table as shown: "no flip" (or "no flip within the first N tokens" for a scan not yet at its end)
-    where first_flip is NaN, rather than an empty cell; for the leaderboard or its runs."""
+# The runs tab at 1,024 px: 13 runs (8 explainers, 5 random seeds) in ~560 px, the flips in their short form
+RUN_FORMATS = {"label": st.column_config.TextColumn("label", width=130),
+               "seed": st.column_config.NumberColumn("seed", width=45),
+               **{c: st.column_config.NumberColumn(c, format="%.3f", width=70) for c in ("aopc", "lodds")},
+               "first_flip": st.column_config.TextColumn("first_flip", width=150, alignment="right"),
+               "seconds": st.column_config.NumberColumn("seconds", format="%.2f", width=65)}
+
+
+def flips_in_words(df, short: bool = False):
+    """The table as shown: "no flip" (or "no flip within the first N tokens", "no flip ≤ N tokens" if `short`,
+    for a scan not yet at its end) where first_flip is NaN, rather than an empty cell; for the leaderboard or its
+    runs."""
     if "no_flip_within" in df:
         within = df["no_flip_within"]
     else:
         within = df["scanned"].where(~df["settled"].astype(bool))
-    return df.assign(first_flip=[fig.flip_text(v, w) for v, w in zip(df["first_flip"], within)])
+    return df.assign(first_flip=[fig.flip_text(v, w, short) for v, w in zip(df["first_flip"], within)])
 
 
 def show_table(runs, model, meta, title, pending=None):
@@ -56,8 +65,8 @@ def show_leaderboard(runs, model, meta, title):
     export.chart(fig_faith.flip_chart(lb.flips(runs), bound=int(open_["scanned"].min()) if len(open_) else None),
                  "explainer decision flips", model, meta, where=tabs[2])
     shown = ["doc"] * ("doc" in runs) + ["label", "seed", "aopc", "lodds", "first_flip", "seconds"]
-    shell.table(flips_in_words(runs)[shown], "explainer runs", model, meta, where=tabs[3],
-                 download=runs)  # every column, NaN for no flip, in the CSV
+    shell.table(flips_in_words(runs, short=True)[shown], "explainer runs", model, meta, where=tabs[3],
+                column_config=RUN_FORMATS, download=runs)  # every column, NaN for no flip, in the CSV
 
 
 __all__ = ["show_leaderboard", "show_table"]
