@@ -76,9 +76,10 @@ def _labels(labels):
 
 
 def make_tiny_modernbert(path: Path, layers=4, heads=4, hidden=32, local_attention=16, global_every=3,
-                         pooling="cls", labels=2, initializer_range=0.5, max_positions=8192, seed=0) -> Path:
-    """ModernBERT with sliding radius local_attention // 2 (8) and full layers 0 and 3 (global_every=3); the BPE
-    tokenizer's <s>, </s>, <pad> serve as its [CLS], [SEP], [PAD]."""
+                         global_layers=None, pooling="cls", labels=2, initializer_range=0.5, max_positions=8192,
+                         seed=0) -> Path:
+    """ModernBERT with sliding radius local_attention // 2 (8) and full layers 0 and 3 (global_every=3, or the
+    layers listed in `global_layers`); the BPE tokenizer's <s>, </s>, <pad> serve as its [CLS], [SEP], [PAD]."""
     from transformers import ModernBertConfig, ModernBertForSequenceClassification
 
     path = Path(path)
@@ -87,6 +88,8 @@ def make_tiny_modernbert(path: Path, layers=4, heads=4, hidden=32, local_attenti
     config = ModernBertConfig(
         vocab_size=len(tok), hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
         intermediate_size=hidden * 2, local_attention=local_attention, global_attn_every_n_layers=global_every,
+        layer_types=None if global_layers is None else
+        ["full_attention" if i in global_layers else "sliding_attention" for i in range(layers)],
         max_position_embeddings=max_positions, pad_token_id=1, bos_token_id=0, eos_token_id=2, cls_token_id=0,
         sep_token_id=2, classifier_pooling=pooling, initializer_range=initializer_range, **_labels(labels),
     )

@@ -1,11 +1,14 @@
 """Run as a script in a fresh process: a tiny ModernBERT (4 layers, 4 heads, hidden 64) analysed at 8,192
-tokens; prints JSON with the process's peak memory growth during `analyze` + received attention, and the
-largest relative difference between that received attention and the model's own eager attention's column sums,
-computed one layer at a time (a forward hook sums each layer's weights as eager returns them)."""
+tokens; prints JSON with the process's peak memory growth during `analyze` + received attention, the growth
+during one plain forward with the model's own sdpa attention (the floor: its sliding layers' n x n mask), and
+the largest relative difference between that received attention and the model's own eager attention's column
+sums, computed one layer at a time (a forward hook sums each layer's weights as eager returns them).
+
+Peaks are the kernel's high-water mark of resident memory, reset before each measured step (writing 5 to
+/proc/self/clear_refs), so neither the model's making nor an earlier step's peak counts."""
 from __future__ import annotations
 
 import json
-import resource
 import sys
 import tempfile
 from pathlib import Path
@@ -17,12 +20,30 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import longviz_core as lv  # noqa: E402
-from support.tiny_families import make_tiny_modernbert  # noqa: E402
-from tiny import text_of  # noqa: E402
+from tiny import make_tiny_modernbert, text_of  # noqa: E402
 
 
-def _rss() -> int:
-    return int(Path("/proc/self/statm").read_text().split()[1]) * resource.getpagesize()
+def _status(field: str) -> int:
+    line = next(l for l in Path("/proc/self/status").read_text().splitlines() if l.startswith(field + ":"))
+    return int(line.split()[1]) * 1024  # the kernel writes kB
+
+
+def _peak_growth(step):
+    """What `step()` returns, and how far the resident high-water mark rose above the resident size before it."""
+    Path("/proc/self/clear_refs").write_text("5")
+    before = _status("VmRSS")
+    out = step()
+    return out, _status("VmHWM") - before
+
+
+def _sdpa_forward(model, ids):
+    config = model.model.config
+    kept, config._attn_implementation = config._attn_implementation, "sdpa"
+    try:
+        with torch.no_grad():
+            return model.model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits
+    finally:
+        config._attn_implementation = kept
 
 
 def main(n: int) -> None:
@@ -30,10 +51,10 @@ def main(n: int) -> None:
         model = lv.load_model(str(make_tiny_modernbert(Path(tmp) / "m", layers=4, heads=4, hidden=64,
                                                        local_attention=128, max_positions=n, initializer_range=0.3)))
     lv.analyze(model, text_of(50), max_tokens=n).attention.received_per_head()  # imports and first calls
-    before = _rss()
-    analysis = lv.analyze(model, text_of(n + 100), max_tokens=n)
-    received = analysis.attention.received_per_head().astype(np.float64)  # (layers, heads, n)
-    growth = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before
+    analysis, growth = _peak_growth(lambda: lv.analyze(model, text_of(n + 100), max_tokens=n))
+    received, received_growth = _peak_growth(lambda: analysis.attention.received_per_head())  # (layers, heads, n)
+    ids = torch.as_tensor(analysis.input_ids)[None]
+    _, forward_growth = _peak_growth(lambda: _sdpa_forward(model, ids))
     sums = {}
 
     def hook(layer, module, args, out):
@@ -43,16 +64,16 @@ def main(n: int) -> None:
     handles = [layer.attn.register_forward_hook(lambda m, a, o, i=i: hook(i, m, a, o)) for i, layer in enumerate(layers)]
     try:
         model.model.config._attn_implementation = "eager"
-        ids = torch.as_tensor(analysis.input_ids)[None]
         with torch.no_grad():
             model.model(input_ids=ids, attention_mask=torch.ones_like(ids))
     finally:
         for h in handles:
             h.remove()
     eager = np.stack([sums[i] for i in range(len(layers))])
-    print(json.dumps({"n": analysis.n, "growth": growth, "dense_bytes": int(eager.size * analysis.n * 4),
+    print(json.dumps({"n": analysis.n, "growth": max(growth, received_growth), "forward_growth": forward_growth,
+                      "dense_bytes": int(eager.size * analysis.n * 4),
                       "streamed": [analysis.attention.streamed(i) for i in range(len(layers))],
-                      "rel": float((np.abs(received - eager) / eager).max())}))
+                      "rel": float((np.abs(received.astype(np.float64) - eager) / eager).max())}))
 
 
 if __name__ == "__main__":
