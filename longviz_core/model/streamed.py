@@ -40,40 +40,12 @@ class Summary:
     block_sums: np.ndarray | None  # (heads, g, g) float64 attention from query block a to key block b
 
 
-@dataclass(frozen=True)
-class StreamedLayer:
-    """One full-attention layer: its queries and keys, views computed from them (module docstring)."""
-
-    query: torch.Tensor  # (heads, n, d) float32, after RoPE
-    key: torch.Tensor  # (heads, n, d) float32, after RoPE
-    scaling: float
-    _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
-
-    def __post_init__(self):
-        if self.query.shape != self.key.shape or self.query.ndim != 3:
-            raise ValueError(f"queries {tuple(self.query.shape)} and keys {tuple(self.key.shape)} must be (heads, n, d)")
-
-    @property
-    def num_heads(self) -> int:
-        return self.query.shape[0]
-
-    @property
-    def n(self) -> int:
-        return self.query.shape[1]
-
-    @property
-    def nbytes(self) -> int:
-        cached = sum(a.nbytes for s in self._cache.values() for a in vars(s).values() if isinstance(a, np.ndarray))
-        return self.query.numel() * 4 + self.key.numel() * 4 + cached
+class RowStreamed:
+    """Views of one layer read in chunks of query rows (and a second pass over chunks of keys), never n x n:
+    what `StreamedLayer` and `block_sparse.BlockSparseLayer` share. A subclass gives `num_heads`, `n`, a `_cache`
+    dict, `probs(rows, heads)` and the two pass steps `_pass_rows` and `_pass_keys`."""
 
     # ---- rows on demand ---------------------------------------------------------------------------------
-    def probs(self, rows: slice, heads=None) -> torch.Tensor:
-        """Attention of the queries in `rows` over all keys, (heads, rows, n) float32: exact softmax."""
-        q = self.query[:, rows] if heads is None else self.query[heads, rows]
-        k = self.key if heads is None else self.key[heads]
-        scores = torch.matmul(q, k.transpose(-1, -2)) * self.scaling  # (heads, rows, n)
-        return torch.softmax(scores, dim=-1, dtype=torch.float32)
-
     def dense(self, head: int) -> np.ndarray:
         """The (n, n) matrix of one head (rows = queries, sum to 1)."""
         return self.probs(slice(None), [head])[0].numpy()
@@ -110,23 +82,19 @@ class StreamedLayer:
         H, n = self.num_heads, self.n
         kk = min(k, n)
         received = torch.zeros((H, n), dtype=torch.float64)
-        lse = torch.empty((H, n)) if kk else None  # each query's log-sum-exp of its scores, for the key side
+        state: dict = {}  # what the row pass leaves for the key pass
         cls_row = None
         g = -(-n // block) if block else 0
         sums = torch.zeros((H, g, g), dtype=torch.float64) if block else None
         dtype = np.int16 if n <= np.iinfo(np.int16).max else np.int32  # positions and -1, as views.counts
         attended = np.full((H, n, k), -1, dtype=dtype) if k else None
         for rows in self._chunks(H, multiple=max(block, 1)):
-            p = torch.matmul(self.query[:, rows], self.key.transpose(-1, -2)) * self.scaling  # (H, c, n) scores
-            top = p.amax(dim=-1, keepdim=True)
-            z = p.sub_(top).exp_().sum(dim=-1, keepdim=True)
-            p.div_(z)  # the softmax, in place; its log-sum-exp is top + log z
+            p = self._pass_rows(rows, state)  # (H, c, n) the chunk's attention rows
             c = p.shape[1]
             received += p.sum(dim=1)  # float32 over the chunk's rows, float64 across chunks
             if rows.start == 0:
                 cls_row = p[:, 0].numpy().copy()
             if kk:
-                lse[:, rows] = (top + torch.log(z))[..., 0]
                 v, i = torch.topk(p, kk, dim=-1)  # (H, c, kk)
                 attended[:, rows, :kk] = _ordered(v, i).numpy()
             if block:
@@ -137,12 +105,10 @@ class StreamedLayer:
                     p = padded
                 sums[:, a0 : a0 + rb] += p.view(H, rb, block, g, block).sum(dim=(2, 4))
         attending = None
-        if kk:  # a second pass over chunks of keys: column j of the attention is exp(score - lse) of its queries
+        if kk:  # a second pass over chunks of keys, so that a key's column is contiguous
             attending = np.full((H, n, k), -1, dtype=dtype)
             for keys in self._chunks(H):
-                pt = torch.exp(torch.matmul(self.key[:, keys], self.query.transpose(-1, -2)) * self.scaling
-                               - lse[:, None, :])  # (H, keys, n): key j's attention from every query
-                v, i = torch.topk(pt, kk, dim=-1)
+                v, i = torch.topk(self._pass_keys(keys, state), kk, dim=-1)  # of (H, keys, n)
                 attending[:, keys, :kk] = _ordered(v, i).numpy()
         return Summary(received.float().numpy(), cls_row, attended, attending, block,
                        None if sums is None else sums.numpy())
@@ -152,6 +118,55 @@ class StreamedLayer:
         rows = max(1, _CHUNK_BYTES // (4 * heads * self.n) // multiple) * multiple
         for start in range(0, self.n, rows):
             yield slice(start, min(start + rows, self.n))
+
+
+@dataclass(frozen=True)
+class StreamedLayer(RowStreamed):
+    """One full-attention layer: its queries and keys, views computed from them (module docstring)."""
+
+    query: torch.Tensor  # (heads, n, d) float32, after RoPE
+    key: torch.Tensor  # (heads, n, d) float32, after RoPE
+    scaling: float
+    _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        if self.query.shape != self.key.shape or self.query.ndim != 3:
+            raise ValueError(f"queries {tuple(self.query.shape)} and keys {tuple(self.key.shape)} must be (heads, n, d)")
+
+    @property
+    def num_heads(self) -> int:
+        return self.query.shape[0]
+
+    @property
+    def n(self) -> int:
+        return self.query.shape[1]
+
+    @property
+    def nbytes(self) -> int:
+        cached = sum(a.nbytes for s in self._cache.values() for a in vars(s).values() if isinstance(a, np.ndarray))
+        return self.query.numel() * 4 + self.key.numel() * 4 + cached
+
+    def probs(self, rows: slice, heads=None) -> torch.Tensor:
+        """Attention of the queries in `rows` over all keys, (heads, rows, n) float32: exact softmax."""
+        q = self.query[:, rows] if heads is None else self.query[heads, rows]
+        k = self.key if heads is None else self.key[heads]
+        scores = torch.matmul(q, k.transpose(-1, -2)) * self.scaling  # (heads, rows, n)
+        return torch.softmax(scores, dim=-1, dtype=torch.float32)
+
+    def _pass_rows(self, rows: slice, state: dict) -> torch.Tensor:
+        """The chunk's softmax computed in place; each query's log-sum-exp kept for the key pass."""
+        p = torch.matmul(self.query[:, rows], self.key.transpose(-1, -2)) * self.scaling  # (H, c, n) scores
+        top = p.amax(dim=-1, keepdim=True)
+        z = p.sub_(top).exp_().sum(dim=-1, keepdim=True)
+        p.div_(z)  # the softmax, in place; its log-sum-exp is top + log z
+        lse = state.setdefault("lse", torch.empty((self.num_heads, self.n)))
+        lse[:, rows] = (top + torch.log(z))[..., 0]
+        return p
+
+    def _pass_keys(self, keys: slice, state: dict) -> torch.Tensor:
+        """(H, keys, n): column j of the attention is exp(score - lse) of its queries."""
+        return torch.exp(torch.matmul(self.key[:, keys], self.query.transpose(-1, -2)) * self.scaling
+                         - state["lse"][:, None, :])
 
 
 def _ordered(values: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
