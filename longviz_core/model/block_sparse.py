@@ -43,7 +43,7 @@ class BlockSparseError(LongvizError, RuntimeError):
 class BlockSparseLayer(RowStreamed):
     """One block-sparse layer's applied attention (module docstring)."""
 
-    full: torch.Tensor  # (heads, f, n) float32 rows of query blocks 0 and nb - 1 inside the document, f = b + n - (nb-1) b
+    full: torch.Tensor  # (heads, f, n) float32 rows of query blocks 0 and nb - 1 in the document (f rows)
     middle: torch.Tensor  # (heads, nb - 2, b, S * b) float32 query block q + 1 over its S key block slots
     blocks: torch.Tensor  # (heads, nb - 2, S) int64 each slot's key block; -1: no block (merged or not listed)
     block_size: int

@@ -10,7 +10,8 @@ each query's top-k keys and the block sums the heatmap grid pools; each key's to
 needs them beside Algorithm 1's) come from a second pass over chunks of keys, K Q^T with each query's
 log-sum-exp from the first, so that a key's column is contiguous (exp(score - lse): the same softmax, rounded
 in another order, to a few ulp); any single row, column or dense head is computed on demand. Memory: Q and K plus
-O(heads * n * k) for the lists, and one chunk.
+O(heads * n * k) for the lists, and one chunk. The passes (`RowStreamed`) serve BigBird's block-sparse layers too
+(`block_sparse.BlockSparseLayer`), whose rows and columns come from their stored key blocks instead.
 
 Top-k order is the views' (`views.counts`): value descending, ties to the lower position, positive values
 only, -1 padded. A tie exactly at the k-th place is resolved by `torch.topk`, which may keep either of the
