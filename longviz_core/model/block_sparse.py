@@ -14,11 +14,13 @@ keys. In eval mode transformers draws no random blocks: R is all zero, every ran
 middle queries give block 0 (1 + r) shares. R is read from the module's own call, whatever the mode.
 
 transformers' `output_attentions` for this module are not these weights: it writes each part into one n x n
-matrix, and the random blocks' probabilities overwrite the global block's (rows summing to 0.36 seen).
+matrix, and the random blocks' probabilities overwrite the global block's (rows sum to as little as 0.25).
 
-`BlockSparseLayer` holds the middle query blocks as (heads, nb - 2, b, S * b) probabilities over S = 5 + r key
-block slots with each slot's key block, and the first and last blocks' rows whole, cropped to the true length n:
-O(n * (5 + r) * b) per head. Every view is read from that in chunks of rows or keys (`streamed.RowStreamed`).
+`BlockSparseLayer` holds the middle query blocks as (heads, nb - 2, b, S * b) probabilities over S <= 5 + r key
+block slots with each slot's key block (slots left empty by every head and block dropped: S = 5 in eval mode),
+and the first and last blocks' rows whole, cropped to the true length n: O(n * S * b) per head. Its one pass
+(received attention, the CLS row, top-k both ways, pooled block sums) reads those blocks, plus the whole columns
+of the two global key blocks; a row, column or dense head is made on demand (`streamed.RowStreamed`).
 """
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ import torch
 
 from ..errors import LongvizError
 from .layered import LayeredAttention
-from .streamed import RowStreamed
+from .streamed import RowStreamed, Summary, ordered_topk
 
 PENALTY = -10000.0  # transformers' attn_mask_penalty for padding keys
 
@@ -96,11 +98,82 @@ class BlockSparseLayer(RowStreamed):
             dest.scatter_add_(-1, cols[:, :, None, :].expand(-1, -1, b, -1), middle[:, m0 - 1 : m1 - 1])
         return out[:, a - q0 * b : z - q0 * b, : self.n]
 
-    def _pass_rows(self, rows: slice, state: dict) -> torch.Tensor:
-        return self.probs(rows)
+    # ---- one pass over the stored blocks: O(n * S * b) per head, plus whole rows and columns of the global blocks
+    def _pass(self, k: int, block: int) -> Summary:
+        H, n, b, nb = self.num_heads, self.n, self.block_size, self.num_blocks
+        m, width = nb - 2, self.middle.shape[-1]
+        keys = (self.blocks.clamp(min=0)[..., None] * b + torch.arange(b)).view(H, m, width)  # each column's key
+        rows = torch.cat([torch.arange(b), torch.arange((nb - 1) * b, n)])  # the whole rows' queries
+        received = torch.zeros((H, nb * b), dtype=torch.float64)
+        received[:, :n] = self.full.sum(dim=1, dtype=torch.float64)
+        received.scatter_add_(1, keys.view(H, -1), self.middle.sum(dim=2, dtype=torch.float64).view(H, -1))
+        dtype = np.int16 if n <= np.iinfo(np.int16).max else np.int32  # positions and -1, as views.counts
+        attended = attending = sums = None
+        kk = min(k, n)
+        if k:
+            attended = np.full((H, n, k), -1, dtype=dtype)
+            v, i = torch.topk(self.full, kk, dim=-1)
+            attended[:, rows, :kk] = ordered_topk(v, i).numpy()
+            km = min(kk, width)  # a middle row's candidates: its slots' keys (padding and empty slots hold 0)
+            v, i = torch.topk(self.middle, km, dim=-1)  # (H, m, b, km)
+            i = torch.gather(keys[:, :, None, :].expand(-1, -1, b, -1), -1, i)
+            attended[:, b : (nb - 1) * b, :km] = ordered_topk(v, i).reshape(H, m * b, km).numpy()
+            attending = self._attending(k, kk, keys, rows, dtype)
+        if block:
+            sums = self._block_sums(block, keys, rows)
+        return Summary(received[:, :n].float().numpy(), self.full[:, 0].numpy().copy(), attended, attending, block,
+                       sums)
 
-    def _pass_keys(self, keys: slice, state: dict) -> torch.Tensor:
-        """(heads, keys, n): the attention every query gives the keys in `keys`."""
+    def _attending(self, k: int, kk: int, keys: torch.Tensor, rows: torch.Tensor, dtype) -> np.ndarray:
+        """Each key's top-k queries: keys of the global blocks 0 and nb - 1 over every query (whole columns); the
+        others over the whole rows' queries and the middle query blocks that list the key's block (3 sliding
+        ones, and any random ones), gathered into (heads, key blocks, b, candidates)."""
+        H, n, b, nb = self.num_heads, self.n, self.block_size, self.num_blocks
+        out = np.full((H, n, k), -1, dtype=dtype)
+        for part in (slice(0, b), slice((nb - 1) * b, n)):
+            v, i = torch.topk(self._columns(part), kk, dim=-1)
+            out[:, part, :kk] = ordered_topk(v, i).numpy()
+        local = (self.blocks > 0) & (self.blocks < nb - 1)  # (H, m, S) slots of the other key blocks
+        h, q, s = torch.nonzero(local, as_tuple=True)
+        group = h * nb + self.blocks[h, q, s]  # (head, key block) of each reference; nonzero orders by h, q, s
+        order = torch.argsort(group, stable=True)
+        h, q, s, group = h[order], q[order], s[order], group[order]
+        first = torch.searchsorted(group, group, side="left")
+        rank = torch.arange(len(group)) - first  # its place among its key block's references
+        C = int(rank.max()) + 1 if len(rank) else 0
+        mid = self.middle.view(H, nb - 2, b, -1, b)
+        cand = self.full.new_zeros((H, nb, C, b, b))  # (head, key block, reference, query in block, key in block)
+        cand[h, self.blocks[h, q, s], rank] = mid[h, q, :, s, :]
+        who = torch.full((H, nb, C), -1, dtype=torch.long)
+        who[h, self.blocks[h, q, s], rank] = q + 1
+        cand = cand[:, 1:-1].permute(0, 1, 4, 2, 3).reshape(H, nb - 2, b, C * b)  # (H, key blocks, key, C b)
+        pos = (who[:, 1:-1, :, None] * b + torch.arange(b)).reshape(H, nb - 2, 1, C * b).expand(-1, -1, b, -1)
+        whole = self.full[:, :, b : (nb - 1) * b].transpose(1, 2).reshape(H, nb - 2, b, -1)  # the whole rows
+        values = torch.cat([cand, whole], dim=-1)  # empty references hold 0: never listed
+        pos = torch.cat([pos.clamp(min=0), rows.expand(H, nb - 2, b, -1)], dim=-1)
+        km = min(kk, values.shape[-1])
+        v, i = torch.topk(values, km, dim=-1)
+        out[:, b : (nb - 1) * b, :km] = ordered_topk(v, torch.gather(pos, -1, i)).reshape(H, -1, km).numpy()
+        return out
+
+    def _block_sums(self, block: int, keys: torch.Tensor, rows: torch.Tensor) -> np.ndarray:
+        """(heads, g, g) float64 attention from query block a to key block c (blocks of `block` tokens)."""
+        H, n, b, nb = self.num_heads, self.n, self.block_size, self.num_blocks
+        g = -(-n // block)
+        per_row = torch.zeros((H, nb * b, g), dtype=torch.float64)  # each query's attention per key block
+        whole = self.full.new_zeros((H, self.full.shape[1], g * block))
+        whole[..., :n] = self.full
+        per_row[:, rows] = whole.view(H, -1, g, block).sum(dim=-1, dtype=torch.float64)
+        bins = (keys // block).clamp(max=g - 1)[:, :, None, :].expand(-1, -1, b, -1)  # keys past n hold 0
+        middle = torch.zeros((H, nb - 2, b, g), dtype=torch.float64)
+        middle.scatter_add_(-1, bins, self.middle.double())
+        per_row[:, b : (nb - 1) * b] = middle.view(H, -1, g)
+        out = torch.zeros((H, g * block, g), dtype=torch.float64)
+        out[:, :n] = per_row[:, :n]
+        return out.view(H, g, block, g).sum(dim=2).numpy()
+
+    def _columns(self, keys: slice) -> torch.Tensor:
+        """(heads, keys, n): the attention every query gives the keys in `keys`, whole columns."""
         a, z, _ = keys.indices(self.n)
         b, nb, H, n = self.block_size, self.num_blocks, self.num_heads, self.n
         k0, k1 = a // b, -(-z // b)
@@ -120,8 +193,9 @@ def block_sparse_layer(query: torch.Tensor, key: torch.Tensor, random: torch.Ten
                        block_size: int, n: int) -> BlockSparseLayer:
     """The applied attention of one layer from its queries and keys (heads, N, d), the random blocks R it drew
     (heads, nb - 2, r), its key mask (N,) (1 = token, 0 = padding) and the true length n."""
+    query, key, random, to_mask = (t.detach().cpu() for t in (query, key, random, to_mask))
     H, N, d = query.shape
-    b, nb, r = block_size, N // block_size, random.shape[-1]
+    b, nb = block_size, N // block_size
     scaling = 1.0 / float(np.sqrt(d))
     penalty = (1.0 - to_mask.float()) * PENALTY  # (N,)
     rows = torch.cat([torch.arange(b), torch.arange((nb - 1) * b, n)])
@@ -144,7 +218,9 @@ def block_sparse_layer(query: torch.Tensor, key: torch.Tensor, random: torch.Ten
                 p[..., s, :] += torch.where(same[:, :, None, None], p[..., t, :], 0.0)
                 p[..., t, :] = torch.where(same[:, :, None, None], 0.0, p[..., t, :])
                 slots[..., t] = torch.where(same, -1, slots[..., t])
-    return BlockSparseLayer(full.contiguous(), p.reshape(H, nb - 2, b, S * b).contiguous(), slots, b, n)
+    used = (slots >= 0).any(dim=0).any(dim=0)  # slots no head and no block uses (in eval mode the r random ones)
+    p, slots = p[:, :, :, used], slots[..., used]
+    return BlockSparseLayer(full.contiguous(), p.reshape(H, nb - 2, b, -1).contiguous(), slots, b, n)
 
 
 def analyze_block_sparse(model, inputs: dict, n: int) -> tuple:

@@ -10,8 +10,8 @@ each query's top-k keys and the block sums the heatmap grid pools; each key's to
 needs them beside Algorithm 1's) come from a second pass over chunks of keys, K Q^T with each query's
 log-sum-exp from the first, so that a key's column is contiguous (exp(score - lse): the same softmax, rounded
 in another order, to a few ulp); any single row, column or dense head is computed on demand. Memory: Q and K plus
-O(heads * n * k) for the lists, and one chunk. The passes (`RowStreamed`) serve BigBird's block-sparse layers too
-(`block_sparse.BlockSparseLayer`), whose rows and columns come from their stored key blocks instead.
+O(heads * n * k) for the lists, and one chunk. Rows, columns and dense heads on demand and the cached summary
+(`RowStreamed`) serve BigBird's block-sparse layers too (`block_sparse.BlockSparseLayer`, with a pass of its own).
 
 Top-k order is the views' (`views.counts`): value descending, ties to the lower position, positive values
 only, -1 padded. A tie exactly at the k-th place is resolved by `torch.topk`, which may keep either of the
@@ -42,9 +42,9 @@ class Summary:
 
 
 class RowStreamed:
-    """Views of one layer read in chunks of query rows (and a second pass over chunks of keys), never n x n:
-    what `StreamedLayer` and `block_sparse.BlockSparseLayer` share. A subclass gives `num_heads`, `n`, a `_cache`
-    dict, `probs(rows, heads)` and the two pass steps `_pass_rows` and `_pass_keys`."""
+    """Views of one layer that holds no n x n matrix: rows, columns and dense heads on demand, and the cached
+    summary of one pass; what `StreamedLayer` and `block_sparse.BlockSparseLayer` share. A subclass gives `num_heads`, `n`, a `_cache`
+    dict, `probs(rows, heads)` and `_pass(k, block)`, the one pass over the layer that makes a `Summary`."""
 
     # ---- rows on demand ---------------------------------------------------------------------------------
     def dense(self, head: int) -> np.ndarray:
@@ -78,41 +78,6 @@ class RowStreamed:
         want = (max(k, DEFAULT_K), block or -(-self.n // DEFAULT_GRID)) if not self._cache else (k, block)
         self._cache[want] = self._pass(*want)
         return self.summary(k, block)
-
-    def _pass(self, k: int, block: int) -> Summary:
-        H, n = self.num_heads, self.n
-        kk = min(k, n)
-        received = torch.zeros((H, n), dtype=torch.float64)
-        state: dict = {}  # what the row pass leaves for the key pass
-        cls_row = None
-        g = -(-n // block) if block else 0
-        sums = torch.zeros((H, g, g), dtype=torch.float64) if block else None
-        dtype = np.int16 if n <= np.iinfo(np.int16).max else np.int32  # positions and -1, as views.counts
-        attended = np.full((H, n, k), -1, dtype=dtype) if k else None
-        for rows in self._chunks(H, multiple=max(block, 1)):
-            p = self._pass_rows(rows, state)  # (H, c, n) the chunk's attention rows
-            c = p.shape[1]
-            received += p.sum(dim=1)  # float32 over the chunk's rows, float64 across chunks
-            if rows.start == 0:
-                cls_row = p[:, 0].numpy().copy()
-            if kk:
-                v, i = torch.topk(p, kk, dim=-1)  # (H, c, kk)
-                attended[:, rows, :kk] = _ordered(v, i).numpy()
-            if block:
-                a0, rb = rows.start // block, -(-c // block)
-                if c % block or n % block:  # the last rows or keys: pad to whole blocks
-                    padded = p.new_zeros((H, rb * block, g * block))
-                    padded[:, :c, :n] = p
-                    p = padded
-                sums[:, a0 : a0 + rb] += p.view(H, rb, block, g, block).sum(dim=(2, 4))
-        attending = None
-        if kk:  # a second pass over chunks of keys, so that a key's column is contiguous
-            attending = np.full((H, n, k), -1, dtype=dtype)
-            for keys in self._chunks(H):
-                v, i = torch.topk(self._pass_keys(keys, state), kk, dim=-1)  # of (H, keys, n)
-                attending[:, keys, :kk] = _ordered(v, i).numpy()
-        return Summary(received.float().numpy(), cls_row, attended, attending, block,
-                       None if sums is None else sums.numpy())
 
     def _chunks(self, heads: int, multiple: int = 1):
         """Slices of query rows, each about _CHUNK_BYTES of (heads, rows, n) float32, a multiple of `multiple`."""
@@ -154,23 +119,49 @@ class StreamedLayer(RowStreamed):
         scores = torch.matmul(q, k.transpose(-1, -2)) * self.scaling  # (heads, rows, n)
         return torch.softmax(scores, dim=-1, dtype=torch.float32)
 
-    def _pass_rows(self, rows: slice, state: dict) -> torch.Tensor:
-        """The chunk's softmax computed in place; each query's log-sum-exp kept for the key pass."""
-        p = torch.matmul(self.query[:, rows], self.key.transpose(-1, -2)) * self.scaling  # (H, c, n) scores
-        top = p.amax(dim=-1, keepdim=True)
-        z = p.sub_(top).exp_().sum(dim=-1, keepdim=True)
-        p.div_(z)  # the softmax, in place; its log-sum-exp is top + log z
-        lse = state.setdefault("lse", torch.empty((self.num_heads, self.n)))
-        lse[:, rows] = (top + torch.log(z))[..., 0]
-        return p
+    def _pass(self, k: int, block: int) -> Summary:
+        H, n = self.num_heads, self.n
+        kk = min(k, n)
+        received = torch.zeros((H, n), dtype=torch.float64)
+        lse = torch.empty((H, n)) if kk else None  # each query's log-sum-exp of its scores, for the key side
+        cls_row = None
+        g = -(-n // block) if block else 0
+        sums = torch.zeros((H, g, g), dtype=torch.float64) if block else None
+        dtype = np.int16 if n <= np.iinfo(np.int16).max else np.int32  # positions and -1, as views.counts
+        attended = np.full((H, n, k), -1, dtype=dtype) if k else None
+        for rows in self._chunks(H, multiple=max(block, 1)):
+            p = torch.matmul(self.query[:, rows], self.key.transpose(-1, -2)) * self.scaling  # (H, c, n) scores
+            top = p.amax(dim=-1, keepdim=True)
+            z = p.sub_(top).exp_().sum(dim=-1, keepdim=True)
+            p.div_(z)  # the softmax, in place; its log-sum-exp is top + log z
+            c = p.shape[1]
+            received += p.sum(dim=1)  # float32 over the chunk's rows, float64 across chunks
+            if rows.start == 0:
+                cls_row = p[:, 0].numpy().copy()
+            if kk:
+                lse[:, rows] = (top + torch.log(z))[..., 0]
+                v, i = torch.topk(p, kk, dim=-1)  # (H, c, kk)
+                attended[:, rows, :kk] = ordered_topk(v, i).numpy()
+            if block:
+                a0, rb = rows.start // block, -(-c // block)
+                if c % block or n % block:  # the last rows or keys: pad to whole blocks
+                    padded = p.new_zeros((H, rb * block, g * block))
+                    padded[:, :c, :n] = p
+                    p = padded
+                sums[:, a0 : a0 + rb] += p.view(H, rb, block, g, block).sum(dim=(2, 4))
+        attending = None
+        if kk:  # a second pass over chunks of keys: column j of the attention is exp(score - lse) of its queries
+            attending = np.full((H, n, k), -1, dtype=dtype)
+            for keys in self._chunks(H):
+                pt = torch.exp(torch.matmul(self.key[:, keys], self.query.transpose(-1, -2)) * self.scaling
+                               - lse[:, None, :])  # (H, keys, n): key j's attention from every query
+                v, i = torch.topk(pt, kk, dim=-1)
+                attending[:, keys, :kk] = ordered_topk(v, i).numpy()
+        return Summary(received.float().numpy(), cls_row, attended, attending, block,
+                       None if sums is None else sums.numpy())
 
-    def _pass_keys(self, keys: slice, state: dict) -> torch.Tensor:
-        """(H, keys, n): column j of the attention is exp(score - lse) of its queries."""
-        return torch.exp(torch.matmul(self.key[:, keys], self.query.transpose(-1, -2)) * self.scaling
-                         - state["lse"][:, None, :])
 
-
-def _ordered(values: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+def ordered_topk(values: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     """(..., k) positions by value descending then position ascending; -1 where the value is not positive."""
     idx_sorted, order = torch.sort(idx, dim=-1, stable=True)
     vals = torch.gather(values, -1, order)
