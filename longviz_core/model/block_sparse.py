@@ -147,13 +147,14 @@ class BlockSparseLayer(RowStreamed):
         who = torch.full((H, nb, C), -1, dtype=torch.long)
         who[h, self.blocks[h, q, s], rank] = q + 1
         cand = cand[:, 1:-1].permute(0, 1, 4, 2, 3).reshape(H, nb - 2, b, C * b)  # (H, key blocks, key, C b)
-        pos = (who[:, 1:-1, :, None] * b + torch.arange(b)).reshape(H, nb - 2, 1, C * b).expand(-1, -1, b, -1)
         whole = self.full[:, :, b : (nb - 1) * b].transpose(1, 2).reshape(H, nb - 2, b, -1)  # the whole rows
         values = torch.cat([cand, whole], dim=-1)  # empty references hold 0: never listed
-        pos = torch.cat([pos.clamp(min=0), rows.expand(H, nb - 2, b, -1)], dim=-1)
         km = min(kk, values.shape[-1])
-        v, i = torch.topk(values, km, dim=-1)
-        out[:, b : (nb - 1) * b, :km] = ordered_topk(v, torch.gather(pos, -1, i)).reshape(H, -1, km).numpy()
+        v, i = torch.topk(values, km, dim=-1)  # (H, key blocks, key, km): candidate i's query below
+        mid = i < C * b
+        ref = torch.gather(who[:, 1:-1], -1, torch.where(mid, i // b, 0).view(H, nb - 2, -1)).view_as(i)
+        pos = torch.where(mid, ref * b + i % b, rows[(i - C * b).clamp(min=0)])
+        out[:, b : (nb - 1) * b, :km] = ordered_topk(v, pos).reshape(H, -1, km).numpy()
         return out
 
     def _block_sums(self, block: int, keys: torch.Tensor, rows: torch.Tensor) -> np.ndarray:
@@ -205,19 +206,19 @@ def block_sparse_layer(query: torch.Tensor, key: torch.Tensor, random: torch.Ten
     structural = torch.stack([torch.zeros_like(q), q - 1, q, q + 1, torch.full_like(q, nb - 1)], dim=-1)
     structural[0, 1] = structural[-1, 3] = -1  # block 1's left and block nb-2's right neighbours are global: once
     slots = torch.cat([structural.expand(H, -1, -1), random.long()], dim=-1)  # (H, nb - 2, S)
-    keys = key.view(H, nb, b, d)[torch.arange(H)[:, None, None], slots.clamp(min=0)]  # (H, nb - 2, S, b, d)
-    scores = torch.einsum("hmqd,hmskd->hmqsk", query.view(H, nb, b, d)[:, 1:-1], keys) * scaling
-    scores = scores + penalty.view(nb, b)[slots.clamp(min=0)][:, :, None]
-    scores = scores.masked_fill((slots < 0)[:, :, None, :, None], float("-inf"))
-    S = slots.shape[-1]
-    p = torch.softmax(scores.reshape(H, nb - 2, b, S * b), dim=-1).view(H, nb - 2, b, S, b)
-    for t in range(1, S):  # a block listed again: its probabilities to its first slot
-        for s in range(t):
-            same = (slots[..., t] == slots[..., s]) & (slots[..., s] >= 0)  # (H, nb - 2)
-            if same.any():
-                p[..., s, :] += torch.where(same[:, :, None, None], p[..., t, :], 0.0)
-                p[..., t, :] = torch.where(same[:, :, None, None], 0.0, p[..., t, :])
-                slots[..., t] = torch.where(same, -1, slots[..., t])
+    S, m = slots.shape[-1], nb - 2
+    keys = key.view(H, nb, b, d)[torch.arange(H)[:, None, None], slots.clamp(min=0)]  # (H, m, S, b, d)
+    scores = torch.matmul(query.view(H, nb, b, d)[:, 1:-1], keys.view(H, m, S * b, d).transpose(-1, -2))
+    scores = scores.mul_(scaling).view(H, m, b, S, b)  # (H, m, query in block, slot, key in block)
+    scores.add_(penalty.view(nb, b)[slots.clamp(min=0)][:, :, None])
+    scores.masked_fill_((slots < 0)[:, :, None, :, None], float("-inf"))
+    p = torch.softmax(scores.view(H, m, b, S * b), dim=-1).view(H, m, b, S, b)
+    # a block listed again: its probabilities added to the block's first slot, the later slot emptied
+    same = (slots[..., :, None] == slots[..., None, :]) & (slots[..., None, :] >= 0)  # (H, m, S, S): t, s
+    first = torch.where(same.any(dim=-1), same.int().argmax(dim=-1), torch.arange(S))  # (H, m, S)
+    if (first != torch.arange(S)).any():
+        p = torch.zeros_like(p).scatter_add_(3, first[:, :, None, :, None].expand(-1, -1, b, -1, b), p)
+        slots = torch.where(first == torch.arange(S), slots, -1)
     used = (slots >= 0).any(dim=0).any(dim=0)  # slots no head and no block uses (in eval mode the r random ones)
     p, slots = p[:, :, :, used], slots[..., used]
     return BlockSparseLayer(full.contiguous(), p.reshape(H, nb - 2, b, -1).contiguous(), slots, b, n)
