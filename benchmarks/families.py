@@ -1,4 +1,4 @@
-"""Benchmark: attention by pattern for ModernBERT at long-document scale, against one sdpa forward.
+"""Benchmark: attention by pattern for ModernBERT and BigBird at long-document scale, against one forward.
 
 ModernBERT-base dimensions (22 layers x 12 heads, hidden 768, GLU 1,152, sliding window 128 = radius 64, one
 global layer in three: 8 full layers), random weights, the tests' byte-level BPE tokenizer, saved once under a
@@ -15,7 +15,12 @@ Times are wall / CPU seconds (CPU of all the process's threads: the steadier fig
 - the dense eager route (every layer's n x n weights, what longviz stored before): its size is layers x heads x
   n^2 x 4 B; measured (eager forward with output_attentions) only for --dense-sizes, the others printed.
 
+With --family bigbird: BigBird-base dimensions (12 layers x 12 heads, hidden 768, blocks of 64 tokens, 3 random
+blocks: block-sparse above 704 tokens), random weights; the reference is its own block-sparse forward, and
+`lv.analyze` keeps each layer's applied block-sparse weights (model/block_sparse.py).
+
     /work/main/.venv/bin/python benchmarks/families.py [--sizes 2048 4096 8192] [--dense-sizes 1024]
+    /work/main/.venv/bin/python benchmarks/families.py --family bigbird --sizes 2048 4096 --dense-sizes
 """
 from __future__ import annotations
 
@@ -56,6 +61,28 @@ def base_modernbert(path: Path):
     return load_model(str(path), device="cpu")
 
 
+def base_bigbird(path: Path):
+    """BigBird-base dimensions, random weights, block-sparse, saved at `path` once; loaded through load_model."""
+    from transformers import BigBirdConfig, BigBirdForSequenceClassification
+
+    from longviz_core import load_model
+    from tiny import _bpe_tokenizer
+
+    if not (path / "config.json").exists():
+        tok = _bpe_tokenizer(path)
+        torch.manual_seed(0)
+        config = BigBirdConfig(
+            vocab_size=len(tok), hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+            intermediate_size=3072, max_position_embeddings=4096, attention_type="block_sparse", block_size=64,
+            num_random_blocks=3, pad_token_id=1, bos_token_id=0, eos_token_id=2, sep_token_id=2, num_labels=2)
+        BigBirdForSequenceClassification(config).save_pretrained(path)
+        tok.save_pretrained(path)
+    return load_model(str(path), device="cpu")
+
+
+MODELS = {"modernbert": base_modernbert, "bigbird": base_bigbird}
+
+
 def _rss() -> int:
     return int(Path("/proc/self/statm").read_text().split()[1]) * resource.getpagesize()
 
@@ -64,7 +91,7 @@ def _peak() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def one(path: Path, n: int, route: str) -> dict:
+def one(path: Path, n: int, route: str, family: str = "modernbert") -> dict:
     """One size and route in this process: {"seconds": {...}, "growth": bytes, "n": tokens}."""
     import longviz_core as lv
     from longviz_core.model.encoding import encode
@@ -72,7 +99,7 @@ def one(path: Path, n: int, route: str) -> dict:
     from longviz_core.views.pooling import pool_attention
     from tiny import text_of
 
-    model = base_modernbert(path)
+    model = MODELS[family](path)
     text = text_of(n + 200)
     warm = lv.analyze(model, text_of(300), max_tokens=256)  # imports, numba's cached loops, first calls
     tally(topk_indices(warm.attention, 8), warm.tokens)
@@ -88,7 +115,8 @@ def one(path: Path, n: int, route: str) -> dict:
         return result
 
     if route in ("sdpa", "eager"):
-        model.model.config._attn_implementation = route
+        if family == "modernbert":
+            model.model.config._attn_implementation = route
         with torch.no_grad():
             timed("forward", lambda: model.model(input_ids=ids, attention_mask=torch.ones_like(ids),
                                                  output_attentions=route == "eager"))
@@ -113,19 +141,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[2048, 4096, 8192])
     parser.add_argument("--dense-sizes", type=int, nargs="*", default=[1024])
-    parser.add_argument("--folder", type=Path, default=Path("/tmp/longviz-bench-modernbert"))
+    parser.add_argument("--family", choices=sorted(MODELS), default="modernbert")
+    parser.add_argument("--folder", type=Path, default=None)
     parser.add_argument("--one", nargs=2, metavar=("N", "ROUTE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    args.folder = args.folder or Path(f"/tmp/longviz-bench-{args.family}")
     if args.one:
-        print(json.dumps(one(args.folder, int(args.one[0]), args.one[1])))
+        print(json.dumps(one(args.folder, int(args.one[0]), args.one[1], args.family)))
         return
-    base_modernbert(args.folder)  # built once, before the timed processes
+    model = MODELS[args.family](args.folder)  # built once, before the timed processes
+    layers, heads = model.num_layers, model.num_heads
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
           f"load average {os.getloadavg()[0]:.1f}; torch {torch.__version__}, {torch.get_num_threads()} threads")
-    print(f"ModernBERT-base dimensions: {LAYERS} layers x {HEADS} heads, 8 full and 14 sliding (radius 64)")
+    print(f"{args.family}-base dimensions: {layers} layers x {heads} heads; patterns "
+          f"{sorted({p.kind for p in model.family.attention_patterns(max(args.sizes))})}")
 
     def run(n, route):
-        done = subprocess.run([sys.executable, __file__, "--folder", str(args.folder), "--one", str(n), route],
+        done = subprocess.run([sys.executable, __file__, "--folder", str(args.folder), "--family", args.family,
+                               "--one", str(n), route],
                               capture_output=True, text=True)
         if done.returncode:
             return {"error": done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "failed"}
@@ -138,7 +171,8 @@ def main() -> None:
             print(f"n={n}: sdpa forward failed: {ref['error']}")
             continue
         fwd = ref["seconds"]["forward"]
-        print(f"\nn={ref['n']}: sdpa forward {_wc(fwd)}, peak growth {ref['growth'] / gib:.2f} GiB "
+        route = "sdpa" if args.family == "modernbert" else "block-sparse"
+        print(f"\nn={ref['n']}: {route} forward {_wc(fwd)}, peak growth {ref['growth'] / gib:.2f} GiB "
               f"(load {os.getloadavg()[0]:.1f})")
         if n in args.sizes:
             got = run(n, "longviz")
@@ -152,7 +186,7 @@ def main() -> None:
                       f"{_wc(s['topk64'])}, pooled grid {_wc(s['pooled64'])}, count tables {_wc(s['counts'])})")
                 print(f"  peak growth, analysis + views: {got['growth'] / gib:.2f} GiB; attention kept "
                       f"{got['kept'] / gib:.2f} GiB (load {os.getloadavg()[0]:.1f})")
-        dense = LAYERS * HEADS * n * n * 4
+        dense = layers * heads * n * n * 4
         line = f"  dense eager route: layers x heads x n^2 x 4 B = {dense / gib:.1f} GiB of weights"
         if n in args.dense_sizes:
             eager = run(n, "eager")

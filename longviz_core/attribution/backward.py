@@ -12,6 +12,7 @@ import torch
 from ..errors import ExplainerError
 from ..model.analysis import DocumentAnalysis
 from ..model.bands import AttentionBands
+from ..model.block_sparse import BlockSparseLayer
 from ..model.loading import LoadedModel
 from ..runtime import COMPUTE
 
@@ -54,6 +55,13 @@ class AttentionGrads:
     def _forward(self, layer, module, args, out):
         if len(out) < 2 or not torch.is_tensor(out[1]):
             raise ExplainerError(f"{type(module).__name__} returned no attention probabilities")
+        if isinstance(_layer_of(self.bands, layer), BlockSparseLayer):
+            # BigBird block-sparse: the returned weights are not the ones applied (model/block_sparse.py); its
+            # output is A V, so d objective / d A = (d objective / d output) V^T, from the output's gradient
+            with torch.no_grad():
+                value = module.value(args[0]).detach()  # (1, N, heads * d)
+            self.handles.append(out[0].register_hook(partial(self._applied, layer, value, module.num_attention_heads)))
+            return None
         if not self.model.family.global_tokens:  # the returned weights are the tensor multiplied with the values
             self.handles.append(out[1].register_hook(partial(self._dense, layer)))
             return None
@@ -96,6 +104,10 @@ class AttentionGrads:
             grows = np.zeros((b.num_heads, 0, n), dtype=np.float32)
         self._hand_over(layer, band, gcols, grows)
 
+    def _applied(self, layer, value, heads, grad):
+        per_head = lambda t: t[0].view(t.shape[1], heads, -1).transpose(0, 1)  # noqa: E731  (heads, N, d)
+        self._dense(layer, torch.matmul(per_head(grad.detach()), per_head(value).transpose(-1, -2))[None])
+
     def _dense(self, layer, grad):
         n = self.bands.n
         dense = grad.detach()[0, :, :n, :n].float().cpu().numpy()  # (H, n, n)
@@ -116,6 +128,12 @@ class AttentionGrads:
         if missing:
             raise ExplainerError(f"no attention gradient reached layer(s) {missing}: this model's attention is not "
                                  "supported by the gradient explainers")
+
+
+def _layer_of(attention, layer: int):
+    """Layer `layer` of an analysis held layer by layer (LayeredAttention), else None."""
+    layers = getattr(attention, "layers", ())
+    return layers[layer] if layer < len(layers) else None
 
 
 def backward(model: LoadedModel, analysis: DocumentAnalysis, target: int, objective: str, *,

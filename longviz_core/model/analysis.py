@@ -6,10 +6,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..errors import DatasetError, NoAttentionError, SelectionError, SettingsError, whole_number
+from ..errors import DatasetError, SelectionError, SettingsError, whole_number
 from ..progress import report
 from ..runtime import COMPUTE
 from .bands import AttentionBands
+from .block_sparse import analyze_block_sparse
 from .capture import analyze_layers
 from .encoding import DEFAULT_MAX_TOKENS, Encoded, encode, text_hash
 from .families import BANDED, BANDED_GLOBAL, BLOCK_SPARSE, LayerPattern
@@ -54,17 +55,12 @@ def analyze(model: LoadedModel, text: str, max_tokens: int = DEFAULT_MAX_TOKENS)
     """Encode `text` (truncated to `max_tokens`), run the model once with attentions, keep the bands."""
     enc = encode(model.tokenizer, text, max_tokens, model_max=model.max_tokens, position_offset=model.position_offset)
     patterns = model.family.attention_patterns(enc.n)
-    if any(p.kind == BLOCK_SPARSE for p in patterns):
-        # transformers' output_attentions are not the weights BigBird's block-sparse layers apply (the random
-        # blocks' probabilities overwrite the global block's in eval mode): refused rather than shown wrong
-        raise NoAttentionError(
-            f"This BigBird runs block-sparse attention on documents longer than {model.family.sparse_from} tokens, "
-            "and longviz cannot read the weights it applies yet. Choose a Max tokens of at most "
-            f"{model.family.sparse_from}, where it runs full attention.")
     inputs = model.family.inputs(enc, model.device)
     with COMPUTE.hold(), torch.no_grad():
         if model.family.attention_interface:  # each layer by its pattern: banded, or streamed from Q and K
             out, attention = analyze_layers(model, inputs, [p.radius if p.kind == BANDED else None for p in patterns])
+        elif any(p.kind == BLOCK_SPARSE for p in patterns):  # BigBird: the weights its block-sparse layers apply
+            out, attention = analyze_block_sparse(model, inputs, enc.n)
         else:
             out = model(**inputs, output_attentions=True)
             attention = _bands(out, enc, patterns)

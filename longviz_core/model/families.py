@@ -51,8 +51,9 @@ class LayerPattern:
             return text + ("; the first row and column are the global <s> token." if self.kind == BANDED_GLOBAL
                            else ".")
         if self.kind == BLOCK_SPARSE:
-            return (f"Layer {layer + 1} attends in blocks: the first and last blocks globally, a sliding window of "
-                    "blocks and random blocks.")
+            return (f"Layer {layer + 1} attends in blocks: the first and last blocks globally, the others to a sliding "
+                    "window of three blocks, the two global blocks and random blocks (in eval mode transformers "
+                    "draws none: each is the first block, counted again).")
         return f"Layer {layer + 1} attends over the whole document (no sliding window)."
 
 

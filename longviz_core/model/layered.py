@@ -1,7 +1,8 @@
 """A document's attention layer by layer, each layer in its own pattern: banded or streamed.
 
-`LayeredAttention.layers[l]` is either a one-layer `AttentionBands` (a sliding layer: a band of radius r_l, no
-global tokens) or a `StreamedLayer` (a full layer: queries and keys, views streamed from them). It answers
+`LayeredAttention.layers[l]` is a one-layer `AttentionBands` (a sliding layer: a band of radius r_l, no global
+tokens), a `StreamedLayer` (a full layer: queries and keys, views streamed from them) or a `BlockSparseLayer`
+(BigBird's applied block-sparse weights, `block_sparse.py`; views streamed from them the same way). It answers
 what the views ask of a document's attention (the interface `AttentionBands` offers for Longformer):
 num_layers / num_heads / n, dense / row / column of one head, received attention per head and summed; the
 top-k lists and pooled maps are asked of each layer by `views.counts` and `views.pooling`. Nothing here holds
@@ -23,7 +24,7 @@ DENSE_LAYER_MAX = 2048  # tokens up to which a full layer is made whole for `lay
 
 @dataclass(frozen=True)
 class LayeredAttention:
-    layers: tuple  # (layers,) each AttentionBands (one layer) or StreamedLayer
+    layers: tuple  # (layers,) each AttentionBands (one layer), StreamedLayer or BlockSparseLayer
     _received: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -50,7 +51,7 @@ class LayeredAttention:
 
     @property
     def windows(self) -> tuple[int, ...]:
-        """(layers,) each layer's one-sided reach: the band's radius, n - 1 for a full layer."""
+        """(layers,) each layer's one-sided reach: the band's radius, n - 1 for a full or block-sparse layer."""
         return tuple(a.window if isinstance(a, AttentionBands) else self.n - 1 for a in self.layers)
 
     @property
@@ -86,8 +87,8 @@ class LayeredAttention:
         return a.column(0, head, j) if isinstance(a, AttentionBands) else a.column(head, j)
 
     def layer_bands(self, layer: int) -> AttentionBands:
-        """Layer `layer` as a one-layer AttentionBands: a banded layer as it is; a full layer as a band of
-        width 2n - 1 (heads x n x 2n floats: for explainers that need one layer in banded form at a time)."""
+        """Layer `layer` as a one-layer AttentionBands: a banded layer as it is; a full or block-sparse layer as a
+        band of width 2n - 1 (heads x n x 2n floats: for explainers that need one layer in banded form at a time)."""
         a = self.layers[layer]
         if isinstance(a, AttentionBands):
             return a

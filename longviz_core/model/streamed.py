@@ -10,7 +10,8 @@ each query's top-k keys and the block sums the heatmap grid pools; each key's to
 needs them beside Algorithm 1's) come from a second pass over chunks of keys, K Q^T with each query's
 log-sum-exp from the first, so that a key's column is contiguous (exp(score - lse): the same softmax, rounded
 in another order, to a few ulp); any single row, column or dense head is computed on demand. Memory: Q and K plus
-O(heads * n * k) for the lists, and one chunk.
+O(heads * n * k) for the lists, and one chunk. Rows, columns and dense heads on demand and the cached summary
+(`RowStreamed`) serve BigBird's block-sparse layers too (`block_sparse.BlockSparseLayer`, with a pass of its own).
 
 Top-k order is the views' (`views.counts`): value descending, ties to the lower position, positive values
 only, -1 padded. A tie exactly at the k-th place is resolved by `torch.topk`, which may keep either of the
@@ -40,40 +41,12 @@ class Summary:
     block_sums: np.ndarray | None  # (heads, g, g) float64 attention from query block a to key block b
 
 
-@dataclass(frozen=True)
-class StreamedLayer:
-    """One full-attention layer: its queries and keys, views computed from them (module docstring)."""
-
-    query: torch.Tensor  # (heads, n, d) float32, after RoPE
-    key: torch.Tensor  # (heads, n, d) float32, after RoPE
-    scaling: float
-    _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
-
-    def __post_init__(self):
-        if self.query.shape != self.key.shape or self.query.ndim != 3:
-            raise ValueError(f"queries {tuple(self.query.shape)} and keys {tuple(self.key.shape)} must be (heads, n, d)")
-
-    @property
-    def num_heads(self) -> int:
-        return self.query.shape[0]
-
-    @property
-    def n(self) -> int:
-        return self.query.shape[1]
-
-    @property
-    def nbytes(self) -> int:
-        cached = sum(a.nbytes for s in self._cache.values() for a in vars(s).values() if isinstance(a, np.ndarray))
-        return self.query.numel() * 4 + self.key.numel() * 4 + cached
+class RowStreamed:
+    """Views of one layer that holds no n x n matrix: rows, columns and dense heads on demand, and the cached
+    summary of one pass; what `StreamedLayer` and `block_sparse.BlockSparseLayer` share. A subclass gives `num_heads`, `n`, a `_cache`
+    dict, `probs(rows, heads)` and `_pass(k, block)`, the one pass over the layer that makes a `Summary`."""
 
     # ---- rows on demand ---------------------------------------------------------------------------------
-    def probs(self, rows: slice, heads=None) -> torch.Tensor:
-        """Attention of the queries in `rows` over all keys, (heads, rows, n) float32: exact softmax."""
-        q = self.query[:, rows] if heads is None else self.query[heads, rows]
-        k = self.key if heads is None else self.key[heads]
-        scores = torch.matmul(q, k.transpose(-1, -2)) * self.scaling  # (heads, rows, n)
-        return torch.softmax(scores, dim=-1, dtype=torch.float32)
-
     def dense(self, head: int) -> np.ndarray:
         """The (n, n) matrix of one head (rows = queries, sum to 1)."""
         return self.probs(slice(None), [head])[0].numpy()
@@ -106,6 +79,46 @@ class StreamedLayer:
         self._cache[want] = self._pass(*want)
         return self.summary(k, block)
 
+    def _chunks(self, heads: int, multiple: int = 1):
+        """Slices of query rows, each about _CHUNK_BYTES of (heads, rows, n) float32, a multiple of `multiple`."""
+        rows = max(1, _CHUNK_BYTES // (4 * heads * self.n) // multiple) * multiple
+        for start in range(0, self.n, rows):
+            yield slice(start, min(start + rows, self.n))
+
+
+@dataclass(frozen=True)
+class StreamedLayer(RowStreamed):
+    """One full-attention layer: its queries and keys, views computed from them (module docstring)."""
+
+    query: torch.Tensor  # (heads, n, d) float32, after RoPE
+    key: torch.Tensor  # (heads, n, d) float32, after RoPE
+    scaling: float
+    _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        if self.query.shape != self.key.shape or self.query.ndim != 3:
+            raise ValueError(f"queries {tuple(self.query.shape)} and keys {tuple(self.key.shape)} must be (heads, n, d)")
+
+    @property
+    def num_heads(self) -> int:
+        return self.query.shape[0]
+
+    @property
+    def n(self) -> int:
+        return self.query.shape[1]
+
+    @property
+    def nbytes(self) -> int:
+        cached = sum(a.nbytes for s in self._cache.values() for a in vars(s).values() if isinstance(a, np.ndarray))
+        return self.query.numel() * 4 + self.key.numel() * 4 + cached
+
+    def probs(self, rows: slice, heads=None) -> torch.Tensor:
+        """Attention of the queries in `rows` over all keys, (heads, rows, n) float32: exact softmax."""
+        q = self.query[:, rows] if heads is None else self.query[heads, rows]
+        k = self.key if heads is None else self.key[heads]
+        scores = torch.matmul(q, k.transpose(-1, -2)) * self.scaling  # (heads, rows, n)
+        return torch.softmax(scores, dim=-1, dtype=torch.float32)
+
     def _pass(self, k: int, block: int) -> Summary:
         H, n = self.num_heads, self.n
         kk = min(k, n)
@@ -128,7 +141,7 @@ class StreamedLayer:
             if kk:
                 lse[:, rows] = (top + torch.log(z))[..., 0]
                 v, i = torch.topk(p, kk, dim=-1)  # (H, c, kk)
-                attended[:, rows, :kk] = _ordered(v, i).numpy()
+                attended[:, rows, :kk] = ordered_topk(v, i).numpy()
             if block:
                 a0, rb = rows.start // block, -(-c // block)
                 if c % block or n % block:  # the last rows or keys: pad to whole blocks
@@ -143,18 +156,12 @@ class StreamedLayer:
                 pt = torch.exp(torch.matmul(self.key[:, keys], self.query.transpose(-1, -2)) * self.scaling
                                - lse[:, None, :])  # (H, keys, n): key j's attention from every query
                 v, i = torch.topk(pt, kk, dim=-1)
-                attending[:, keys, :kk] = _ordered(v, i).numpy()
+                attending[:, keys, :kk] = ordered_topk(v, i).numpy()
         return Summary(received.float().numpy(), cls_row, attended, attending, block,
                        None if sums is None else sums.numpy())
 
-    def _chunks(self, heads: int, multiple: int = 1):
-        """Slices of query rows, each about _CHUNK_BYTES of (heads, rows, n) float32, a multiple of `multiple`."""
-        rows = max(1, _CHUNK_BYTES // (4 * heads * self.n) // multiple) * multiple
-        for start in range(0, self.n, rows):
-            yield slice(start, min(start + rows, self.n))
 
-
-def _ordered(values: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+def ordered_topk(values: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     """(..., k) positions by value descending then position ascending; -1 where the value is not positive."""
     idx_sorted, order = torch.sort(idx, dim=-1, stable=True)
     vals = torch.gather(values, -1, order)

@@ -123,9 +123,10 @@ def test_bigbird_keeps_its_block_sparse_mode(models, dirs):
     np.testing.assert_allclose(lv.predict_probs(m, [text_of(LONG)], 400)[0], p_sparse, rtol=0, atol=1e-6)
     p_dense, _ = _probs(full, enc.input_ids)
     assert np.abs(p_dense - p_sparse).max() > 1e-4  # the mode changes the prediction: the check above has teeth
-    with pytest.raises(lv.NoAttentionError, match="block-sparse"):
-        lv.analyze(m, text_of(LONG), 400)  # transformers' output_attentions are not the applied weights
-    assert net.bert.attention_type == "block_sparse"
+    long = lv.analyze(m, text_of(LONG), 400)  # the weights it applies (oracles: tests/integration/test_block_sparse.py)
+    np.testing.assert_allclose(long.probs, p_sparse, rtol=0, atol=1e-6)
+    assert {type(a).__name__ for a in long.attention.layers} == {"BlockSparseLayer"}
+    assert net.bert.attention_type == "block_sparse" and _cores(net) == {"BigBirdBlockSparseAttention"}
 
 
 # ------------------------------------------------------------------------------------------ IG on every family
@@ -245,9 +246,13 @@ def test_hooks_removed_and_model_untouched_on_every_family(models):
 
 
 # ------------------------------------------------------------------------------------------ the pages
-@pytest.mark.parametrize("name", ["modernbert", "bigbird"])
-def test_every_page_opens_on_the_family(dirs, name, tmp_path):
-    """Every page with its defaults on a tiny checkpoint of the family (BigBird at 128 tokens: full attention)."""
+PAGES = [("modernbert", 128, (37, 90, 12)), ("bigbird", 128, (37, 90, 12)), ("bigbird", 192, (190, 181, 37))]
+
+
+@pytest.mark.parametrize("name, max_tokens, words", PAGES, ids=["modernbert", "bigbird-full", "bigbird-sparse"])
+def test_every_page_opens_on_the_family(dirs, name, max_tokens, words, tmp_path):
+    """Every page with its defaults on a tiny checkpoint of the family; BigBird at 128 tokens (full attention) and
+    at 192 (block-sparse for the first two documents: 192 and 183 tokens; full for the third)."""
     import pandas as pd
     from streamlit.testing.v1 import AppTest
 
@@ -255,10 +260,10 @@ def test_every_page_opens_on_the_family(dirs, name, tmp_path):
     from support.apps import APP, ROOT
 
     csv = tmp_path / "data.csv"
-    pd.DataFrame({"text": [text_of(37), text_of(90), text_of(12)], "label": [0, 1, 1]}).to_csv(csv, index=False)
+    pd.DataFrame({"text": [text_of(w) for w in words], "label": [0, 1, 1]}).to_csv(csv, index=False)
     at = AppTest.from_file(str(APP), default_timeout=300)
     for key, value in {K.MODEL: str(dirs[name]), K.DATASET_KIND: "file path", K.DATASET_PATH: str(csv),
-                       K.DOC_MODE: "by index", K.MAX_TOKENS: 128}.items():
+                       K.DOC_MODE: "by index", K.MAX_TOKENS: max_tokens}.items():
         at.session_state[key] = value
     for page in sorted(p.stem for p in (ROOT / "pages").glob("*.py") if not p.stem.startswith("_")):
         at.switch_page(f"pages/{page}.py").run()
