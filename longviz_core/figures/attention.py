@@ -57,7 +57,11 @@ def grid_image(maps: np.ndarray, scale: str = "linear", tile_px: int = 128, titl
     colours = lut[(scale_values(maps, scale) * 255).round().astype(np.int64)]  # (L, H, g, g, 3)
     colours = colours.repeat(factor, axis=2).repeat(factor, axis=3)  # (L, H, tile, tile, 3)
     top = _MARGIN_TOP + (16 if title else 0)
-    width = _MARGIN_LEFT + H * (tile + _GAP) + 8
+    font = _font()
+    low, high = ("0" if scale == "linear" else f"<{LOG_FLOOR:g}"), f"head max ({scale})"
+    # one or two heads make a grid narrower than its colour bar's labels or its title: the image widens to them
+    width = int(max(_MARGIN_LEFT + H * (tile + _GAP) + 8, _MARGIN_LEFT + font.getlength(low) + 12
+                    + font.getlength(high) + 8, _MARGIN_LEFT + font.getlength(title or "") + 8))
     height = top + L * (tile + _GAP) + _BAR + 28
     canvas = np.full((height, width, 3), 255, dtype=np.uint8)
     for layer in range(L):
@@ -72,7 +76,6 @@ def grid_image(maps: np.ndarray, scale: str = "linear", tile_px: int = 128, titl
     ][None, :, :]
     image = Image.fromarray(canvas)
     draw = ImageDraw.Draw(image)
-    font = _font()
     if title:
         draw.text((_MARGIN_LEFT, 2), title, fill=(0, 0, 0), font=font)
     for head in range(H):
@@ -80,9 +83,8 @@ def grid_image(maps: np.ndarray, scale: str = "linear", tile_px: int = 128, titl
                   font=font)
     for layer in range(L):
         draw.text((2, top + layer * (tile + _GAP) + tile // 2 - 6), f"L{layer + 1}", fill=(60, 60, 60), font=font)
-    low = "0" if scale == "linear" else f"<{LOG_FLOOR:g}"
     draw.text((_MARGIN_LEFT, bar_y + _BAR + 2), low, fill=(60, 60, 60), font=font)
-    draw.text((_MARGIN_LEFT + bar_w - 60, bar_y + _BAR + 2), f"head max ({scale})", fill=(60, 60, 60), font=font)
+    draw.text((_MARGIN_LEFT + bar_w - font.getlength(high), bar_y + _BAR + 2), high, fill=(60, 60, 60), font=font)
     return image
 
 

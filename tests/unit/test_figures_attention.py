@@ -37,6 +37,21 @@ def test_grid_image_places_each_head_in_its_tile():
     assert dark.sum() == factor * factor
 
 
+@pytest.mark.parametrize("scale", fig.SCALES)
+@pytest.mark.parametrize("heads", [1, 2])
+def test_a_narrow_grid_keeps_its_colour_bar_labels_and_title_whole(heads, scale):
+    title = "Layer x head attention, example 0"
+    img = fig.grid_image(np.full((1, heads, 16, 16), 0.5), scale=scale, tile_px=32, title=title)
+    arr = np.asarray(img).astype(int)
+    # ink (non-white pixels) of the label row under the colour bar: it must end before the image's last column
+    label_rows = arr[-24:]
+    ink = np.nonzero((label_rows < 200).any(axis=-1).any(axis=0))[0]
+    font = fig._font()
+    assert ink.max() < img.width - 4
+    assert img.width >= fig._MARGIN_LEFT + font.getlength(f"head max ({scale})") + 8
+    assert img.width >= fig._MARGIN_LEFT + font.getlength(title) + 8
+
+
 def test_grid_image_rejects_bad_shapes():
     with pytest.raises(ValueError, match="shape"):
         fig.grid_image(np.zeros((2, 2, 4, 5)))
