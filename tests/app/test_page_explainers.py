@@ -23,7 +23,7 @@ from pages._ui import ig
 from pages._ui.keys import K
 from support.apps import ROOT, app_test, page
 
-MAX_TOKENS, STEPS, DOCS = 128, 4, 2
+MAX_TOKENS, STEPS, DOCS = 64, 4, 2  # every number is recomputed three or four times, with full scans
 METHODS = ["ig", "grad_x_input", "gae", "random"]
 P = "explainers"
 pytestmark = pytest.mark.filterwarnings("ignore::longviz_core.attribution.ConvergenceWarning")

@@ -18,7 +18,7 @@ from support.servers import Session, serve_counting
 
 SESSIONS = 8
 DOCS = 4  # sessions i and i + 4 share a document: they also race for the same cache entries
-MAX_TOKENS = 512
+MAX_TOKENS = 256
 STEPS = 4
 
 
