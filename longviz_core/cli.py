@@ -66,6 +66,8 @@ def _parser() -> argparse.ArgumentParser:
     app.add_argument("streamlit_args", nargs="*", metavar="ARG", help="passed to `streamlit run app.py`")
 
     demo = sub.add_parser("demo", help="build the offline demo if needed; show its accuracy")
+    demo.add_argument("--model", default="demo", choices=("demo", "demo-modernbert"),
+                      help="which demo: demo (Longformer, the default) or demo-modernbert")
     demo.add_argument("--rebuild", action="store_true", help="build it again even if it exists")
     demo.add_argument("--cache-dir", default=None, help="default: $LONGVIZ_CACHE_DIR, else ~/.cache/longviz")
 
@@ -247,7 +249,7 @@ def _demo(a) -> int:
         bar.set_postfix_str(message)
 
     try:
-        demo = ensure_demo(a.cache_dir, progress=progress, rebuild=a.rebuild)
+        demo = ensure_demo(a.cache_dir, progress=progress, rebuild=a.rebuild, name=a.model)
     finally:
         if bar is not None:
             bar.close()

@@ -19,7 +19,8 @@ from .errors import LongvizError
 
 ENV_VAR = "LONGVIZ_CONFIG"
 AUTH_MODES = ("none", "oidc", "password")
-DEMO = "demo"  # same literal as loading.DEMO; not imported so this module stays free of torch
+DEMO = "demo"  # the demo dataset, and the Longformer demo model
+DEMO_MODELS = (DEMO, "demo-modernbert")  # the shipped demo models (demo/shipped.py)
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 # Limits that keep a typo (max_tokens = 409600) from taking a shared server down.
 _MAX_TOKENS_RANGE = (16, 65_536)
@@ -33,7 +34,7 @@ class ConfigError(LongvizError):
 @dataclass(frozen=True)
 class ModelChoice:
     name: str  # what users see and what links carry
-    source: str  # "demo", an absolute checkpoint directory, or a Hub id
+    source: str  # one of DEMO_MODELS, an absolute checkpoint directory, or a Hub id
     description: str = ""
 
 
@@ -174,7 +175,7 @@ def _model(entry, i: int, base: Path) -> ModelChoice:
     _only(entry, {"name", "source", "description"}, where)
     name = _str(entry, "name", where)
     source = _str(entry, "source", f"{where} ('{name}')")
-    if source != DEMO:
+    if source not in DEMO_MODELS:
         source = _model_source(source, base, f"model '{name}'")
     return ModelChoice(name=name, source=source, description=str(entry.get("description", "")))
 

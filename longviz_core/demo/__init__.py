@@ -1,9 +1,10 @@
-"""The offline demo's front door: the corpus (demo/corpus.py), its training (demo/train.py) and the built demo in
-the cache (demo/shipped.py)."""
+"""The offline demos' front door: the corpus (demo/corpus.py), their training (demo/train.py, with ModernBERT's
+recipe in demo/modernbert.py) and the built demos in the cache (demo/shipped.py)."""
 
 from .corpus import generate_corpus
-from .shipped import SHIPPED, ensure_demo, file_checksums, restore_shipped
-from .train import DEMO_VERSION, DemoPaths, build_demo
+from .modernbert import MODERNBERT
+from .shipped import DEMOS, SHIPPED, SHIPPED_MODERNBERT, ensure_demo, file_checksums, restore_shipped
+from .train import DEMO_VERSION, LONGFORMER, DemoPaths, Recipe, build_demo
 
-__all__ = ["DEMO_VERSION", "SHIPPED", "DemoPaths", "build_demo", "ensure_demo", "file_checksums", "generate_corpus",
-           "restore_shipped"]
+__all__ = ["DEMOS", "DEMO_VERSION", "LONGFORMER", "MODERNBERT", "SHIPPED", "SHIPPED_MODERNBERT", "DemoPaths",
+           "Recipe", "build_demo", "ensure_demo", "file_checksums", "generate_corpus", "restore_shipped"]

@@ -1,5 +1,5 @@
-"""The built demo in the cache: made once from the shipped model (or trained), checked against checksums,
-locked against concurrent builders and restored when damaged.
+"""The built demos in the cache (`demo`, Longformer; `demo-modernbert`): made once from the shipped model (or
+trained), checked against checksums, locked against concurrent builders and restored when damaged.
 """
 
 from __future__ import annotations
@@ -12,22 +12,46 @@ import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from .._disk import atomic_write, bytes_digest, cache_root, file_lock
+from ..config import DEMO_MODELS as DEMOS
 from ..progress import Progress
 from .corpus import generate_corpus
+from .modernbert import MODERNBERT
 from .train import DEMO_VERSION, SEED, DemoPaths, build_demo
 
 log = logging.getLogger(__name__)
 
 _COMPLETE = "COMPLETE"
 
-# The trained model and tokenizer ship with the package (model/ as save_pretrained wrote it, metrics.json of the
-# build, CHECKSUMS.json of both), so the first start copies them instead of training for minutes. The corpus is
-# regenerated (deterministic, under a second). `benchmarks/demo_build.py --ship` trains and writes them.
-SHIPPED = Path(__file__).with_name("shipped")
+# The trained models and tokenizers ship with the package, one folder per demo (model/ as save_pretrained wrote it,
+# metrics.json of the build, CHECKSUMS.json of both), so the first start copies them instead of training for
+# minutes. The corpus is regenerated (deterministic, under a second). `benchmarks/demo_build.py --ship` trains and
+# writes them.
+SHIPPED = Path(__file__).with_name("shipped") / "longformer"
+SHIPPED_MODERNBERT = Path(__file__).with_name("shipped") / "modernbert"
 _SHIPPED_SUMS = "CHECKSUMS.json"
+
+
+@dataclass(frozen=True)
+class _Demo:
+    folder: str  # its folder in the cache, versioned: demo-4, demo-modernbert-1
+    shipped: Path  # its shipped model, tokenizer and metrics
+    build: Callable[..., DemoPaths]  # (out_dir, progress) -> the demo trained into out_dir
+
+
+def _demo(name: str) -> _Demo:
+    """The demo called `name`; read from the module's names at each call, so a test can stand in for the shipped
+    files or the build."""
+    if name == "demo":
+        return _Demo(f"demo-{DEMO_VERSION}", SHIPPED, build_demo)
+    if name == "demo-modernbert":
+        return _Demo(f"demo-modernbert-{MODERNBERT.version}", SHIPPED_MODERNBERT,
+                     lambda out_dir, progress: build_demo(out_dir, progress, MODERNBERT))
+    raise ValueError(f"no demo called {name!r}: {', '.join(DEMOS)}")
 
 # flock excludes other processes; threads of one process each open the lock file and are excluded too,
 # this lock only keeps them from racing on mkdir.
@@ -64,34 +88,36 @@ def _load_complete(root: Path) -> DemoPaths | None:
     return DemoPaths(root=root, model_dir=root / "model", dataset_path=root / "dataset.parquet", metrics=metrics)
 
 
-def _marker(files: dict[str, str]) -> bytes:
-    return json.dumps({"version": DEMO_VERSION, "files": files}, indent=1, sort_keys=True).encode()
+def _marker(folder: str, files: dict[str, str]) -> bytes:
+    return json.dumps({"version": folder, "files": files}, indent=1, sort_keys=True).encode()
 
 
-def _shipped_checksums() -> dict[str, str] | None:
+def _shipped_checksums(shipped: Path) -> dict[str, str] | None:
     """The shipped files' checksums when every shipped file matches them; None when the package carries no
-    trained demo or it is damaged."""
+    trained demo there or it is damaged."""
     try:
-        expected = json.loads((SHIPPED / _SHIPPED_SUMS).read_text())
-        found = file_checksums(SHIPPED, skip=(_SHIPPED_SUMS, "__pycache__"))
+        expected = json.loads((shipped / _SHIPPED_SUMS).read_text())
+        found = file_checksums(shipped, skip=(_SHIPPED_SUMS, "__pycache__"))
     except (OSError, ValueError):
         return None
     if found != expected:
-        log.warning("The demo files shipped in %s do not match their checksums; the demo will be trained.", SHIPPED)
+        log.warning("The demo files shipped in %s do not match their checksums; the demo will be trained.", shipped)
         return None
     return expected
 
 
-def restore_shipped(out_dir: str | os.PathLike, progress: Progress | None = None) -> DemoPaths | None:
-    """The demo from the shipped model and tokenizer (copied into out_dir) and the regenerated corpus; None
-    when the package carries no intact trained demo."""
-    if _shipped_checksums() is None:
+def restore_shipped(out_dir: str | os.PathLike, progress: Progress | None = None,
+                    name: str = "demo") -> DemoPaths | None:
+    """The demo `name` from its shipped model and tokenizer (copied into out_dir) and the regenerated corpus; None
+    when the package carries no intact trained copy of it."""
+    shipped = _demo(name).shipped
+    if _shipped_checksums(shipped) is None:
         return None
     report = progress or (lambda fraction, message: None)
     out = Path(out_dir)
     report(0.0, "Copying the shipped demo model")
-    shutil.copytree(SHIPPED / "model", out / "model")
-    shutil.copyfile(SHIPPED / "metrics.json", out / "metrics.json")
+    shutil.copytree(shipped / "model", out / "model")
+    shutil.copyfile(shipped / "metrics.json", out / "metrics.json")
     report(0.5, "Writing the demo corpus")
     generate_corpus(seed=SEED).to_parquet(out / "dataset.parquet", index=False)
     report(1.0, "Demo ready")
@@ -99,27 +125,27 @@ def restore_shipped(out_dir: str | os.PathLike, progress: Progress | None = None
     return DemoPaths(root=out, model_dir=out / "model", dataset_path=out / "dataset.parquet", metrics=metrics)
 
 
-def _build_folders(base: Path) -> list[Path]:
-    return [p for p in base.glob(f".demo-{DEMO_VERSION}-build-*") if p.is_dir()]
+def _build_folders(base: Path, folder: str) -> list[Path]:
+    return [p for p in base.glob(f".{folder}-build-*") if p.is_dir()]
 
 
-def _remove_abandoned_builds(base: Path, lock_held: bool) -> None:
+def _remove_abandoned_builds(base: Path, folder: str, lock_held: bool) -> None:
     """Remove build folders whose builder is gone. Builders hold the build lock for as long as they build,
     so any build folder seen while holding it, or while nobody holds it, was left by a killed builder."""
-    folders = _build_folders(base)
+    folders = _build_folders(base, folder)
     if not folders:
         return
     if lock_held:
         for p in folders:
             shutil.rmtree(p, ignore_errors=True)
         return
-    with open(base / f"demo-{DEMO_VERSION}.lock", "w") as f:
+    with open(base / f"{folder}.lock", "w") as f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:  # a build is running: its folder is in use
             return
         try:
-            for p in _build_folders(base):
+            for p in _build_folders(base, folder):
                 shutil.rmtree(p, ignore_errors=True)
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
@@ -140,34 +166,35 @@ def _clear_demo_folder(root: Path) -> None:
 
 
 def ensure_demo(cache_dir: str | os.PathLike | None = None, progress: Progress | None = None,
-                rebuild: bool = False) -> DemoPaths:
-    """The cached demo (cache_root(cache_dir) / f"demo-{DEMO_VERSION}"), made on first use from the shipped
-    model (seconds), or trained (minutes) when the package carries no intact one; `rebuild` trains it again and
-    replaces the cached one (`longviz demo --rebuild`).
+                rebuild: bool = False, name: str = "demo") -> DemoPaths:
+    """The cached demo `name` (one of DEMOS; in cache_root(cache_dir) / f"demo-{DEMO_VERSION}" for the Longformer
+    demo), made on first use from the shipped model (seconds), or trained (minutes) when the package carries no
+    intact one; `rebuild` trains it again and replaces the cached one (`longviz demo --rebuild`).
 
     Every file is checked against the checksums in the demo's COMPLETE marker when it is opened; a damaged
     demo is made again. Concurrent callers (threads or processes) serialise on a file lock: one makes it, the
     others wait and reuse its result. It is made in a temporary folder renamed into place when complete, so
     an interrupted build never leaves a half-written demo behind, and folders of killed builds are removed.
     """
+    demo = _demo(name)
     base = cache_root(cache_dir)
-    root = base / f"demo-{DEMO_VERSION}"
+    root = base / demo.folder
     done = None if rebuild else _load_complete(root)
     if done is not None:
-        _remove_abandoned_builds(base, lock_held=False)
+        _remove_abandoned_builds(base, demo.folder, lock_held=False)
         return done
     with _THREAD_LOCK:
         base.mkdir(parents=True, exist_ok=True)
-    with file_lock(base / f"demo-{DEMO_VERSION}.lock"):
+    with file_lock(base / f"{demo.folder}.lock"):
         done = None if rebuild else _load_complete(root)  # another builder may have finished while we waited
         if done is not None:
             return done
-        _remove_abandoned_builds(base, lock_held=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".demo-{DEMO_VERSION}-build-", dir=base))
+        _remove_abandoned_builds(base, demo.folder, lock_held=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{demo.folder}-build-", dir=base))
         try:
-            if rebuild or restore_shipped(tmp, progress) is None:
-                build_demo(tmp, progress)
-            atomic_write(tmp / _COMPLETE, _marker(file_checksums(tmp)))
+            if rebuild or restore_shipped(tmp, progress, name) is None:
+                demo.build(tmp, progress)
+            atomic_write(tmp / _COMPLETE, _marker(demo.folder, file_checksums(tmp)))
             if root.exists():  # a damaged or incomplete directory (e.g. copied by hand)
                 _clear_demo_folder(root)
             os.rename(tmp, root)

@@ -1,5 +1,6 @@
-"""Demo training: the byte-level BPE tokenizer and the tiny Longformer classifier trained from scratch on the
-demo corpus, saved with ``save_pretrained`` so the demo loads through the same code path as a hub checkpoint.
+"""Demo training: the byte-level BPE tokenizer and a tiny classifier (the Longformer recipe here, ModernBERT's in
+demo/modernbert.py) trained from scratch on the demo corpus, saved with ``save_pretrained`` so the demo loads
+through the same code path as a hub checkpoint.
 
 The Hugging Face Hub is unreachable where longviz is developed and often where it is shown, so the demo is built
 locally and deterministically (fixed seeds).
@@ -12,6 +13,7 @@ import math
 import os
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +43,18 @@ _BATCH = 4  # small batches: more updates per epoch get the model off its initia
 _EPOCHS = 10
 _LR = 1e-3
 _AUX_WEIGHT = 1.0
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """What differs between the demos' models; corpus, tokenizer, crops and the training loop are shared."""
+
+    family: str  # named in progress messages: "Longformer", "ModernBERT"
+    version: str  # bumped when the recipe changes, so cached demos of the old one are made again
+    make_model: Callable[[int], torch.nn.Module]  # vocabulary size -> an untrained classifier
+    inputs: Callable[[torch.Tensor, torch.Tensor], dict]  # ids (b, L), positions from 0 (b, L) -> forward kwargs
+    loss: Callable[[torch.nn.Module, dict, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]  # -> logits, loss
+    max_positions: int  # longest input the saved tokenizer announces
 
 
 @dataclass(frozen=True)
@@ -107,26 +121,26 @@ def _make_model(vocab_size: int):
     return model
 
 
-def _app_inputs(text_ids: list[int], max_tokens: int) -> dict[str, torch.Tensor]:
-    """The app's encoding: <s> + text[:max_tokens-2] + </s>, global attention on <s>, positions from 2."""
-    ids = [BOS_ID] + text_ids[: max_tokens - 2] + [EOS_ID]
-    n = len(ids)
-    input_ids = torch.tensor([ids], dtype=torch.long)  # (1, n)
-    global_mask = torch.zeros_like(input_ids)
-    global_mask[0, 0] = 1
-    return {
-        "input_ids": input_ids,
-        "attention_mask": torch.ones_like(input_ids),
-        "global_attention_mask": global_mask,
-        "position_ids": torch.arange(PAD_ID + 1, n + PAD_ID + 1, dtype=torch.long)[None],  # (1, n)
-    }
+def _longformer_inputs(ids: torch.Tensor, positions: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Longformer's forward arguments: global attention on <s>, RoBERTa positions (from padding_idx + 1)."""
+    global_mask = torch.zeros_like(ids)
+    global_mask[:, 0] = 1
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "global_attention_mask": global_mask,
+            "position_ids": positions + PAD_ID + 1}
 
 
-def _crop_batch(docs: list[list[int]], labels: list[int], rng: np.random.Generator) -> dict[str, torch.Tensor]:
-    """Random crops of the training documents, as the app would encode them but with shifted positions.
+def _app_inputs(recipe: Recipe, text_ids: list[int], max_tokens: int) -> dict[str, torch.Tensor]:
+    """The app's encoding: <s> + text[:max_tokens-2] + </s>, positions counted from the first token."""
+    ids = torch.tensor([[BOS_ID] + text_ids[: max_tokens - 2] + [EOS_ID]], dtype=torch.long)  # (1, n)
+    return recipe.inputs(ids, torch.arange(ids.shape[1], dtype=torch.long)[None])
+
+
+def _crop_batch(docs: list[list[int]], rng: np.random.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random crops of the training documents, as the app would encode them but with shifted positions:
+    ids (b, L + 2) and positions counted from 0 (b, L + 2).
 
     Crops come from anywhere in a document and keep their offset in the position ids, plus a random
-    shift, so every position up to MAX_POSITIONS - 1 is trained even though crops are short: the
+    shift, so every position up to MAX_TOKENS - 1 is trained even though crops are short: the
     model then behaves at 2,048 and 4,096 tokens as it does on the 256-token crops.
     Half of the crops are exactly the app's encoding of the document start.
     """
@@ -140,31 +154,21 @@ def _crop_batch(docs: list[list[int]], labels: list[int], rng: np.random.Generat
             start = int(rng.integers(0, len(doc) - L + 1))
             shift = int(rng.integers(0, max(1, MAX_TOKENS - L - start - 1)))
         ids[row] = [BOS_ID] + doc[start : start + L] + [EOS_ID]
-        text_pos = np.arange(L + 1) + start + shift + PAD_ID + 2  # text tokens then </s>
-        pos[row] = np.concatenate([[PAD_ID + 1], text_pos])
-    input_ids = torch.from_numpy(ids)
-    global_mask = torch.zeros_like(input_ids)
-    global_mask[:, 0] = 1
-    return {
-        "input_ids": input_ids,
-        "attention_mask": torch.ones_like(input_ids),
-        "global_attention_mask": global_mask,
-        "position_ids": torch.from_numpy(pos),
-        "labels": torch.tensor(labels, dtype=torch.long),
-    }
+        pos[row] = np.concatenate([[0], np.arange(L + 1) + start + shift + 1])  # <s>, then text tokens and </s>
+    return torch.from_numpy(ids), torch.from_numpy(pos)
 
 
 @torch.no_grad()
-def _accuracy(model, docs: list[list[int]], labels: list[int], max_tokens: int) -> float:
+def _accuracy(recipe: Recipe, model, docs: list[list[int]], labels: list[int], max_tokens: int) -> float:
     model.eval()
     correct = 0
     for doc, label in zip(docs, labels):
-        logits = model(**_app_inputs(doc, max_tokens)).logits
+        logits = model(**_app_inputs(recipe, doc, max_tokens)).logits
         correct += int(logits.argmax(-1).item() == label)
     return correct / len(docs)
 
 
-def _training_loss(model, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+def _longformer_loss(model, inputs: dict[str, torch.Tensor], labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Cross-entropy of the <s> classification plus two auxiliary ones, through the same classification
     head: on the mean of the last layer's token states and on the mean of the embeddings.
 
@@ -173,8 +177,6 @@ def _training_loss(model, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor,
     embeddings directly, carry the class early on; <s>, which starts as an average of all tokens (see
     _make_model), then reads it.  Seeds 0, 1 and 2 all reach 0.97-0.98 held-out accuracy at 2,048 tokens.
     """
-    labels = batch["labels"]
-    inputs = {k: v for k, v in batch.items() if k != "labels"}
     out = model.longformer(**inputs, output_hidden_states=True)
     hidden = out.last_hidden_state  # (b, L, h)
     logits = model.classifier(hidden)  # the head reads position 0, <s>
@@ -185,7 +187,8 @@ def _training_loss(model, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor,
     return logits, loss
 
 
-def _train(model, docs: list[list[int]], labels: list[int], progress: Progress, lo: float, hi: float) -> list[float]:
+def _train(recipe: Recipe, model, docs: list[list[int]], labels: list[int], progress: Progress, lo: float,
+           hi: float) -> list[float]:
     """AdamW with warm-up and linear decay on random crops; returns the training accuracy per epoch."""
     rng = np.random.default_rng(SEED)
     steps_per_epoch = math.ceil(len(docs) / _BATCH)
@@ -203,14 +206,15 @@ def _train(model, docs: list[list[int]], labels: list[int], progress: Progress, 
             correct = 0
             for b in range(steps_per_epoch):
                 idx = order[b * _BATCH : (b + 1) * _BATCH]
-                batch = _crop_batch([docs[i] for i in idx], [labels[i] for i in idx], rng)
-                logits, loss = _training_loss(model, batch)
+                ids, positions = _crop_batch([docs[i] for i in idx], rng)
+                targets = torch.tensor([labels[i] for i in idx], dtype=torch.long)
+                logits, loss = recipe.loss(model, recipe.inputs(ids, positions), targets)
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
                 optimizer.step()
                 schedule.step()
                 optimizer.zero_grad(set_to_none=True)
-                correct += int((logits.argmax(-1) == batch["labels"]).sum())
+                correct += int((logits.argmax(-1) == targets).sum())
             history.append(correct / len(docs))
             progress(lo + (hi - lo) * (epoch + 1) / _EPOCHS,
                      f"Training epoch {epoch + 1}/{_EPOCHS}: accuracy on training crops {history[-1]:.3f}")
@@ -227,8 +231,11 @@ def _length_stats(lengths: list[int]) -> dict:
     }
 
 
-def build_demo(out_dir: str | os.PathLike, progress: Progress | None = None) -> DemoPaths:
-    """Build the demo into out_dir: model/ (weights + tokenizer), dataset.parquet, metrics.json."""
+def build_demo(out_dir: str | os.PathLike, progress: Progress | None = None,
+               recipe: Recipe | None = None) -> DemoPaths:
+    """Build a demo into out_dir: model/ (weights + tokenizer), dataset.parquet, metrics.json; the Longformer demo
+    unless another `recipe` is given."""
+    recipe = recipe or LONGFORMER
     report = progress or (lambda fraction, message: None)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -245,27 +252,28 @@ def build_demo(out_dir: str | os.PathLike, progress: Progress | None = None) -> 
     test = np.flatnonzero(df["split"].to_numpy() == "test")
     labels = df["label"].tolist()
 
-    report(0.1, "Training the Longformer classifier")
+    report(0.1, f"Training the {recipe.family} classifier")
     with torch.random.fork_rng():  # seed initialisation and dropout without touching the caller's RNG
         torch.manual_seed(SEED)
-        model = _make_model(len(tokenizer))
-        history = _train(model, [encoded[i] for i in train], [labels[i] for i in train], report, 0.1, 0.85)
+        model = recipe.make_model(len(tokenizer))
+        history = _train(recipe, model, [encoded[i] for i in train], [labels[i] for i in train], report, 0.1, 0.85)
 
     accuracy = {}
     for k, max_tokens in enumerate(EVAL_LENGTHS):
         report(0.85 + 0.05 * k, f"Evaluating on the held-out split at {max_tokens} tokens")
-        accuracy[max_tokens] = _accuracy(model, [encoded[i] for i in test], [labels[i] for i in test], max_tokens)
+        accuracy[max_tokens] = _accuracy(recipe, model, [encoded[i] for i in test], [labels[i] for i in test], max_tokens)
 
     report(0.95, "Saving the model, tokenizer and dataset")
     model_dir = out / "model"
     model.save_pretrained(model_dir)
+    tokenizer.model_max_length = recipe.max_positions
     tokenizer.save_pretrained(model_dir)
     shutil.rmtree(out / "bpe")
     dataset_path = out / "dataset.parquet"
     df.to_parquet(dataset_path, index=False)
     n_params = sum(p.numel() for p in model.parameters())
     metrics = {
-        "demo_version": DEMO_VERSION,
+        "demo_version": recipe.version,
         "accuracy_2048": accuracy[2048],
         "accuracy_4096": accuracy[4096],
         "train_accuracy_per_epoch": history,
@@ -282,3 +290,7 @@ def build_demo(out_dir: str | os.PathLike, progress: Progress | None = None) -> 
     report(1.0, f"Demo ready: held-out accuracy {accuracy[2048]:.3f} at 2048 tokens")
     return DemoPaths(root=out, model_dir=model_dir, dataset_path=dataset_path, metrics=metrics)
 
+
+
+LONGFORMER = Recipe(family="Longformer", version=DEMO_VERSION, make_model=_make_model, inputs=_longformer_inputs,
+                    loss=_longformer_loss, max_positions=MAX_TOKENS)

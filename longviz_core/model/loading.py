@@ -18,6 +18,7 @@ import pandas as pd
 import torch
 
 from .._disk import texts_hasher
+from ..config import DEMO, DEMO_MODELS
 from ..errors import (
     DatasetError,
     HubUnreachableError,
@@ -33,7 +34,6 @@ from .encoding import Encoded, special_ids
 from .families import Family, family_of
 from .files import check_no_nul, read_bounded, read_dataset_file
 
-DEMO = "demo"
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
 
@@ -67,16 +67,17 @@ class LoadedModel:
 
 
 def load_model(source: str, device=None, progress: Progress | None = None) -> LoadedModel:
-    """Load a sequence classifier from "demo", a local directory or a Hub id, in eval mode."""
+    """Load a sequence classifier from "demo" (Longformer), "demo-modernbert", a local directory or a Hub id, in
+    eval mode."""
     from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
     if not isinstance(source, str) or not source.strip():
         raise ModelNotFoundError("No model given: choose 'demo', a local checkpoint directory or a Hub id.")
     source = source.strip()
-    if source == DEMO:
+    if source in DEMO_MODELS:
         from ..demo import ensure_demo
 
-        path = str(ensure_demo(progress=progress).model_dir)
+        path = str(ensure_demo(progress=progress, name=source).model_dir)
     else:
         path = _resolve_path(source)
     device = usable_device(device)

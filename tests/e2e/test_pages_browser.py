@@ -42,20 +42,23 @@ def shots(tmp_path_factory) -> Path:
     return path
 
 
-def _url(base: str, page_file: str) -> str:
+def _url(base: str, page_file: str, model: str = "demo") -> str:
     stem = Path(page_file).stem
-    return f"{base}/{'' if page_file == page_files()[0] else stem}?max_tokens={MAX_TOKENS}"
+    chosen = "" if model == "demo" else f"&model_source={model}"
+    return f"{base}/{'' if page_file == page_files()[0] else stem}?max_tokens={MAX_TOKENS}{chosen}"
 
 
+# Every page on each shipped demo: the Longformer one and the ModernBERT one (sliding and full layers).
+@pytest.mark.parametrize("model", ["demo", "demo-modernbert"])
 @pytest.mark.parametrize("width", WIDTHS)
-def test_every_page_reads_at_this_width(app_server, browser, shots, width):
+def test_every_page_reads_at_this_width(app_server, browser, shots, width, model):
     base, log = app_server
     browser.set_window_size(width, HEIGHT)
     found, report = [], []
     for page_file in page_files():
-        name = Path(page_file).stem
+        name = Path(page_file).stem if model == "demo" else f"{model}-{Path(page_file).stem}"
         started = time.monotonic()
-        browser.get(_url(base, page_file))
+        browser.get(_url(base, page_file, model))
         wait_idle(browser)
         clicked = click_run_buttons(browser)
         assert not problems(browser), (name, width, problems(browser))
@@ -68,11 +71,13 @@ def test_every_page_reads_at_this_width(app_server, browser, shots, width):
             time.sleep(0.5)
             found += [f"{name} @ {width}, tab {i}: {p}" for p in layout_problems(browser)]
         assert not problems(browser), (name, width, problems(browser))
+        chosen = browser.find_element("css selector", '[data-testid="stSidebar"] input[aria-label="Model"]')
+        assert chosen.get_attribute("value") == model, (name, chosen.get_attribute("value"))
         report.append(f"{name} @ {width}: ran {clicked or '-'}, {len(tabs)} tabs, {time.monotonic() - started:.0f} s")
     print(f"\nscreenshots in {shots}\n  " + "\n  ".join(report))
     assert not found, "\n".join(found)
     assert "Traceback" not in log.read_text()
-    if os.environ.get("LONGVIZ_UPDATE_SCREENSHOT") == "1" and width == README_SHOT[1]:
+    if os.environ.get("LONGVIZ_UPDATE_SCREENSHOT") == "1" and (width, model) == (README_SHOT[1], "demo"):
         shutil.copy(shots / f"{README_SHOT[0]}-{width}.png", ROOT / "docs" / "screenshot.png")
 
 

@@ -418,3 +418,62 @@ def test_the_shipped_model_is_what_demo_build_trains(tmp_path):
     labels = test["label"].to_numpy()
     assert (a == labels).mean() >= 0.90 and (b == labels).mean() >= 0.90
     assert (a == b).mean() >= 0.85
+
+
+# ------------------------------------------------------------------ the ModernBERT demo
+
+
+@pytest.fixture(scope="module")
+def modernbert_demo(tmp_path_factory):
+    def no_build(*args, **kwargs):
+        raise AssertionError("trained although the package ships the ModernBERT demo")
+
+    patch = pytest.MonkeyPatch()
+    patch.setattr(demo_module, "build_demo", no_build)  # the ModernBERT demo's build goes through it too
+    try:
+        yield ensure_demo(cache_dir=tmp_path_factory.mktemp("mb-cache"), name="demo-modernbert")
+    finally:
+        patch.undo()
+
+
+def test_modernbert_demo_is_restored_from_the_shipped_files(modernbert_demo):
+    shipped = demo_module.SHIPPED_MODERNBERT / "model"
+    assert modernbert_demo.root.name == "demo-modernbert-1"
+    assert sorted(p.name for p in modernbert_demo.model_dir.iterdir()) == sorted(p.name for p in shipped.iterdir())
+    for p in shipped.iterdir():
+        assert (modernbert_demo.model_dir / p.name).read_bytes() == p.read_bytes()
+    pd.testing.assert_frame_equal(pd.read_parquet(modernbert_demo.dataset_path), generate_corpus())
+    marker = json.loads((modernbert_demo.root / "COMPLETE").read_text())
+    assert marker["files"] == demo_module.file_checksums(modernbert_demo.root)
+    # the same tokenizer as the Longformer demo: the two demos read the same tokens
+    longformer = demo_module.SHIPPED / "model" / "tokenizer.json"
+    assert (shipped / "tokenizer.json").read_bytes() == longformer.read_bytes()
+
+
+def test_modernbert_demo_config(modernbert_demo):
+    cfg = json.loads((modernbert_demo.model_dir / "config.json").read_text())
+    assert cfg["model_type"] == "modernbert" and cfg["architectures"] == ["ModernBertForSequenceClassification"]
+    assert cfg["layer_types"] == ["full_attention", "sliding_attention", "sliding_attention", "full_attention"]
+    assert cfg["local_attention"] == 64 and cfg["max_position_embeddings"] == 8192
+    assert cfg["classifier_pooling"] == "cls"
+    assert (cfg["pad_token_id"], cfg["cls_token_id"], cfg["sep_token_id"]) == (1, 0, 2)
+    assert {int(k): v for k, v in cfg["id2label"].items()} == {0: "programming_languages", 1: "artificial_intelligence"}
+    assert sum(p.stat().st_size for p in modernbert_demo.model_dir.iterdir()) <= 10 * 2**20  # ships at <= 10 MB
+
+
+@pytest.mark.slow
+@torch.no_grad()
+def test_modernbert_demo_held_out_accuracy(modernbert_demo, corpus):
+    """A trained model, not a random one: the held-out split at 2,048 tokens, encoded independently of longviz_core
+    (<s> + text + </s>, positions from 0 as RoPE counts them)."""
+    tok = AutoTokenizer.from_pretrained(modernbert_demo.model_dir)
+    mdl = AutoModelForSequenceClassification.from_pretrained(modernbert_demo.model_dir).eval()
+    test = corpus[corpus["split"] == "test"]
+    predicted = []
+    for text in test["text"]:
+        ids = [tok.cls_token_id, *tok.encode(text, add_special_tokens=False)[:2046], tok.sep_token_id]
+        predicted.append(int(mdl(input_ids=torch.tensor([ids])).logits.argmax(-1)))
+    accuracy = (np.array(predicted) == test["label"].to_numpy()).mean()
+    assert accuracy >= 0.90
+    assert modernbert_demo.metrics["accuracy_2048"] == pytest.approx(accuracy)
+    assert modernbert_demo.metrics["demo_version"] == "1" and modernbert_demo.metrics["accuracy_4096"] >= 0.90
