@@ -13,6 +13,7 @@ import os
 import sys
 from pathlib import Path
 
+from .config import DEMO_MODELS
 from .errors import LongvizError
 
 # app.py and pages/ sit beside the package in a clone (and so in an editable install), not inside it.
@@ -66,7 +67,7 @@ def _parser() -> argparse.ArgumentParser:
     app.add_argument("streamlit_args", nargs="*", metavar="ARG", help="passed to `streamlit run app.py`")
 
     demo = sub.add_parser("demo", help="build the offline demo if needed; show its accuracy")
-    demo.add_argument("--model", default="demo", choices=("demo", "demo-modernbert"),
+    demo.add_argument("--model", default="demo", choices=DEMO_MODELS,
                       help="which demo: demo (Longformer, the default) or demo-modernbert")
     demo.add_argument("--rebuild", action="store_true", help="build it again even if it exists")
     demo.add_argument("--cache-dir", default=None, help="default: $LONGVIZ_CACHE_DIR, else ~/.cache/longviz")

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import torch
 
-from .train import BOS_ID, EOS_ID, ID2LABEL, LABEL2ID, PAD_ID, Recipe
+from .train import BOS_ID, EOS_ID, ID2LABEL, LABEL2ID, PAD_ID, Recipe, with_auxiliary
 
 VERSION = "1"
 MAX_POSITIONS = 8192  # ModernBERT's own maximum: RoPE has no position table to size
-_AUX_WEIGHT = 1.0
 
 
 def _make_model(vocab_size: int):
@@ -58,10 +57,9 @@ def _loss(model, inputs: dict[str, torch.Tensor], labels: torch.Tensor) -> tuple
         return model.classifier(model.drop(model.head(states)))
 
     logits = classify(hidden[:, 0])
-    loss = torch.nn.functional.cross_entropy(logits, labels)
-    for states in (hidden, out.hidden_states[0]):  # last layer, embeddings: (b, L, h) each
-        loss = loss + _AUX_WEIGHT * torch.nn.functional.cross_entropy(classify(states.mean(dim=1)), labels)
-    return logits, loss
+    # last layer, embeddings: (b, L, h) each
+    return logits, with_auxiliary(logits, (classify(states.mean(dim=1)) for states in (hidden, out.hidden_states[0])),
+                                  labels)
 
 
 MODERNBERT = Recipe(family="ModernBERT", version=VERSION, make_model=_make_model, inputs=_inputs, loss=_loss,

@@ -180,11 +180,18 @@ def _longformer_loss(model, inputs: dict[str, torch.Tensor], labels: torch.Tenso
     out = model.longformer(**inputs, output_hidden_states=True)
     hidden = out.last_hidden_state  # (b, L, h)
     logits = model.classifier(hidden)  # the head reads position 0, <s>
+    # last layer, embeddings: (b, L, h) each, their means through the same head
+    auxiliary = (model.classifier(states.mean(dim=1, keepdim=True)) for states in (hidden, out.hidden_states[0]))
+    return logits, with_auxiliary(logits, auxiliary, labels)
+
+
+def with_auxiliary(logits: torch.Tensor, auxiliary, labels: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy of the head's logits plus _AUX_WEIGHT times that of each auxiliary readout's logits (an
+    iterable, computed in turn), the loss every recipe trains with."""
     loss = torch.nn.functional.cross_entropy(logits, labels)
-    for states in (hidden, out.hidden_states[0]):  # last layer, embeddings: (b, L, h) each
-        pooled = model.classifier(states.mean(dim=1, keepdim=True))
+    for pooled in auxiliary:
         loss = loss + _AUX_WEIGHT * torch.nn.functional.cross_entropy(pooled, labels)
-    return logits, loss
+    return loss
 
 
 def _train(recipe: Recipe, model, docs: list[list[int]], labels: list[int], progress: Progress, lo: float,
@@ -261,7 +268,8 @@ def build_demo(out_dir: str | os.PathLike, progress: Progress | None = None,
     accuracy = {}
     for k, max_tokens in enumerate(EVAL_LENGTHS):
         report(0.85 + 0.05 * k, f"Evaluating on the held-out split at {max_tokens} tokens")
-        accuracy[max_tokens] = _accuracy(recipe, model, [encoded[i] for i in test], [labels[i] for i in test], max_tokens)
+        accuracy[max_tokens] = _accuracy(recipe, model, [encoded[i] for i in test], [labels[i] for i in test],
+                                         max_tokens)
 
     report(0.95, "Saving the model, tokenizer and dataset")
     model_dir = out / "model"
