@@ -94,7 +94,6 @@ def _peak() -> int:
 def one(path: Path, n: int, route: str, family: str = "modernbert") -> dict:
     """One size and route in this process: {"seconds": {...}, "growth": bytes, "n": tokens}."""
     import longviz_core as lv
-    from longviz_core.model.encoding import encode
     from longviz_core.views.counts import count_intersection, tally, token_counts, topk_indices
     from longviz_core.views.pooling import pool_attention
     from tiny import text_of
@@ -104,7 +103,7 @@ def one(path: Path, n: int, route: str, family: str = "modernbert") -> dict:
     warm = lv.analyze(model, text_of(300), max_tokens=256)  # imports, numba's cached loops, first calls
     tally(topk_indices(warm.attention, 8), warm.tokens)
     pool_attention(warm.attention, 64)
-    enc = encode(model.tokenizer, text, n, model_max=model.max_tokens, position_offset=model.position_offset)
+    enc = model.encode(text, n)
     ids = torch.as_tensor(enc.input_ids)[None]
     before, seconds = _rss(), {}
 

@@ -120,3 +120,43 @@ def make_tiny_bigbird(path: Path, layers=2, heads=2, hidden=32, block_size=16, r
 
 def text_of(n_words: int) -> str:
     return " ".join(WORDS[i % len(WORDS)] for i in range(n_words))
+
+
+_DECODERS = {
+    # model type: (config class, classifier class, extra config, BOS before the text)
+    "llama": ("LlamaConfig", "LlamaForSequenceClassification", {}, True),
+    "qwen3": ("Qwen3Config", "Qwen3ForSequenceClassification", {"head_dim": 8}, False),
+    "mistral": ("MistralConfig", "MistralForSequenceClassification", {"sliding_window": 12}, True),
+    "gemma2": ("Gemma2Config", "Gemma2ForSequenceClassification",
+               {"sliding_window": 12, "head_dim": 8, "query_pre_attn_scalar": 24, "attn_logit_softcapping": 2.0,
+                "final_logit_softcapping": None}, True),
+}
+
+
+def make_tiny_decoder(path: Path, kind: str = "llama", layers=2, heads=4, kv_heads=2, hidden=32, labels=2,
+                      pad=True, initializer_range=0.5, max_positions=32768, seed=0, **config) -> Path:
+    """A decoder sequence classifier (GenericForSequenceClassification) of `kind` (llama, qwen3, mistral,
+    gemma2) with grouped-query attention (`kv_heads` key/value heads), a large initializer range so attention is
+    far from uniform, and the BPE vocabulary under the decoder's own template (Llama, Mistral, Gemma: <s> before
+    the text; Qwen: nothing). `pad=False`: no pad token, as most Llama checkpoints. Extra keywords go to the
+    config (e.g. layer_types)."""
+    import transformers
+    from tokenizers import processors
+
+    config_cls, model_cls, extra, bos = _DECODERS[kind]
+    path = Path(path)
+    tok = _bpe_tokenizer(path)
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok.backend_tokenizer, bos_token="<s>",
+                                                eos_token="</s>", unk_token="<unk>",
+                                                pad_token="<pad>" if pad else None)
+    fast.backend_tokenizer.post_processor = (processors.TemplateProcessing(single="<s> $A", special_tokens=[
+        ("<s>", 0)]) if bos else processors.ByteLevel(trim_offsets=False))
+    torch.manual_seed(seed)
+    cfg = getattr(transformers, config_cls)(
+        vocab_size=len(tok), hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+        num_key_value_heads=kv_heads, intermediate_size=hidden * 2, max_position_embeddings=max_positions,
+        pad_token_id=1 if pad else None, bos_token_id=0, eos_token_id=2, initializer_range=initializer_range,
+        tie_word_embeddings=False, **{**extra, **config}, **_labels(labels))
+    getattr(transformers, model_cls)(cfg).save_pretrained(path)
+    fast.save_pretrained(path)
+    return path

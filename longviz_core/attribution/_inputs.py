@@ -34,7 +34,8 @@ def padded_tensors(model, enc: Encoded):
     Family.kwargs takes them in that order."""
     tok = model.tokenizer
     extra = padded_length(model, enc.n) - enc.n
-    pad_id = int(tok.pad_token_id)
+    # padding exists only where a family pads inside its forward (Longformer, BigBird), and those have a pad token
+    pad_id = int(tok.pad_token_id) if tok.pad_token_id is not None else 0
 
     def t(a, fill):
         a = np.concatenate([np.asarray(a, dtype=np.int64), np.full(extra, fill, dtype=np.int64)])

@@ -13,6 +13,7 @@ from ..errors import ExplainerError
 from ..model.analysis import DocumentAnalysis
 from ..model.bands import AttentionBands
 from ..model.block_sparse import BlockSparseLayer
+from ..model.capture import implementation
 from ..model.loading import LoadedModel
 from ..runtime import COMPUTE
 
@@ -172,7 +173,10 @@ def backward(model: LoadedModel, analysis: DocumentAnalysis, target: int, object
                 handles.append(layers[l].register_forward_pre_hook(partial(keep, l), with_kwargs=True))
             if grads_hook is not None:
                 grads_hook.attach()
-            with torch.enable_grad():
+            # attention gradients are read from the weights eager returns (a decoder runs longviz's chunked
+            # attention otherwise, which returns none); such explainers make a layer whole anyway (layered.py)
+            weights = "eager" if attention else net.config._attn_implementation
+            with torch.enable_grad(), implementation(net, weights):
                 out = net(**inputs, output_attentions=bool(attention and family.global_tokens))
                 logits = out.logits[0].float()  # (classes,)
                 value = logits[target] if objective == "logit" else torch.softmax(logits, dim=-1)[target]

@@ -6,8 +6,9 @@ or from both — one family behind one front door.
 per token of the analysis (<s> and </s> included), the class explained, the wall time and the peak extra memory.
 Definitions, with their sources, are in docs/methods.md#explainers. With z_t the target's logit, p_t its softmax
 probability, e_i the embeddings-layer output of token i, h^l the input of layer l (h^0 = e), A_{l,h} head h's
-attention in layer l (rows = queries), Ā_l = mean_h A_{l,h}, L layers, cls = position 0 (the token the
-classifier reads; under a family's mean pooling, e_cls below is the vector 1/n, Family.readout):
+attention in layer l (rows = queries), Ā_l = mean_h A_{l,h}, L layers, cls = the row the classifier reads
+(position 0, <s>; a decoder's last token; under a family's mean pooling e_cls below is the vector 1/n:
+Family.read_row and Family.readout):
 
     ig             Integrated Gradients (attribution.ig), L2-normalised, sign kept
     grad_x_input   Σ_d e_{i,d} · ∂z_t/∂e_{i,d}
@@ -160,9 +161,11 @@ def cls_rollout(matrices: Sequence[AttentionBands], kind: str, cls: int = CLS, r
 
 # ------------------------------------------------------------------------------------------ attention only
 def _read_row(model, bands: AttentionBands, layer: int) -> np.ndarray:
-    """Ā_l's row the classifier reads: the cls row, or under mean pooling the mean of all rows (n,) float64."""
-    if model.family.pooling == "cls":
-        return np.mean([bands.row(layer, h, CLS) for h in range(bands.num_heads)], axis=0, dtype=np.float64)
+    """Ā_l's row the classifier reads: the cls row (a decoder's: its last token), or under mean pooling the mean
+    of all rows (n,) float64."""
+    row = model.family.read_row(bands.n)
+    if row is not None:
+        return np.mean([bands.row(layer, h, row) for h in range(bands.num_heads)], axis=0, dtype=np.float64)
     return vecmat(model.family.readout(bands.n), head_mean(bands, layer))
 
 
@@ -254,8 +257,9 @@ def _att_x_grad(model, analysis, target):
     rows: list[np.ndarray] = []
 
     def consume(layer, grads: AttentionBands):
-        if model.family.pooling == "cls":
-            rows.extend(bands.row(last, h, CLS).astype(np.float64) * grads.row(0, h, CLS)
+        row = model.family.read_row(bands.n)
+        if row is not None:
+            rows.extend(bands.row(last, h, row).astype(np.float64) * grads.row(0, h, row)
                         for h in range(bands.num_heads))
         else:  # mean pooling: every row is read, each with weight 1/n
             rows.append(vecmat(model.family.readout(bands.n), _head_mean_product(grads, bands, last, positive=False)))

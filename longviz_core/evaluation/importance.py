@@ -51,7 +51,7 @@ import torch
 
 from .._disk import cache_folder, read_sealed, write_sealed
 from ..errors import LongvizError
-from ..model.encoding import DEFAULT_MAX_TOKENS, encode
+from ..model.encoding import DEFAULT_MAX_TOKENS
 from ..model.families import FamilyLayoutError, HeadParameters
 from ..model.loading import LoadedModel, dataset_fingerprint
 from ..progress import Progress, report
@@ -214,7 +214,7 @@ def load_head_importance(source, num_layers: int | None = None, num_heads: int |
 # ---------------------------------------------------------------------------------------------- workers
 def _document_loss(model: LoadedModel, text: str, label: int, max_tokens: int) -> torch.Tensor:
     """Cross-entropy of one document with its gold label, with the autograd graph (caller enables grad)."""
-    enc = encode(model.tokenizer, text, max_tokens, model_max=model.max_tokens, position_offset=model.position_offset)
+    enc = model.encode(text, max_tokens)
     logits = model(**model.family.inputs(enc, model.device)).logits
     return torch.nn.functional.cross_entropy(logits.double(), torch.tensor([int(label)], device=logits.device))
 

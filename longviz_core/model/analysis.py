@@ -12,8 +12,8 @@ from ..runtime import COMPUTE
 from .bands import AttentionBands
 from .block_sparse import analyze_block_sparse
 from .capture import analyze_layers
-from .encoding import DEFAULT_MAX_TOKENS, Encoded, encode, text_hash
-from .families import BANDED, BANDED_GLOBAL, BLOCK_SPARSE, LayerPattern
+from .encoding import DEFAULT_MAX_TOKENS, Encoded, text_hash
+from .families import BANDED_GLOBAL, BLOCK_SPARSE, LayerPattern
 from .layered import LayeredAttention
 from .loading import LoadedModel
 
@@ -53,12 +53,12 @@ class DocumentAnalysis:
 
 def analyze(model: LoadedModel, text: str, max_tokens: int = DEFAULT_MAX_TOKENS) -> DocumentAnalysis:
     """Encode `text` (truncated to `max_tokens`), run the model once with attentions, keep the bands."""
-    enc = encode(model.tokenizer, text, max_tokens, model_max=model.max_tokens, position_offset=model.position_offset)
+    enc = model.encode(text, max_tokens)
     patterns = model.family.attention_patterns(enc.n)
     inputs = model.family.inputs(enc, model.device)
     with COMPUTE.hold(), torch.no_grad():
         if model.family.attention_interface:  # each layer by its pattern: banded, or streamed from Q and K
-            out, attention = analyze_layers(model, inputs, [p.radius if p.kind == BANDED else None for p in patterns])
+            out, attention = analyze_layers(model, inputs, patterns)
         elif any(p.kind == BLOCK_SPARSE for p in patterns):  # BigBird: the weights its block-sparse layers apply
             out, attention = analyze_block_sparse(model, inputs, enc.n)
         else:
@@ -93,8 +93,7 @@ def predict_probs(model: LoadedModel, texts, max_tokens: int = DEFAULT_MAX_TOKEN
     texts = list(texts)
     out = np.zeros((len(texts), model.num_labels), dtype=np.float32)  # (documents, classes)
     for i, text in enumerate(texts):
-        enc = encode(model.tokenizer, text, max_tokens, model_max=model.max_tokens,
-                     position_offset=model.position_offset)
+        enc = model.encode(text, max_tokens)
         with COMPUTE.hold(), torch.no_grad():
             logits = model(**model.family.inputs(enc, model.device)).logits[0].float()
         out[i] = torch.softmax(logits, dim=-1).cpu().numpy()

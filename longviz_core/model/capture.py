@@ -8,47 +8,116 @@ chunks of rows and the keys their window reaches), and hands each layer's querie
 mask to a sink. The sink keeps
 - a *banded* layer (ModernBERT's sliding layers, radius r = local_attention // 2) as its band, (heads, n,
   2r+1): softmax over the keys |i - j| <= r inside the document, computed from Q and K in chunks of rows;
-- a *full* layer (ModernBERT's global layers, BERT / RoBERTa / EuroBERT / GTE) as a `StreamedLayer` (Q, K).
-The layer's pattern comes from the model family (`model/families.py`); the sink checks that the mask the model built for the
-layer allows exactly that pattern, so a config read wrongly fails loudly instead of giving other weights.
+- a *full* layer (ModernBERT's global layers, BERT / RoBERTa / EuroBERT / GTE) as a `StreamedLayer` (Q, K);
+- a *causal* layer (decoders: full or sliding, grouped-query, soft-capped) as a causal `StreamedLayer`.
+The layer's pattern comes from the model family (`model/families.py`); the sink checks that the mask the model
+built for the layer allows exactly that pattern, so a config read wrongly fails loudly instead of giving other
+weights. For a causal layer with full attention transformers builds no mask at all (sdpa runs `is_causal`), so
+"no mask" is read through the module's `is_causal`, as sdpa reads it, never as "all pairs".
+
+Masks are never built whole: the mask function registered for longviz returns a `LazyMask`, the recipe
+transformers hands its mask builder (sizes, the composed mask function, the padding mask), and rows of it are
+built on demand for chunks of queries (a 32,768-token causal mask would be 1 GiB of bools, and transformers'
+builder broadcasts int64 indices eight times that). The attention function runs every layer on chunks of query
+rows against the keys the chunk's mask rows reach, so the model's output is what its eager or sdpa attention
+computes, without an n x n matrix. Decoders run every forward this way (`Family.forward_implementation`), so
+deletion tests and Integrated Gradients at 32,768 tokens need no n x n either.
 """
 from __future__ import annotations
 
 import threading
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
 from ..errors import LongvizError
 from .bands import AttentionBands
+from .families import BANDED, CAUSAL, FULL, LayerPattern
 from .layered import LayeredAttention
 from .streamed import StreamedLayer
 
 IMPLEMENTATION = "longviz"
-_ROWS = 256  # query rows per chunk of a banded layer
-_MASK_ROWS = 1024  # query rows per chunk of the mask
+_ROWS = 256  # query rows per chunk of a layer's attention
+_MASK_CELLS = 1 << 22  # query x key cells per chunk of mask rows (transformers' builder holds int64 indices)
 
 
 class AttentionPatternError(LongvizError, RuntimeError):
     """The model attends in another pattern than its config names (or through a path longviz cannot see)."""
 
 
-def analyze_layers(model, inputs: dict, radii) -> tuple:
-    """Run `model(**inputs)` once (a LoadedModel, batch of one) and return (its output, LayeredAttention); `radii`
-    gives each layer's one-sided radius r (banded) or None (full), from the model family's patterns."""
-    patterns, num_layers = list(radii), len(radii)
+@dataclass(frozen=True, eq=False)
+class LazyMask:
+    """The mask transformers would build for one layer type, as the recipe it hands the mask builder; rows are
+    built on demand. `kind` classifies it once (chunk by chunk): "full" (every pair), "causal" (j <= i) or "other"."""
+
+    batch_size: int
+    q_length: int
+    kv_length: int
+    q_offset: int
+    kv_offset: int
+    mask_function: object
+    attention_mask: torch.Tensor | None
+    device: object
+    _kind: list = field(default_factory=list, repr=False)
+
+    def rows(self, a: int, b: int) -> torch.Tensor:
+        """(batch, 1, b - a, keys) bool, True = attend: rows a .. b-1 of the mask."""
+        from transformers.masking_utils import sdpa_mask
+
+        return sdpa_mask(self.batch_size, b - a, self.kv_length, q_offset=self.q_offset + a,
+                         kv_offset=self.kv_offset, mask_function=self.mask_function,
+                         attention_mask=self.attention_mask, allow_is_causal_skip=False,
+                         allow_is_bidirectional_skip=False, device=self.device)
+
+    def chunks(self):
+        """(a, b, rows a..b-1 as (batch, 1, rows, keys) bool) in chunks of about _MASK_CELLS cells."""
+        step = max(1, _MASK_CELLS // max(self.kv_length, 1))
+        for a in range(0, self.q_length, step):
+            b = min(a + step, self.q_length)
+            yield a, b, self.rows(a, b)
+
+    @property
+    def kind(self) -> str:
+        if not self._kind:
+            kind = {"full", "causal"}
+            for a, b, m in self.chunks():
+                i = torch.arange(a, b)[:, None] + self.q_offset
+                j = torch.arange(self.kv_length)[None, :] + self.kv_offset
+                if "full" in kind and not bool(m.all()):
+                    kind.discard("full")
+                if "causal" in kind and not bool((m == (j <= i)).all()):
+                    kind.discard("causal")
+                if not kind:
+                    break
+            self._kind.append(min(kind) if kind else "other")  # "causal" < "full": one q x one k is both
+        return self._kind[0]
+
+
+def analyze_layers(model, inputs: dict, patterns) -> tuple:
+    """Run `model(**inputs)` once (a LoadedModel, batch of one) and return (its output, LayeredAttention);
+    `patterns` gives each layer's LayerPattern, from the model family."""
+    patterns, num_layers = list(patterns), len(patterns)
     layers: list = []
 
-    def sink(module, query, key, mask, scaling):
+    def sink(module, query, key, mask, scaling, softcap):
         if len(layers) >= num_layers:
             raise AttentionPatternError(f"the model called attention more than its {num_layers} layers")
-        r = patterns[len(layers)]
+        p = patterns[len(layers)]
         q, k = query[0].detach().float().contiguous(), key[0].detach().float().contiguous()  # (heads, n, d)
         scaling = float(scaling if scaling is not None else q.shape[-1] ** -0.5)
-        _check_mask(mask, q.shape[1], r, len(layers))
-        layers.append(StreamedLayer(q, k, scaling) if r is None else band_of(q, k, scaling, r))
-        return r
+        if p.kind not in (BANDED, FULL, CAUSAL) or (p.kind == BANDED and (softcap is not None or
+                                                                          k.shape[0] != q.shape[0])):
+            raise AttentionPatternError(f"layer {len(layers)}: longviz cannot reproduce a {p.kind} layer with "
+                                        f"{k.shape[0]} key/value heads for {q.shape[0]} query heads"
+                                        f"{' and soft-capped scores' if softcap is not None else ''}.")
+        _check_mask(module, mask, q.shape[1], p, len(layers))
+        if p.kind == BANDED:
+            layers.append(band_of(q, k, scaling, p.radius))
+        else:
+            layers.append(StreamedLayer(q, k, scaling, causal=p.kind == CAUSAL, reach=p.radius,
+                                        softcap=None if softcap is None else float(softcap)))
 
     with _capturing(model.model, sink):
         out = model(**inputs)
@@ -79,65 +148,116 @@ def band_of(q: torch.Tensor, k: torch.Tensor, scaling: float, r: int) -> Attenti
     return AttentionBands(local, empty_c, empty_r, np.zeros(0, dtype=np.int64), r, (r,))
 
 
-def _check_mask(mask, n: int, r: int | None, layer: int) -> None:
-    """The model's mask for this layer (bool, True = attend, or None = all) must allow exactly the pattern."""
+def _expected(p, a: int, b: int, n: int) -> torch.Tensor:
+    """(b - a, n) bool: rows a .. b-1 of the pattern `p` (a LayerPattern)."""
+    i, j = torch.arange(a, b)[:, None], torch.arange(n)[None, :]
+    if p.kind == BANDED:
+        return (i - j).abs() <= p.radius
+    if p.kind == CAUSAL:
+        return (j <= i) & (j >= i - p.radius) if p.radius else j <= i
+    return torch.ones((b - a, n), dtype=torch.bool)
+
+
+def _check_mask(module, mask, n: int, p, layer: int) -> None:
+    """The mask the model built for this layer (a LazyMask, a bool tensor, or None: every pair, or causal where
+    the module is causal, as sdpa reads it) must allow exactly the pattern `p` the config names."""
     if mask is None:
-        allowed = n * n
+        seen = LayerPattern(CAUSAL if getattr(module, "is_causal", False) else FULL, 0, n)
+        parts = ((a, min(a + _ROWS, n), _expected(seen, a, min(a + _ROWS, n), n)) for a in range(0, n, _ROWS))
+    elif isinstance(mask, LazyMask):
+        parts = ((a, b, m[0, 0]) for a, b, m in mask.chunks())
     else:
         m = mask[0, 0] if mask.dim() == 4 else mask
-        allowed = int(torch.count_nonzero(m)) if m.dtype == torch.bool else int(torch.count_nonzero(m == 0))
         if m.shape[-2:] != (n, n):
             raise AttentionPatternError(f"layer {layer}: a mask of shape {tuple(m.shape)} for {n} tokens")
-    if r is None or r >= n - 1:
-        expected = n * n
-    else:
-        i = np.arange(n)
-        expected = int((np.minimum(n, i + r + 1) - np.maximum(0, i - r)).sum())
-    if allowed != expected:
-        what = "full attention" if r is None else f"a sliding window of radius {r}"
-        raise AttentionPatternError(f"layer {layer}: the config names {what} ({expected} query-key pairs), but the "
-                                    f"model's mask allows {allowed}: longviz cannot show this layer's attention.")
+        m = m if m.dtype == torch.bool else m == 0
+        parts = ((a, min(a + _ROWS, n), m[a : a + _ROWS]) for a in range(0, n, _ROWS))
+    for a, b, rows in parts:
+        if not bool((rows == _expected(p, a, b, n)).all()):
+            what = {CAUSAL: f"causal attention{f' reaching {p.radius} tokens back' if p.radius else ''}",
+                    BANDED: f"a sliding window of radius {p.radius}"}.get(p.kind, "full attention")
+            raise AttentionPatternError(f"layer {layer}: the config names {what}, but the model's mask differs "
+                                        f"from it in query rows {a}..{b - 1} ({int(rows.sum())} pairs allowed "
+                                        "there): longviz cannot show this layer's attention.")
 
 
 # ---------------------------------------------------------------------------------------------- plumbing
 _LOCAL = threading.local()
 
 
-def _attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
-    """transformers' sdpa attention for the output; queries, keys and mask to the current sink first, which
-    answers the layer's radius (None: full). A banded layer's sdpa runs on chunks of query rows with the keys
-    and mask columns that the chunk's window reaches: the keys left out are masked for those rows, so every
-    row's softmax and output are the ones sdpa computes on the whole, without sdpa's (heads, n, n) scores."""
+def _attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, softcap=None, is_causal=None,
+               **kwargs):
+    """The layer's attention as the model computes it (sdpa, or eager's arithmetic where sdpa cannot: Gemma 2's
+    soft-capped scores), its queries, keys and mask to the current sink first. A LazyMask that is neither full
+    nor causal (a sliding window, padding) runs on chunks of query rows against the keys their mask rows reach:
+    the keys left out are masked for those rows, so every row's softmax and output are the ones computed on the
+    whole, without (heads, n, n) scores."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     sink = getattr(_LOCAL, "sink", None)
-    r = sink(module, query, key, attention_mask, scaling) if sink is not None else None
-    n = query.shape[-2]
-    if r is None or attention_mask is None or n <= _ROWS:
+    if sink is not None:
+        sink(module, query, key, attention_mask, scaling, softcap)
+    if softcap is not None:
+        return _capped(module, query, key, value, attention_mask, scaling, softcap), None
+    if not isinstance(attention_mask, LazyMask):
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
-                                      **kwargs)
+                                      is_causal=is_causal, **kwargs)
+    kind, n = attention_mask.kind, query.shape[-2]
+    if kind in ("full", "causal"):
+        return sdpa_attention_forward(module, query, key, value, None, dropout=dropout, scaling=scaling,
+                                      is_causal=kind == "causal", **kwargs)
     parts = []
-    for a in range(0, n, _ROWS):
-        b = min(a + _ROWS, n)
-        lo, hi = max(0, a - r), min(n, b + r)
+    for a, b, lo, hi, m in _row_chunks(attention_mask, n):
         parts.append(sdpa_attention_forward(module, query[..., a:b, :], key[..., lo:hi, :], value[..., lo:hi, :],
-                                            attention_mask[..., a:b, lo:hi], dropout=dropout, scaling=scaling,
-                                            **kwargs)[0])  # (1, rows, heads, d)
+                                            m, dropout=dropout, scaling=scaling, **kwargs)[0])  # (B, rows, heads, d)
     return torch.cat(parts, dim=1), None
 
 
-def _mask(batch_size: int, q_length: int, kv_length: int, q_offset: int = 0, **kwargs):
-    """transformers' sdpa mask, built for chunks of query rows: on the whole it broadcasts int64 index tensors
-    of n x n (1 GiB at 8,192 tokens for a sliding window) to give an n x n bool mask (64 MiB)."""
-    from transformers.masking_utils import sdpa_mask
+def _row_chunks(mask, n: int):
+    """(a, b, lo, hi, mask rows a..b-1 over keys lo..hi-1) for chunks of _ROWS query rows; keys lo..hi-1 are
+    the ones the rows reach. `mask` a LazyMask, or None: every pair."""
+    for a in range(0, n, _ROWS):
+        b = min(a + _ROWS, n)
+        if mask is None:
+            yield a, b, 0, n, None
+            continue
+        m = mask.rows(a, b)  # (B, 1, rows, n)
+        cols = torch.nonzero(m.any(dim=(0, 1, 2))).flatten()
+        lo, hi = (int(cols[0]), int(cols[-1]) + 1) if len(cols) else (0, n)
+        yield a, b, lo, hi, m[..., lo:hi]
 
-    parts = [sdpa_mask(batch_size, min(_MASK_ROWS, q_length - a), kv_length, q_offset=q_offset + a, **kwargs)
-             for a in range(0, q_length, _MASK_ROWS)]
-    if all(p is None for p in parts):
-        return None  # full attention without padding: sdpa needs no mask
-    full = torch.ones((batch_size, 1, 1, kv_length), dtype=torch.bool)
-    return torch.cat([full.expand(-1, -1, min(_MASK_ROWS, q_length - i * _MASK_ROWS), -1) if p is None else p
-                      for i, p in enumerate(parts)], dim=2)
+
+def _capped(module, query, key, value, mask, scaling, softcap) -> torch.Tensor:
+    """Eager attention with soft-capped scores (Gemma 2: cap * tanh(s / cap) before the mask), in chunks of rows,
+    float32 softmax; grouped-query heads by a broadcast matmul. (B, n, heads, d) as sdpa's output."""
+    B, H, n, d = query.shape
+    kv = key.shape[1]
+    scaling = scaling if scaling is not None else d ** -0.5
+    if mask is None and getattr(module, "is_causal", False):
+        raise AttentionPatternError("a soft-capped causal layer without a mask: longviz builds its masks lazily "
+                                    "and cannot tell which pairs this layer allows.")
+    if mask is not None and not isinstance(mask, LazyMask):
+        raise AttentionPatternError("a soft-capped layer with a mask longviz did not build.")
+    parts = []
+    for a, b, lo, hi, m in _row_chunks(mask, n):
+        q = query[:, :, a:b].reshape(B, kv, H // kv, b - a, d)  # (B, kv, g, rows, d)
+        k, v = key[:, :, lo:hi].unsqueeze(2), value[:, :, lo:hi].unsqueeze(2)  # (B, kv, 1, keys, d)
+        s = torch.matmul(q, k.transpose(-1, -2)) * scaling  # (B, kv, g, rows, keys)
+        s = torch.tanh(s / softcap) * softcap
+        if m is not None:
+            s = s.masked_fill(~m.unsqueeze(1), float("-inf"))  # m: (B, 1, rows, keys) -> (B, 1, 1, rows, keys)
+        p = torch.softmax(s, dim=-1, dtype=torch.float32).to(query.dtype)
+        parts.append(torch.matmul(p, v).reshape(B, H, b - a, d))  # (B, heads, rows, d)
+    return torch.cat(parts, dim=2).transpose(1, 2).contiguous()  # (B, n, heads, d)
+
+
+def _mask(batch_size: int, q_length: int, kv_length: int, q_offset: int = 0, kv_offset: int = 0,
+          mask_function=None, attention_mask=None, device="cpu", **kwargs):
+    """The mask as a LazyMask (its rows built on demand by transformers' own sdpa builder)."""
+    from transformers.masking_utils import causal_mask_function
+
+    return LazyMask(int(batch_size), int(q_length), int(kv_length), int(q_offset), int(kv_offset),
+                    mask_function or causal_mask_function, attention_mask, device)
 
 
 def _register() -> None:
@@ -146,6 +266,24 @@ def _register() -> None:
 
     AttentionInterface.register(IMPLEMENTATION, _attention)
     AttentionMaskInterface.register(IMPLEMENTATION, _mask)
+
+
+def use_longviz_attention(model: torch.nn.Module) -> None:
+    """Every later forward of `model` runs through longviz's chunked attention (no sink: no capture)."""
+    _register()
+    model.config._attn_implementation = IMPLEMENTATION
+
+
+@contextmanager
+def implementation(model: torch.nn.Module, name: str):
+    """Forwards of `model` inside the block run transformers' `name` attention ("eager": the weights returned)."""
+    config = model.config
+    before = config._attn_implementation
+    config._attn_implementation = name
+    try:
+        yield
+    finally:
+        config._attn_implementation = before
 
 
 @contextmanager

@@ -6,6 +6,9 @@ position = offset, offset + 1, ...                          (the notebook's cums
                                                              without pads; offset = padding_idx + 1 for
                                                              RoBERTa-style models, 0 for BERT-style)
 global attention on <s> only; attention mask all ones.
+A decoder (model/families.DecoderFamily) is given its tokenizer's own template instead of the <s> ... </s> pair
+(a `Template`: the special ids before and after the text, e.g. a BOS for Llama and Gemma, nothing for Qwen), its
+baseline keeps them and puts the template's filler on every text token, and its positions start at 0.
 The same position ids serve the input and the baseline: without them the model would derive the baseline's
 positions from its pad tokens and the IG path would not be a straight line in embedding space.
 """
@@ -22,6 +25,15 @@ DEFAULT_MAX_TOKENS = 2048
 
 
 @dataclass(frozen=True)
+class Template:
+    """A decoder's single-sequence input: the special ids before and after the text, and the baseline's filler."""
+
+    before: tuple[int, ...]
+    after: tuple[int, ...]
+    filler: int  # the token every text token becomes in the Integrated Gradients baseline
+
+
+@dataclass(frozen=True)
 class Encoded:
     input_ids: np.ndarray  # (n,) int64
     baseline_ids: np.ndarray  # (n,) int64
@@ -30,14 +42,21 @@ class Encoded:
     tokens: list[str] = field(repr=False)  # raw model tokens, e.g. 'Ġtraining'
     n_text_tokens_original: int  # text tokens before truncation
     max_tokens: int
+    prefix: int = 1  # special tokens before the text (<s>)
+    suffix: int = 1  # special tokens after it (</s>)
 
     @property
     def n(self) -> int:
         return int(self.input_ids.shape[0])
 
     @property
+    def text_positions(self) -> np.ndarray:
+        """(n - prefix - suffix,) the positions of the text's tokens: what a deletion test may remove."""
+        return np.arange(self.prefix, self.n - self.suffix, dtype=np.int64)
+
+    @property
     def truncated(self) -> bool:
-        return self.n_text_tokens_original > self.n - 2
+        return self.n_text_tokens_original > self.n - self.prefix - self.suffix
 
     def torch_inputs(self, device=None, baseline: bool = False) -> dict:
         """Batch-of-one tensors for the model's forward (input ids or the baseline's)."""
@@ -81,8 +100,10 @@ def encode(
     max_tokens: int = DEFAULT_MAX_TOKENS,
     model_max: int | None = None,
     position_offset: int | None = None,
+    template: Template | None = None,
 ) -> Encoded:
-    """Tokenise `text` the notebook's way. `model_max` caps max_tokens (the model's position table)."""
+    """Tokenise `text` the notebook's way, or in a decoder's `template`.
+    `model_max` caps max_tokens (the model's position table)."""
     if not isinstance(text, str):
         raise InputTextError(f"Expected the document as text, got {type(text).__name__}.")
     if not text.strip():
@@ -94,20 +115,27 @@ def encode(
     except UnicodeEncodeError as exc:  # lone surrogates, e.g. from a "\ud800" escape in a JSON file
         raise InputTextError(f"The document is not valid Unicode (an unpaired surrogate at character {exc.start}); "
                              "re-save it as UTF-8 text.") from None
-    max_tokens = whole_number(max_tokens, "max_tokens (<s>, at least one token, </s>)", lo=3, error=InputTextError)
+    if template is None:
+        cls_id, sep_id, pad_id = special_ids(tokenizer)
+        if cls_id is None or sep_id is None or pad_id is None:
+            raise InputTextError("The tokenizer lacks a CLS/<s>/BOS, SEP/</s>/EOS or pad token; it cannot build the "
+                                 "inputs.")
+        before, after = (cls_id,), (sep_id,)
+    else:
+        before, after, pad_id = template.before, template.after, template.filler
+    specials = len(before) + len(after)
+    what = ("max_tokens (<s>, at least one token, </s>)" if template is None
+            else f"max_tokens ({specials} special tokens and at least one text token)")
+    max_tokens = whole_number(max_tokens, what, lo=specials + 1, error=InputTextError)
     if model_max is not None and max_tokens > model_max:
         raise InputTextError(f"max_tokens={max_tokens} exceeds what this model accepts ({model_max} tokens).")
-    cls_id, sep_id, pad_id = special_ids(tokenizer)
-    if cls_id is None or sep_id is None or pad_id is None:
-        raise InputTextError("The tokenizer lacks a CLS/<s>/BOS, SEP/</s>/EOS or pad token; it cannot build the "
-                             "inputs.")
     text_ids = text_token_ids(tokenizer, text)
     if not text_ids:
         raise InputTextError("The document produced no tokens.")
-    kept = text_ids[: max_tokens - 2]
-    n = len(kept) + 2
-    input_ids = np.asarray([cls_id, *kept, sep_id], dtype=np.int64)
-    baseline_ids = np.asarray([cls_id] + [pad_id] * len(kept) + [sep_id], dtype=np.int64)
+    kept = text_ids[: max_tokens - specials]
+    n = len(kept) + specials
+    input_ids = np.asarray([*before, *kept, *after], dtype=np.int64)
+    baseline_ids = np.asarray([*before, *[pad_id] * len(kept), *after], dtype=np.int64)
     if position_offset is None:
         position_offset = pad_id + 1
     position_ids = np.arange(position_offset, position_offset + n, dtype=np.int64)
@@ -122,4 +150,6 @@ def encode(
         tokens=list(tokens),
         n_text_tokens_original=len(text_ids),
         max_tokens=max_tokens,
+        prefix=len(before),
+        suffix=len(after),
     )

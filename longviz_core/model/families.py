@@ -14,6 +14,10 @@ Families (config.model_type):
   big_bird                   block-sparse (global, sliding and random blocks; full attention below
                              (5 + 2 r) * block_size tokens, as transformers runs it) or original_full, as the
                              config names; word + position embeddings
+  decoders                   transformers' GenericForSequenceClassification models (Llama, Mistral, Qwen2/3,
+                             Gemma2/3, Phi3, SmolLM3, Olmo2, ...): causal layers, full or sliding (query i over keys
+                             i - W + 1 .. i), grouped-query attention; the head reads the last token; the tokenizer's
+                             own single-sequence template; RoPE, so IG attaches to the token table
   anything else              full attention (BERT, RoBERTa, EuroBERT, GTE, ...): the `embeddings` module where
                              there is one (BERT/RoBERTa: word + position + type), else the token table (RoPE)
 """
@@ -27,7 +31,7 @@ import torch
 
 from ..errors import LongvizError, ModelLoadError
 
-BANDED_GLOBAL, BANDED, FULL, BLOCK_SPARSE = "banded+global", "banded", "full", "block-sparse"
+BANDED_GLOBAL, BANDED, FULL, BLOCK_SPARSE, CAUSAL = "banded+global", "banded", "full", "block-sparse", "causal"
 # Architectures whose position ids start after padding_idx (RoBERTa family); others start at 0.
 _ROBERTA_STYLE = {"longformer", "roberta", "xlm-roberta", "camembert", "xlm-roberta-xl", "data2vec-text"}
 
@@ -40,8 +44,9 @@ class FamilyLayoutError(LongvizError, ValueError):
 class LayerPattern:
     """Which keys a layer's queries attend to."""
 
-    kind: str  # BANDED_GLOBAL | BANDED | FULL | BLOCK_SPARSE
-    radius: int  # one-sided window w of the banded kinds (|i - j| <= w); 0 otherwise
+    kind: str  # BANDED_GLOBAL | BANDED | FULL | BLOCK_SPARSE | CAUSAL
+    radius: int  # one-sided window w of the banded kinds (|i - j| <= w), CAUSAL's reach back (i - w <= j <= i,
+    #              0: all earlier keys); 0 otherwise
     keys: int  # keys one query scores: what its attention costs in memory
 
     def describe(self, layer: int) -> str:
@@ -50,6 +55,10 @@ class LayerPattern:
             text = f"The diagonal band is layer {layer + 1}'s sliding window (±{self.radius} tokens)"
             return text + ("; the first row and column are the global <s> token." if self.kind == BANDED_GLOBAL
                            else ".")
+        if self.kind == CAUSAL:
+            reach = (f"the {self.radius} tokens before it and itself (a sliding window)" if self.radius
+                     else "itself and every token before it")
+            return f"Layer {layer + 1} is causal: each token attends to {reach}; above the diagonal is empty."
         if self.kind == BLOCK_SPARSE:
             return (f"Layer {layer + 1} attends in blocks: the first and last blocks globally, the others to a sliding "
                     "window of three blocks, the two global blocks and random blocks (in eval mode transformers "
@@ -73,6 +82,8 @@ class Family:
     global_tokens = False  # the forward takes a global_attention_mask (Longformer)
     # attention goes through transformers' AttentionInterface, so model/capture.py sees each layer's Q and K
     attention_interface = True
+    # the implementation of every forward but the analysis's: eager, or longviz's chunked attention (capture.py)
+    forward_implementation = "eager"
 
     def __init__(self, config, source: str = "") -> None:
         self.config, self.source = config, source
@@ -98,13 +109,22 @@ class Family:
         how = str(getattr(self.config, "classifier_pooling", "cls") or "cls")
         return "cls" if how in ("cls", "bos") else "mean"
 
+    def read_row(self, n: int) -> int | None:
+        """The one row the head reads in a document of n tokens (<s>/[CLS]: 0), None under mean pooling."""
+        return None if self.pooling == "mean" else 0
+
     def readout(self, n: int) -> np.ndarray:
-        """(n,) weights of the rows the head reads: e_0 for "cls" pooling, 1/n everywhere for "mean"."""
-        if self.pooling == "mean":
+        """(n,) weights of the rows the head reads: e_row for one read row, 1/n everywhere for "mean"."""
+        row = self.read_row(n)
+        if row is None:
             return np.full(n, 1.0 / n)
         v = np.zeros(n)
-        v[0] = 1.0
+        v[row] = 1.0
         return v
+
+    def template(self, tokenizer, net):
+        """A decoder's input template (encoding.Template); None: the notebook's <s> ... </s> pair."""
+        return None
 
     def padded_length(self, n: int) -> int:
         """The length the model runs a document of n tokens at (it pads inside its forward)."""
@@ -209,6 +229,10 @@ class Family:
     def attention_patterns(self, n: int) -> tuple[LayerPattern, ...]:
         """Each layer's pattern for a document of n tokens."""
         return (LayerPattern(FULL, 0, int(n)),) * int(self.config.num_hidden_layers)
+
+    def key_value_heads(self) -> int:
+        """Key/value heads per layer (grouped-query attention: fewer than the query heads)."""
+        return int(getattr(self.config, "num_key_value_heads", None) or self.config.num_attention_heads)
 
 
 class LongformerFamily(Family):
@@ -332,10 +356,127 @@ def _set_mode(base, mode: str) -> None:
             install_output_capuring_hook(layer.attention.self, "attentions", 1)
 
 
+class DecoderFamily(Family):
+    """A decoder LM fine-tuned as a sequence classifier (transformers' GenericForSequenceClassification): causal
+    layers, full or sliding, grouped-query attention, the head on the last token, no <s> ... </s> pair.
+
+    transformers' head reads the rightmost token that is not `pad_token_id`: without a pad token it refuses
+    batches, and with pad = eos it reads an earlier token whenever the input ends in eos (or a deletion test
+    puts a pad there). longviz never pads a batch (copies share one length), so `running` makes the head read
+    the last position of every row, as it does for a single unpadded input: the pad id is set to -1, which no
+    input holds, for the forward's duration."""
+
+    name = "decoder"
+    pooling = "last"
+    # eager would hold (heads, n, n) per layer: 68 GB at 32,768 tokens for Qwen3-0.6B
+    forward_implementation = "longviz"
+
+    @property
+    def max_tokens(self) -> int:
+        return int(getattr(self.config, "max_position_embeddings", 2048))
+
+    @property
+    def position_offset(self) -> int:
+        return 0
+
+    def read_row(self, n: int) -> int:
+        return int(n) - 1
+
+    def kwargs(self, input_ids, attention_mask, position_ids, global_mask=None) -> dict:
+        # no key/value cache: a classifier's one forward does not need it, and at 32,768 tokens it would hold
+        # every layer's keys and values (GiBs for a 0.6B model)
+        return {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids,
+                "use_cache": False}
+
+    def template(self, tokenizer, net):
+        """The tokenizer's own single-sequence template (Llama, Gemma: a BOS before; Qwen: nothing), found by
+        encoding one word with and without its special tokens; the baseline's filler is the first of pad, unk
+        and eos whose embedding is not zero. A pad row is often zero (`padding_idx`), and under RMSNorm a token
+        scaled from zero jumps at once to its full normalised direction, so a path from it misses that jump and
+        Integrated Gradients could not add up to F(x) - F(baseline)."""
+        from .encoding import Template
+
+        probe = "hello"
+        bare = tokenizer(probe, add_special_tokens=False)["input_ids"]
+        full = tokenizer(probe, add_special_tokens=True)["input_ids"]
+        at = next((i for i in range(len(full) - len(bare) + 1) if full[i : i + len(bare)] == bare), None)
+        if not bare or at is None:
+            raise FamilyLayoutError(f"'{self.source}': its tokenizer's template does not keep the text's tokens "
+                                    "together, so longviz cannot tell its special tokens from the text.")
+        table = self.embeddings(net).weight
+        filler = next((t for t in (tokenizer.pad_token_id, tokenizer.unk_token_id, tokenizer.eos_token_id)
+                       if t is not None and t < table.shape[0] and bool(table[t].any())), None)
+        if filler is None:
+            raise FamilyLayoutError(f"'{self.source}': its tokenizer has no pad, unk or eos token with a non-zero "
+                                    "embedding for the Integrated Gradients baseline.")
+        return Template(tuple(full[:at]), tuple(full[at + len(bare):]), int(filler))
+
+    def embeddings(self, net) -> torch.nn.Module:
+        """The token table: RoPE puts positions into the attention."""
+        table = getattr(self.base(net), "embed_tokens", None)
+        if table is None:
+            raise FamilyLayoutError(f"{type(net).__name__} has no token embeddings (embed_tokens).")
+        return table
+
+    def layer_types(self) -> list[str]:
+        layers = int(self.config.num_hidden_layers)
+        types = getattr(self.config, "layer_types", None)
+        if types is None:  # Mistral-style: one sliding_window for every layer, or none
+            window = getattr(self.config, "sliding_window", None)
+            types = ["sliding_attention" if window else "full_attention"] * layers
+        return list(types)
+
+    def check(self) -> None:
+        """Layers longviz cannot reproduce (linear attention, state-space, chunked, ...) are refused by name."""
+        types = self.layer_types()
+        odd = sorted(set(types) - {"full_attention", "sliding_attention"})
+        if odd or len(types) != int(self.config.num_hidden_layers):
+            raise ModelLoadError(f"'{self.source}' ({self.config.model_type}) has layers of type {odd or types}: "
+                                 "longviz reproduces causal full and sliding-window attention only, so it cannot "
+                                 "show this model's attention.")
+        if getattr(self.config, "is_causal", True) is False or getattr(self.config, "use_bidirectional_attention",
+                                                                       False):
+            raise ModelLoadError(f"'{self.source}' runs its decoder bidirectionally; longviz reproduces causal "
+                                 "decoders only.")
+
+    def attention_patterns(self, n: int) -> tuple[LayerPattern, ...]:
+        window = int(getattr(self.config, "sliding_window", None) or 0)
+        out = []
+        for t in self.layer_types():
+            reach = window - 1 if t == "sliding_attention" and 0 < window - 1 < n - 1 else 0  # j > i - window
+            out.append(LayerPattern(CAUSAL, reach, min(int(n), reach + 1) if reach else int(n)))
+        return tuple(out)
+
+    @contextmanager
+    def running(self, net, n: int):
+        config = net.config.get_text_config()
+        before = config.pad_token_id
+        config.pad_token_id = -1
+        try:
+            yield
+        finally:
+            config.pad_token_id = before
+
+
 _FAMILIES = {"longformer": LongformerFamily, "modernbert": SlidingFamily, "ultrabert": SlidingFamily,
              "big_bird": BigBirdFamily}
 
 
+def _is_decoder_classifier(config) -> bool:
+    """True when transformers builds this config's sequence classifier as a GenericForSequenceClassification
+    (a decoder LM with a score head on the last token): read from the config's model type through transformers'
+    own auto mapping, so every decoder of that layout is found, not a list of names."""
+    import transformers
+    from transformers.modeling_layers import GenericForSequenceClassification
+    from transformers.models.auto.modeling_auto import MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES
+
+    name = MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES.get(config.model_type)
+    cls = getattr(transformers, name, None) if isinstance(name, str) else None
+    return isinstance(cls, type) and issubclass(cls, GenericForSequenceClassification)
+
+
 def family_of(config, source: str = "") -> Family:
-    """The family of a model by its config (full attention for any type not named in _FAMILIES)."""
-    return _FAMILIES.get(config.model_type, Family)(config, source)
+    """The family of a model by its config (full attention for an encoder type not named in _FAMILIES)."""
+    if config.model_type in _FAMILIES:
+        return _FAMILIES[config.model_type](config, source)
+    return (DecoderFamily if _is_decoder_classifier(config) else Family)(config, source)

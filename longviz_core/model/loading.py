@@ -30,9 +30,11 @@ from ..errors import (
 from ..progress import Progress, report
 from ..runtime import usable_device
 from .checks import check_shapes, check_vocabulary, distinct_labels
-from .encoding import Encoded, special_ids
+from .encoding import Encoded, Template, encode, special_ids
+from .capture import use_longviz_attention
 from .families import Family, family_of
 from .files import check_no_nul, read_bounded, read_dataset_file
+from .reproduce import check_reproduced
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
@@ -52,6 +54,7 @@ class LoadedModel:
     position_offset: int  # first position id (padding_idx + 1 for RoBERTa-style models)
     attention_window: int  # one-sided Longformer window w, the largest over layers (0 for full attention)
     attention_windows: tuple[int, ...]  # (layers,) each layer's one-sided window w_l (() for full attention)
+    template: Template | None = None  # a decoder's input template; None: the notebook's <s> ... </s>
 
     @property
     def num_labels(self) -> int:
@@ -59,6 +62,11 @@ class LoadedModel:
 
     def label_name(self, i: int) -> str:
         return str(self.id2label.get(int(i), i))
+
+    def encode(self, text: str, max_tokens: int) -> Encoded:
+        """`text` as this model's input (encoding.encode with its position table, offset and template)."""
+        return encode(self.tokenizer, text, max_tokens, model_max=self.max_tokens,
+                      position_offset=self.position_offset, template=self.template)
 
     def __call__(self, **inputs):
         """One forward of the shared model on `inputs` (see Family.inputs), in its family's running context."""
@@ -84,6 +92,7 @@ def load_model(source: str, device=None, progress: Progress | None = None) -> Lo
     report(progress, 0.9, "Loading the model")
     try:
         config = AutoConfig.from_pretrained(path, trust_remote_code=False)
+        _check_no_custom_code(config, source)
         _check_classifier(config, source)
         family = family_of(config, source)
         family.check()  # before the model asserts on its config
@@ -91,6 +100,8 @@ def load_model(source: str, device=None, progress: Progress | None = None) -> Lo
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
         model, info = AutoModelForSequenceClassification.from_pretrained(
             path, trust_remote_code=False, attn_implementation="eager", output_loading_info=True,
+            # bf16 / fp16 checkpoints compute in float32 on a CPU (no fast half-precision matmul there)
+            dtype=torch.float32 if device.type == "cpu" else "auto",
             ignore_mismatched_sizes=True,  # reported below by name, not as a damaged file
         )
     except ModelLoadError:
@@ -132,8 +143,12 @@ def load_model(source: str, device=None, progress: Progress | None = None) -> Lo
         position_offset=family.position_offset,
         attention_window=max(windows, default=0),
         attention_windows=windows,
+        template=family.template(tokenizer, model),
     )
     _check_attention_output(loaded)
+    check_reproduced(loaded)
+    if family.forward_implementation != "eager":
+        use_longviz_attention(model)
     report(progress, 1.0, "Model ready")
     return loaded
 
@@ -188,6 +203,17 @@ def _resolve_path(source: str) -> str:
     if looks_like_path:
         raise ModelNotFoundError(f"No model directory at '{source}'. Check the path (it must contain config.json).")
     return source  # a Hub id
+
+
+def _check_no_custom_code(config, source: str) -> None:
+    """A checkpoint that ships its own modelling code (`auto_map`) is refused: longviz loads with
+    trust_remote_code=False, so transformers would build its own class of the same model_type instead of the
+    checkpoint's code, and the attention shown would be another model's."""
+    if getattr(config, "auto_map", None):
+        raise ModelLoadError(
+            f"'{source}' ships its own modelling code (auto_map: {', '.join(sorted(config.auto_map))}). longviz "
+            "never runs a checkpoint's code, and the built-in class of the same model type may compute other "
+            "attention, so this checkpoint is refused.")
 
 
 def _check_classifier(config, source: str) -> None:

@@ -13,6 +13,13 @@ in another order, to a few ulp); any single row, column or dense head is compute
 O(heads * n * k) for the lists, and one chunk. Rows, columns and dense heads on demand and the cached summary
 (`RowStreamed`) serve BigBird's block-sparse layers too (`block_sparse.BlockSparseLayer`, with a pass of its own).
 
+A decoder's layer (`causal`) is the same with query i over keys j <= i (and j >= i - reach for a sliding layer):
+each chunk of rows scores only the keys its rows reach and the rest is zero, so a causal pass costs half a full
+one and a sliding pass a band's. Grouped-query attention keeps the keys as they come, (key/value heads, n, d):
+query head h scores against key head h // (heads / key/value heads) through a broadcast matmul, never a copy of K
+per query head. A soft-capped layer (Gemma 2) caps the scaled scores, cap * tanh(s / cap), before the mask and
+the softmax, as the model's attention does.
+
 Top-k order is the views' (`views.counts`): value descending, ties to the lower position, positive values
 only, -1 padded. A tie exactly at the k-th place is resolved by `torch.topk`, which may keep either of the
 tied positions; with float32 softmax values such ties have probability ~0 except for exact zeros (excluded).
@@ -88,16 +95,21 @@ class RowStreamed:
 
 @dataclass(frozen=True)
 class StreamedLayer(RowStreamed):
-    """One full-attention layer: its queries and keys, views computed from them (module docstring)."""
+    """One full-attention or causal layer: its queries and keys, views computed from them (module docstring)."""
 
     query: torch.Tensor  # (heads, n, d) float32, after RoPE
-    key: torch.Tensor  # (heads, n, d) float32, after RoPE
+    key: torch.Tensor  # (key/value heads, n, d) float32, after RoPE
     scaling: float
+    causal: bool = False  # query i attends keys j <= i only
+    reach: int = 0  # causal sliding window: keys j >= i - reach too (0: every earlier key)
+    softcap: float | None = None  # scores capped as cap * tanh(s / cap) (Gemma 2's attn_logit_softcapping)
     _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self):
-        if self.query.shape != self.key.shape or self.query.ndim != 3:
-            raise ValueError(f"queries {tuple(self.query.shape)} and keys {tuple(self.key.shape)} must be (heads, n, d)")
+        q, k = self.query, self.key
+        if q.ndim != 3 or k.ndim != 3 or q.shape[1:] != k.shape[1:] or q.shape[0] % k.shape[0]:
+            raise ValueError(f"queries {tuple(q.shape)} and keys {tuple(k.shape)} must be (heads, n, d) and "
+                             "(key/value heads, n, d), the heads a multiple of the key/value heads")
 
     @property
     def num_heads(self) -> int:
@@ -108,16 +120,68 @@ class StreamedLayer(RowStreamed):
         return self.query.shape[1]
 
     @property
+    def group(self) -> int:
+        """Query heads per key/value head."""
+        return self.query.shape[0] // self.key.shape[0]
+
+    @property
     def nbytes(self) -> int:
         cached = sum(a.nbytes for s in self._cache.values() for a in vars(s).values() if isinstance(a, np.ndarray))
         return self.query.numel() * 4 + self.key.numel() * 4 + cached
 
+    # ---- scores of a block of queries x keys --------------------------------------------------------------
+    def _keys_of(self, rows: slice) -> slice:
+        """The keys the queries in `rows` can attend to."""
+        if not self.causal:
+            return slice(0, self.n)
+        return slice(max(0, rows.start - self.reach) if self.reach else 0, rows.stop)
+
+    def _queries_of(self, keys: slice) -> slice:
+        """The queries that can attend to the keys in `keys`."""
+        if not self.causal:
+            return slice(0, self.n)
+        return slice(keys.start, min(self.n, keys.stop + self.reach) if self.reach else self.n)
+
+    def _allowed(self, rows: slice, keys: slice) -> torch.Tensor | None:
+        """(rows, keys) bool: which pairs the layer allows (None: all)."""
+        if not self.causal:
+            return None
+        i = torch.arange(rows.start, rows.stop)[:, None]
+        j = torch.arange(keys.start, keys.stop)[None, :]
+        ok = j <= i
+        return ok & (j >= i - self.reach) if self.reach else ok
+
+    def _scores(self, rows: slice, keys: slice, heads=None, transpose: bool = False) -> torch.Tensor:
+        """Scaled (capped) scores of queries `rows` against keys `keys`, (heads, rows, keys) float32, -inf where the
+        layer does not allow the pair; (heads, keys, rows) with `transpose`. `heads`: a list of query heads or None."""
+        if heads is None:
+            kv, g = self.key.shape[0], self.group
+            q = self.query[:, rows].reshape(kv, g, -1, self.query.shape[-1])  # (kv, g, rows, d)
+            k = self.key[:, keys].unsqueeze(1)  # (kv, 1, keys, d)
+            s = (torch.matmul(k, q.transpose(-1, -2)) if transpose else torch.matmul(q, k.transpose(-1, -2)))
+            s = s.reshape(self.num_heads, *s.shape[2:])  # (heads, rows, keys) or (heads, keys, rows)
+        else:
+            q = self.query[heads, rows]
+            k = self.key[[h // self.group for h in heads], keys]
+            s = torch.matmul(k, q.transpose(-1, -2)) if transpose else torch.matmul(q, k.transpose(-1, -2))
+        s = s * self.scaling
+        if self.softcap is not None:
+            s = torch.tanh(s / self.softcap) * self.softcap
+        ok = self._allowed(rows, keys)
+        if ok is not None:
+            s = s.masked_fill(~(ok.T if transpose else ok), float("-inf"))
+        return s
+
     def probs(self, rows: slice, heads=None) -> torch.Tensor:
         """Attention of the queries in `rows` over all keys, (heads, rows, n) float32: exact softmax."""
-        q = self.query[:, rows] if heads is None else self.query[heads, rows]
-        k = self.key if heads is None else self.key[heads]
-        scores = torch.matmul(q, k.transpose(-1, -2)) * self.scaling  # (heads, rows, n)
-        return torch.softmax(scores, dim=-1, dtype=torch.float32)
+        rows = slice(*rows.indices(self.n)[:2])
+        keys = self._keys_of(rows)
+        p = torch.softmax(self._scores(rows, keys, heads), dim=-1, dtype=torch.float32)  # (heads, rows, keys)
+        if keys.stop - keys.start == self.n:
+            return p
+        out = p.new_zeros((p.shape[0], p.shape[1], self.n))
+        out[..., keys] = p
+        return out
 
     def _pass(self, k: int, block: int) -> Summary:
         H, n = self.num_heads, self.n
@@ -130,33 +194,36 @@ class StreamedLayer(RowStreamed):
         dtype = np.int16 if n <= np.iinfo(np.int16).max else np.int32  # positions and -1, as views.counts
         attended = np.full((H, n, k), -1, dtype=dtype) if k else None
         for rows in self._chunks(H, multiple=max(block, 1)):
-            p = torch.matmul(self.query[:, rows], self.key.transpose(-1, -2)) * self.scaling  # (H, c, n) scores
+            keys = self._keys_of(rows)
+            p = self._scores(rows, keys)  # (H, c, m) scores
             top = p.amax(dim=-1, keepdim=True)
             z = p.sub_(top).exp_().sum(dim=-1, keepdim=True)
             p.div_(z)  # the softmax, in place; its log-sum-exp is top + log z
-            c = p.shape[1]
-            received += p.sum(dim=1)  # float32 over the chunk's rows, float64 across chunks
+            c, m = p.shape[1], p.shape[2]
+            received[:, keys] += p.sum(dim=1)  # float32 over the chunk's rows, float64 across chunks
             if rows.start == 0:
-                cls_row = p[:, 0].numpy().copy()
+                cls_row = np.zeros((H, n), dtype=np.float32)
+                cls_row[:, keys] = p[:, 0].numpy()
             if kk:
                 lse[:, rows] = (top + torch.log(z))[..., 0]
-                v, i = torch.topk(p, kk, dim=-1)  # (H, c, kk)
-                attended[:, rows, :kk] = ordered_topk(v, i).numpy()
+                v, i = torch.topk(p, min(kk, m), dim=-1)  # (H, c, <= kk)
+                attended[:, rows, : i.shape[-1]] = ordered_topk(v, i + keys.start).numpy()
             if block:
                 a0, rb = rows.start // block, -(-c // block)
-                if c % block or n % block:  # the last rows or keys: pad to whole blocks
+                if c % block or m != g * block:  # the last rows, or keys short of whole blocks: pad
                     padded = p.new_zeros((H, rb * block, g * block))
-                    padded[:, :c, :n] = p
+                    padded[:, :c, keys] = p
                     p = padded
                 sums[:, a0 : a0 + rb] += p.view(H, rb, block, g, block).sum(dim=(2, 4))
         attending = None
         if kk:  # a second pass over chunks of keys: column j of the attention is exp(score - lse) of its queries
             attending = np.full((H, n, k), -1, dtype=dtype)
             for keys in self._chunks(H):
-                pt = torch.exp(torch.matmul(self.key[:, keys], self.query.transpose(-1, -2)) * self.scaling
-                               - lse[:, None, :])  # (H, keys, n): key j's attention from every query
-                v, i = torch.topk(pt, kk, dim=-1)
-                attending[:, keys, :kk] = ordered_topk(v, i).numpy()
+                queries = self._queries_of(keys)
+                pt = torch.exp(self._scores(queries, keys, transpose=True)
+                               - lse[:, None, queries])  # (H, keys, queries): key j's attention from each query
+                v, i = torch.topk(pt, min(kk, pt.shape[-1]), dim=-1)
+                attending[:, keys, : i.shape[-1]] = ordered_topk(v, i + queries.start).numpy()
         return Summary(received.float().numpy(), cls_row, attended, attending, block,
                        None if sums is None else sums.numpy())
 

@@ -17,6 +17,7 @@ import torch
 
 import longviz_core as lv
 from longviz_core.model.capture import AttentionPatternError, analyze_layers
+from longviz_core.model.families import BANDED, LayerPattern
 from longviz_core.model.streamed import StreamedLayer
 from longviz_core.views.counts import token_counts, topk_indices
 from longviz_core.views.pooling import pool_attention
@@ -127,7 +128,8 @@ def test_streamed_summary_serves_smaller_k_and_a_wrong_pattern_fails(modernbert)
     # a pattern read wrongly from the config (layer 3 taken for a sliding layer) disagrees with the model's mask
     ids = torch.as_tensor(a.input_ids)[None]
     with pytest.raises(AttentionPatternError, match="layer 3"), torch.no_grad():
-        analyze_layers(modernbert, {"input_ids": ids, "attention_mask": torch.ones_like(ids)}, [None, 8, 8, 8])
+        wrong = [*modernbert.family.attention_patterns(a.n)[:3], LayerPattern(BANDED, 8, a.n)]
+        analyze_layers(modernbert, {"input_ids": ids, "attention_mask": torch.ones_like(ids)}, wrong)
     assert modernbert.model.config._attn_implementation == "eager"  # restored
 
 

@@ -1,0 +1,203 @@
+"""Decoder classifiers (transformers' GenericForSequenceClassification: Llama, Qwen3, Mistral, Gemma2) on tiny
+random checkpoints saved to disk and loaded through load_model. Oracles: the model's own eager attention
+(`output_attentions`, every layer and head), its own logits from a fresh transformers load, brute-force top-k
+lists, IG's completeness against independent forwards, and transformers' head on the last token."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoModelForSequenceClassification
+
+import longviz_core as lv
+from longviz_core.attribution import integrated_gradients
+from longviz_core.errors import LongvizError
+from longviz_core.model.families import CAUSAL
+from longviz_core.model.reproduce import AttentionMismatchError
+from longviz_core.views.counts import topk_indices
+from support.oracles import brute_topk
+from tiny import make_tiny_decoder, text_of
+
+pytestmark = pytest.mark.filterwarnings("ignore::longviz_core.attribution.ConvergenceWarning")
+# probabilities in [0, 1]: a layer above the first reads hidden states that the sdpa route and eager round
+# differently (float32), and the large random scores (initializer 0.5) magnify that to a few ulp of 1
+ATOL = 1e-5
+
+# name: (kind, options); Qwen3 with sliding and full layers, Mistral's window shorter than the document
+KINDS = {
+    "llama": ("llama", {"pad": False}),
+    "qwen3": ("qwen3", {"layers": 3, "use_sliding_window": True, "sliding_window": 16, "max_window_layers": 1,
+                        "layer_types": ["full_attention", "sliding_attention", "sliding_attention"]}),
+    "mistral": ("mistral", {}),
+    "gemma2": ("gemma2", {"layers": 3}),
+}
+
+
+@pytest.fixture(scope="module")
+def dirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("decoders")
+    return {name: make_tiny_decoder(root / name, kind, **options) for name, (kind, options) in KINDS.items()}
+
+
+@pytest.fixture(scope="module")
+def models(dirs):
+    return {name: lv.load_model(str(path), device="cpu") for name, path in dirs.items()}
+
+
+def _eager(path, ids):
+    """(layers, heads, n, n) weights and the logits of a fresh transformers load run eagerly on `ids`."""
+    net = AutoModelForSequenceClassification.from_pretrained(str(path), attn_implementation="eager").eval()
+    t = torch.as_tensor(np.asarray(ids), dtype=torch.long)[None]
+    with torch.no_grad():
+        out = net(input_ids=t, output_attentions=True)
+    return torch.stack(out.attentions)[:, 0].double().numpy(), out.logits[0].double().numpy()
+
+
+def test_decoders_are_recognised_from_their_config(models):
+    for name, m in models.items():
+        assert m.family.name == "decoder" and m.family.pooling == "last", name
+        assert m.family.read_row(50) == 49 and m.position_offset == 0
+        assert m.family.embeddings(m.model) is m.model.model.embed_tokens
+    q = models["qwen3"]
+    assert [(p.kind, p.radius) for p in q.family.attention_patterns(200)] == [(CAUSAL, 0), (CAUSAL, 15), (CAUSAL, 15)]
+    assert q.model.config.num_key_value_heads == 2 and q.num_heads == 4
+    assert [p.radius for p in models["mistral"].family.attention_patterns(200)] == [11, 11]
+    assert [p.radius for p in models["mistral"].family.attention_patterns(12)] == [0, 0]  # the window holds it all
+    assert [p.radius for p in models["gemma2"].family.attention_patterns(200)] == [11, 0, 11]
+    # templates: Llama, Mistral and Gemma put a BOS before the text and nothing after; Qwen adds nothing
+    assert (models["llama"].template.before, models["llama"].template.after) == ((0,), ())
+    assert (models["qwen3"].template.before, models["qwen3"].template.after) == ((), ())
+    # the baseline's filler: pad where its embedding is not zero, else unk (the tiny models' pad rows are zero)
+    assert models["llama"].template.filler == 3 and models["qwen3"].template.filler == 3
+
+
+@pytest.mark.parametrize("name", list(KINDS))
+def test_every_layer_and_head_is_the_models_own_eager_attention(models, dirs, name):
+    a = lv.analyze(models[name], text_of(300), max_tokens=301)
+    weights, logits = _eager(dirs[name], a.input_ids)
+    L, H, n, _ = weights.shape
+    assert (L, H, n) == (a.attention.num_layers, a.attention.num_heads, a.n) and n >= 300
+    assert weights.max() > 0.5  # peaked, not uniform
+    for layer in range(L):
+        for head in range(H):
+            dense = a.attention.dense(layer, head)
+            np.testing.assert_allclose(dense, weights[layer, head], rtol=0, atol=ATOL, err_msg=f"{layer}/{head}")
+            assert not np.triu(dense, 1).any()  # causal: no query attends to a later token
+    np.testing.assert_allclose(a.logits, logits, rtol=1e-5, atol=1e-5)
+    # a column sum adds up to n entries, each within ATOL
+    np.testing.assert_allclose(a.attention.received_per_head(), weights.sum(axis=2), rtol=0, atol=n * ATOL)
+
+
+def test_lists_by_brute_force_on_grouped_sliding_layers(models, dirs):
+    a = lv.analyze(models["qwen3"], text_of(150), max_tokens=151)
+    weights, _ = _eager(dirs["qwen3"], a.input_ids)
+    k = 6
+    topk = topk_indices(a.attention, k=k)
+    for direction in ("attended", "attending"):
+        got = topk.lists(direction)
+        for layer in range(weights.shape[0]):
+            for head in range(weights.shape[1]):
+                m = weights[layer, head] if direction == "attended" else weights[layer, head].T
+                for i, listed in enumerate(brute_topk(m, k)):
+                    assert got[layer, head, i].tolist() == listed + [-1] * (k - len(listed)), (direction, layer, i)
+
+
+def test_the_head_reads_the_last_token_without_a_pad_token(models, dirs):
+    """Llama here has no pad token: transformers refuses batches of two; longviz's copies are read at their last
+    token, as the model reads a single input."""
+    m = models["llama"]
+    assert m.model.config.pad_token_id is None
+    a = lv.analyze(m, text_of(30), max_tokens=64)
+    ids = torch.as_tensor(a.input_ids)[None].repeat(2, 1)
+    with torch.no_grad():
+        logits = m(**m.family.kwargs(ids, torch.ones_like(ids), torch.arange(a.n)[None].repeat(2, 1))).logits
+    np.testing.assert_allclose(logits.numpy(), [a.logits, a.logits], rtol=1e-5, atol=1e-6)
+    assert m.model.config.pad_token_id is None  # restored after the forward
+    with pytest.raises(ValueError, match="batch sizes > 1"):  # what transformers alone does
+        m.model(input_ids=ids)
+
+
+def test_pad_equal_to_eos_still_reads_the_last_token(tmp_path):
+    path = make_tiny_decoder(tmp_path / "eos", "llama")
+    config = json.loads((path / "config.json").read_text())
+    config["pad_token_id"] = config["eos_token_id"]
+    (path / "config.json").write_text(json.dumps(config))
+    m = lv.load_model(str(path))
+    a = lv.analyze(m, text_of(20), max_tokens=64)
+    eos = int(m.model.config.eos_token_id)
+    ids = torch.as_tensor(np.r_[a.input_ids[:-1], eos])[None]  # the input now ends in eos (= pad)
+    with torch.no_grad():
+        ours = m(**m.family.kwargs(ids, torch.ones_like(ids), torch.arange(a.n)[None])).logits[0]
+        hidden = m.model.model(input_ids=ids).last_hidden_state[0, -1]  # the last token's state, read directly
+    np.testing.assert_allclose(ours.numpy(), m.model.score(hidden).detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["llama", "qwen3", "gemma2"])
+def test_ig_completeness(models, name, tmp_path):
+    m = models[name]
+    a = lv.analyze(m, text_of(25), max_tokens=64)
+    target = int(a.predicted)
+    ig = integrated_gradients(m, a, target, n_steps=64, cache_dir=tmp_path)
+    enc = a.encoded
+    base = np.asarray(enc.baseline_ids)
+    assert (base[: enc.prefix] == enc.input_ids[: enc.prefix]).all()  # the baseline keeps the specials
+    with torch.no_grad():
+        def prob(ids):
+            t = torch.as_tensor(ids)[None]
+            return float(torch.softmax(m(**m.family.kwargs(t, torch.ones_like(t), torch.arange(a.n)[None])
+                                         ).logits[0].double(), -1)[target])
+        gap = prob(enc.input_ids) - prob(base)
+    assert abs(float(np.sum(ig.raw)) - gap) < 0.02 * max(abs(gap), 0.05)
+
+
+@pytest.mark.parametrize("method", ["raw_attention", "rollout", "att_x_grad", "gae", "grad_x_input"])
+def test_explainers_read_the_last_row(models, method):
+    m = models["qwen3"]
+    a = lv.analyze(m, text_of(40), max_tokens=64)
+    e = lv.explain(m, a, method)
+    assert e.scores.shape == (a.n,) and np.isfinite(e.scores).all()
+    if method == "raw_attention":
+        expected = np.mean([a.attention.dense(a.attention.num_layers - 1, h)[-1] for h in range(m.num_heads)],
+                           axis=0)
+        np.testing.assert_allclose(e.scores, expected, rtol=0, atol=1e-6)
+
+
+def test_custom_code_is_refused(tmp_path):
+    path = make_tiny_decoder(tmp_path / "remote", "llama")
+    config = json.loads((path / "config.json").read_text())
+    config["auto_map"] = {"AutoModelForSequenceClassification": "modeling_x.XForSequenceClassification"}
+    (path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(LongvizError, match="its own modelling code"):
+        lv.load_model(str(path))
+
+
+def test_attention_longviz_cannot_reproduce_is_refused(tmp_path, monkeypatch):
+    """A model whose attention applies what longviz does not see (here: a position bias added inside its own
+    attention function, as custom attentions do) is refused at load, never drawn with other weights."""
+    from transformers.models.llama import modeling_llama
+
+    path = make_tiny_decoder(tmp_path / "odd", "llama")
+    real = modeling_llama.eager_attention_forward
+
+    def biased(module, query, key, value, attention_mask, **kwargs):
+        n = query.shape[-2]
+        bias = -0.5 * (torch.arange(n)[:, None] - torch.arange(n)[None, :]).abs().float()  # ALiBi-like
+        mask = bias if attention_mask is None else attention_mask + bias
+        return real(module, query, key, value, mask, **kwargs)
+
+    monkeypatch.setattr(modeling_llama, "eager_attention_forward", biased)
+    with pytest.raises(AttentionMismatchError, match="differs from the model's own"):
+        lv.load_model(str(path))
+    monkeypatch.setattr(modeling_llama, "eager_attention_forward", real)
+    assert lv.load_model(str(path)).family.name == "decoder"
+
+
+def test_a_layer_type_longviz_cannot_reproduce_is_refused(tmp_path):
+    path = make_tiny_decoder(tmp_path / "chunked", "llama")
+    config = json.loads((path / "config.json").read_text())
+    config["layer_types"] = ["full_attention", "linear_attention"]
+    (path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(LongvizError, match="linear_attention"):
+        lv.load_model(str(path))
