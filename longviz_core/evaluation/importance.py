@@ -221,7 +221,7 @@ def _document_loss(model: LoadedModel, text: str, label: int, max_tokens: int) -
 
 def _taylor_t3vis(model: LoadedModel, texts, labels, max_tokens, progress) -> np.ndarray:
     blocks = _attention_blocks(model)
-    params = [p for b in blocks for p, _axis, _blocks in b.slices]
+    params = [p for b in blocks for p, *_ in b.slices]
     total = [torch.zeros(p.shape, dtype=torch.float64, device=p.device) for p in params]  # G, summed over documents
     with COMPUTE.hold():
         for done, (text, label) in enumerate(zip(texts, labels)):
@@ -238,11 +238,12 @@ def _taylor_t3vis(model: LoadedModel, texts, labels, max_tokens, progress) -> np
     g = iter(total)
     with torch.no_grad():
         for layer, block in enumerate(blocks):
-            for p, axis, parts in block.slices:
-                sq = (p.double() * next(g)) ** 2  # axis = parts x heads x head_dim
-                shape = (*sq.shape[:axis], parts, H, -1, *sq.shape[axis + 1:])
-                per_head = sq.reshape(shape).movedim(axis + 1, 0).reshape(H, -1).sum(1)  # (heads,)
-                scores[layer] += per_head.cpu()
+            for p, axis, parts, group in block.slices:
+                sq = (p.double() * next(g)) ** 2  # axis = parts x (heads / group) x head_dim
+                shape = (*sq.shape[:axis], parts, H // group, -1, *sq.shape[axis + 1:])
+                per_slice = sq.reshape(shape).movedim(axis + 1, 0).reshape(H // group, -1).sum(1)  # (heads / group,)
+                # a key/value head shared by `group` query heads gives each of them an equal share
+                scores[layer] += per_slice.repeat_interleave(group).cpu() / group
     return scores.numpy()
 
 

@@ -71,7 +71,9 @@ class HeadParameters:
     """One layer's attention parameters split by head (T3-Vis's S(l, h)) and the projection whose input holds the
     heads' outputs side by side (where Michel et al.'s gates go)."""
 
-    slices: tuple  # ((parameter, axis, blocks), ...): axis = blocks x heads x head_dim, head h its middle index
+    # ((parameter, axis, blocks, group), ...): axis = blocks x slices x head_dim; query head h reads slice
+    # h // group (group > 1: grouped-query attention's key/value heads, each shared by `group` query heads)
+    slices: tuple
     output: torch.nn.Linear  # W_O: input (..., heads * head_dim), head h = its h-th slice
 
 
@@ -218,11 +220,15 @@ class Family:
             width = output.in_features
             if getattr(attn, "pruned_heads", None):
                 raise FamilyLayoutError(f"layer {i} has pruned heads.")
-            if width % heads or any(p.out_features != blocks * width for p in qkv):
-                raise FamilyLayoutError(f"layer {i}'s projections do not split into {heads} equal heads (shared "
-                                        "key/value heads have no per-head share).")
-            slices = [(p.weight, 0, blocks) for p in qkv] + [(p.bias, 0, blocks) for p in qkv if p.bias is not None]
-            out.append(HeadParameters(tuple(slices + [(output.weight, 1, 1)]), output))
+            kv = self.key_value_heads()
+            groups = [1] + [heads // kv] * (len(qkv) - 1) if len(qkv) == 3 else [1] * len(qkv)
+            if width % heads or heads % kv or any(p.out_features != blocks * width // g
+                                                  for p, g in zip(qkv, groups)):
+                raise FamilyLayoutError(f"layer {i}'s projections do not split into {heads} equal heads "
+                                        f"(query heads; {kv} key/value heads).")
+            slices = [(p.weight, 0, blocks, g) for p, g in zip(qkv, groups)]
+            slices += [(p.bias, 0, blocks, g) for p, g in zip(qkv, groups) if p.bias is not None]
+            out.append(HeadParameters(tuple(slices + [(output.weight, 1, 1, 1)]), output))
         return out
 
     # ---- attention ----------------------------------------------------------------------------------------

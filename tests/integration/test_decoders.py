@@ -201,3 +201,56 @@ def test_a_layer_type_longviz_cannot_reproduce_is_refused(tmp_path):
     (path / "config.json").write_text(json.dumps(config))
     with pytest.raises(LongvizError, match="linear_attention"):
         lv.load_model(str(path))
+
+
+# ------------------------------------------------------------------------------------------ the pages
+@pytest.mark.parametrize("name", list(KINDS))
+def test_every_page_opens_on_the_decoder(dirs, name, tmp_path):
+    """Every page with its defaults on a tiny decoder checkpoint saved to a directory."""
+    import pandas as pd
+    from streamlit.testing.v1 import AppTest
+
+    from pages._ui.keys import K
+    from support.apps import APP, ROOT
+
+    csv = tmp_path / "data.csv"
+    pd.DataFrame({"text": [text_of(w) for w in (37, 90, 12)], "label": [0, 1, 1]}).to_csv(csv, index=False)
+    at = AppTest.from_file(str(APP), default_timeout=300)
+    for key, value in {K.MODEL: str(dirs[name]), K.DATASET_KIND: "file path", K.DATASET_PATH: str(csv),
+                       K.DOC_MODE: "by index", K.MAX_TOKENS: 128}.items():
+        at.session_state[key] = value
+    for page in sorted(p.stem for p in (ROOT / "pages").glob("*.py") if not p.stem.startswith("_")):
+        at.switch_page(f"pages/{page}.py").run()
+        assert not at.exception and not at.error, (page, [e.value for e in (*at.exception, *at.error)])
+
+
+def test_head_importance_shares_a_key_value_head_among_its_group(models):
+    """T3-Vis's Taylor score on grouped-query attention, written out: query head h's rows of W_Q and columns of
+    W_O, plus 1/group of the rows of W_K and W_V of the key/value head h // group that it shares."""
+    import copy
+
+    import pandas as pd
+
+    from longviz_core.evaluation import importance as imp
+
+    m = models["qwen3"]
+    data = pd.DataFrame({"text": [text_of(20), text_of(33)], "label": [0, 1]})
+    raw = imp.raw_head_importance(m, data, 64, max_examples=None, method="t3vis")
+    net = copy.deepcopy(m.model)
+    for text, label in zip(data["text"], data["label"]):
+        enc = m.encode(text, 64)
+        with m.family.running(net, enc.n):
+            logits = net(**m.family.inputs(enc)).logits
+        torch.nn.functional.cross_entropy(logits.double(), torch.tensor([label])).backward()
+    H, group = m.num_heads, m.num_heads // m.model.config.num_key_value_heads
+    oracle = np.zeros((m.num_layers, H))
+    for layer, block in enumerate(net.model.layers):
+        a = block.self_attn
+        d = a.head_dim
+        for h in range(H):
+            rows, kv = slice(h * d, (h + 1) * d), slice((h // group) * d, (h // group + 1) * d)
+            share = lambda p, index: float(((p.grad[index] * p[index]) ** 2).sum())  # noqa: E731
+            oracle[layer, h] = (share(a.q_proj.weight, rows) + share(a.o_proj.weight, (slice(None), rows))
+                                + (share(a.k_proj.weight, kv) + share(a.v_proj.weight, kv)) / group)
+    assert np.all(oracle > 0)
+    np.testing.assert_allclose(raw, oracle, rtol=1e-6)
