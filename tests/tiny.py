@@ -130,13 +130,21 @@ _DECODERS = {
     "gemma2": ("Gemma2Config", "Gemma2ForSequenceClassification",
                {"sliding_window": 12, "head_dim": 8, "query_pre_attn_scalar": 24, "attn_logit_softcapping": 2.0,
                 "final_logit_softcapping": None}, True),
+    "qwen2": ("Qwen2Config", "Qwen2ForSequenceClassification",
+              {"use_sliding_window": True, "sliding_window": 10, "max_window_layers": 1}, False),
+    "gemma3": ("Gemma3TextConfig", "Gemma3ForSequenceClassification",
+               {"sliding_window": 10, "head_dim": 8, "query_pre_attn_scalar": 24,
+                "layer_types": ["sliding_attention", "full_attention"]}, True),
+    "gemma": ("GemmaConfig", "GemmaForSequenceClassification", {"head_dim": 8}, True),
+    "phi3": ("Phi3Config", "Phi3ForSequenceClassification", {}, True),
+    "smollm3": ("SmolLM3Config", "SmolLM3ForSequenceClassification", {}, True),
+    "olmo2": ("Olmo2Config", "Olmo2ForSequenceClassification", {}, True),
 }
 
 
 def make_tiny_decoder(path: Path, kind: str = "llama", layers=2, heads=4, kv_heads=2, hidden=32, labels=2,
                       pad=True, initializer_range=0.5, max_positions=32768, seed=0, **config) -> Path:
-    """A decoder sequence classifier (GenericForSequenceClassification) of `kind` (llama, qwen3, mistral,
-    gemma2) with grouped-query attention (`kv_heads` key/value heads), a large initializer range so attention is
+    """A decoder sequence classifier (GenericForSequenceClassification) of `kind` (a key of _DECODERS) with grouped-query attention (`kv_heads` key/value heads), a large initializer range so attention is
     far from uniform, and the BPE vocabulary under the decoder's own template (Llama, Mistral, Gemma: <s> before
     the text; Qwen: nothing). `pad=False`: no pad token, as most Llama checkpoints. Extra keywords go to the
     config (e.g. layer_types)."""

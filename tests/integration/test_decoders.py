@@ -90,6 +90,21 @@ def test_every_layer_and_head_is_the_models_own_eager_attention(models, dirs, na
     np.testing.assert_allclose(a.attention.received_per_head(), weights.sum(axis=2), rtol=0, atol=n * ATOL)
 
 
+@pytest.mark.parametrize("kind", ["qwen2", "gemma3", "gemma", "phi3", "smollm3", "olmo2"])
+def test_more_decoder_types_are_their_own_eager_attention(kind, tmp_path):
+    """Other GenericForSequenceClassification layouts, found through transformers' mapping: Qwen2's sliding
+    layers from max_window_layers, Gemma 3's layer types, Phi3's fused projections, SmolLM3, Olmo2's norms."""
+    path = make_tiny_decoder(tmp_path / kind, kind)
+    m = lv.load_model(str(path))
+    assert m.family.name == "decoder"
+    a = lv.analyze(m, text_of(60), max_tokens=64)
+    weights, logits = _eager(path, a.input_ids)
+    for layer in range(weights.shape[0]):
+        for head in range(weights.shape[1]):
+            np.testing.assert_allclose(a.attention.dense(layer, head), weights[layer, head], rtol=0, atol=ATOL)
+    np.testing.assert_allclose(a.logits, logits, rtol=1e-5, atol=1e-5)
+
+
 def test_lists_by_brute_force_on_grouped_sliding_layers(models, dirs):
     a = lv.analyze(models["qwen3"], text_of(150), max_tokens=151)
     weights, _ = _eager(dirs["qwen3"], a.input_ids)
