@@ -71,7 +71,7 @@ if scope == "this document":
         ig = attribution_after_click(model, analysis, steps, P, "Run Integrated Gradients")
         if ig.warning:
             st.warning(ig.warning)
-        mask = ag.mask_for(analysis.tokens, kinds, **current.mask_options())
+        mask = ag.mask_for(analysis.tokens, kinds, **current.mask_options(analysis))
         table = ag.agreement_table(analysis, ig.scores, importance=importance, mask=mask, layer_range=layer_range, p=p)
     st.subheader("Table 1: similarity of attention and |IG|")
     shell.table(fig.table1(table), "table 1", model, meta, column_config=SHORT_NAMES)

@@ -47,7 +47,7 @@ with shell.guard():
     values = analysis.attention.received(layers, heads, None if importance is None else importance.values)
     n_heads = (L if layers is None else len(layers)) * (H if heads is None else len(heads))
     values = values / n_heads  # averaged over the chosen heads; the colours are relative anyway
-    mask = build_mask(analysis.tokens, **current.mask_options()) if masked else None
+    mask = build_mask(analysis.tokens, **current.mask_options(analysis)) if masked else None
 
 vmax = scale_max(analysis.tokens, values, mask, unit)
 settings = current.export_settings(model, description, heads=preset, layers=layers, head_indices=heads,

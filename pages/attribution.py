@@ -77,7 +77,7 @@ labels.caption(labels.explained(name(attr.target)), labels.scores(), sections=("
 m1, m2 = st.columns([3, 1])
 masked = m1.toggle("Mask special tokens, punctuation and stopwords", **K.option(P, "mask"))
 unit = overlay.unit_picker(m2, P)
-mask = build_mask(analysis.tokens, **current.mask_options()) if masked else None
+mask = build_mask(analysis.tokens, **current.mask_options(analysis)) if masked else None
 # ---- the overlay: Integrated Gradients, or any explainer of the Explainers page for the same class
 shown = overlay.overlay_scores(P, model, analysis, attr, label)
 vmax = scale_max(analysis.tokens, shown.scores, mask, unit)

@@ -94,7 +94,7 @@ if scope != SCOPES[0]:
 with shell.guard():
     with st.spinner("Finding every token's top-k lists (once per document)…"):
         topk = cache.derived(analysis, "topk", lambda a, k: tk.topk_indices(a.attention, k), k=tk.TOPK_MAX)
-        options = current.mask_options()
+        options = current.mask_options(analysis)
         tallies = cache.derived(analysis, "tallies", lambda a, masked, **options: tc.tally(
             topk, a.tokens, build_mask(a.tokens, **options) if masked else None), masked=masked, **options)
     mask = tallies.mask

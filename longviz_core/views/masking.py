@@ -56,6 +56,15 @@ def _on_tokens(words: Words, per_word: np.ndarray) -> np.ndarray:
     return out
 
 
+def special_tokens_of(encoded) -> tuple[str, ...]:
+    """The special tokens of one encoded document: DEFAULT_SPECIAL_TOKENS and whatever its template put around the
+    text (a decoder's BOS, e.g. Llama 3's <|begin_of_text|>). Text tokens never spell a special token
+    (`encoding.text_token_ids` splits such spellings), so matching these strings masks exactly the specials."""
+    tokens = encoded.tokens
+    around = tokens[: encoded.prefix] + tokens[encoded.n - encoded.suffix :]
+    return DEFAULT_SPECIAL_TOKENS + tuple(sorted(set(around) - set(DEFAULT_SPECIAL_TOKENS)))
+
+
 def special_mask(tokens: Sequence[str], special_tokens: Sequence[str] | None = DEFAULT_SPECIAL_TOKENS) -> np.ndarray:
     """True where the raw token is one of `special_tokens` (exact match; pass tokenizer.all_special_tokens)."""
     return _special(as_token_list(tokens), special_tokens)

@@ -41,11 +41,15 @@ def current_dataset(model: lv.LoadedModel):
     return lv.load_dataset(upload.getvalue(), filename=upload.name, id2label=model.id2label)
 
 
-def mask_options() -> dict:
-    """The sidebar's masking options beyond the paper's rule, as views.masking.build_mask keywords."""
+def mask_options(analysis) -> dict:
+    """The sidebar's masking options beyond the paper's rule and the analysis's special tokens (a decoder's
+    template adds its own), as views.masking.build_mask keywords."""
+    from longviz_core.views.masking import special_tokens_of
+
     ss = st.session_state
     words = sorted({w.strip().lower() for w in (ss.get(K.EXTRA_STOPWORDS) or "").split(",") if w.strip()})
-    return {"numbers": bool(ss.get(K.MASK_NUMBERS, False)), "extra_stopwords": tuple(words)}
+    return {"numbers": bool(ss.get(K.MASK_NUMBERS, False)), "extra_stopwords": tuple(words),
+            "special_tokens": special_tokens_of(analysis.encoded)}
 
 
 PAGE_BUDGET_S = 15.0  # what a page may spend on one document's analysis and IG's first steps

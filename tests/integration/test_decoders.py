@@ -269,3 +269,33 @@ def test_head_importance_shares_a_key_value_head_among_its_group(models):
                                 + (share(a.k_proj.weight, kv) + share(a.v_proj.weight, kv)) / group)
     assert np.all(oracle > 0)
     np.testing.assert_allclose(raw, oracle, rtol=1e-6)
+
+
+def test_a_decoders_template_tokens_are_masked_as_special(tmp_path):
+    """A BOS spelled <|begin_of_text|> (Llama 3) is no default special token: the template's tokens are."""
+    from tokenizers import AddedToken
+
+    from longviz_core.views.masking import build_mask, special_tokens_of
+
+    path = make_tiny_decoder(tmp_path / "l3", "llama")
+    tok = lv.load_model(str(path)).tokenizer
+    tok.add_special_tokens({"bos_token": AddedToken("<|begin_of_text|>", special=True)})
+    from tokenizers import processors
+
+    bos = tok.convert_tokens_to_ids("<|begin_of_text|>")
+    tok.backend_tokenizer.post_processor = processors.TemplateProcessing(
+        single="<|begin_of_text|> $A", special_tokens=[("<|begin_of_text|>", bos)])
+    tok.save_pretrained(path)
+    config = json.loads((path / "config.json").read_text())
+    config.update(bos_token_id=bos, vocab_size=len(tok))
+    (path / "config.json").write_text(json.dumps(config))
+    from transformers import AutoModelForSequenceClassification
+
+    net = AutoModelForSequenceClassification.from_pretrained(str(path), ignore_mismatched_sizes=True)
+    net.resize_token_embeddings(len(tok))
+    net.save_pretrained(path)
+    m = lv.load_model(str(path))
+    a = lv.analyze(m, text_of(12) + " <|begin_of_text|>", max_tokens=64)  # the spelling inside the text is text
+    assert a.tokens[0] == "<|begin_of_text|>" and a.encoded.prefix == 1
+    mask = build_mask(a.tokens, nonalnum=False, stopwords=False, special_tokens=special_tokens_of(a.encoded))
+    assert mask.tolist() == [True] + [False] * (a.n - 1)

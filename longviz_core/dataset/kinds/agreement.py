@@ -13,6 +13,7 @@ from .settings import Settings, mask_rule
 
 def _agreement(job: Job, doc: Doc) -> Record:
     from ...views.agreement import document_numbers, mask_for
+    from ...views.masking import special_tokens_of
 
     cfg = _agreement_settings(job.settings)
     a = doc.analysis
@@ -21,8 +22,8 @@ def _agreement(job: Job, doc: Doc) -> Record:
         importance = load_unit(job.root, None, "head-importance").arrays["importance"]
     except StoreError:  # an unlabelled dataset has no head importance: unscaled rows only
         importance = None
-    numbers = document_numbers(a, scores, importance, mask_for(a.tokens, cfg["mask"]), cfg["layer_range"],
-                               cfg["p"], cfg["top"])
+    mask = mask_for(a.tokens, cfg["mask"], special_tokens=special_tokens_of(a.encoded))
+    numbers = document_numbers(a, scores, importance, mask, cfg["layer_range"], cfg["p"], cfg["top"])
     heads = [{"metric": metric, "masked": masked, "layer": layer, "head": head, "value": value}
              for key, grid in numbers["grids"].items() for metric, masked in [key.split("|")]
              for layer, row in enumerate(grid) for head, value in enumerate(row)]

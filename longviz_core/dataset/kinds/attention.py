@@ -46,12 +46,13 @@ def _counts(analysis) -> dict[str, pd.DataFrame]:
     every group."""
     from ...model.topk import DIRECTIONS, topk_indices
     from ...views.counts import GROUP_COLUMNS, tally, token_counts
-    from ...views.masking import build_mask
+    from ...views.masking import build_mask, special_tokens_of
 
     topk = topk_indices(analysis.attention, k=COUNTS["k"])
     parts = {group: [] for group in COUNTS["groups"]}
     for masked in (False, True):
-        tallies = tally(topk, analysis.tokens, build_mask(analysis.tokens) if masked else None)
+        tallies = tally(topk, analysis.tokens, build_mask(analysis.tokens, special_tokens=special_tokens_of(
+            analysis.encoded)) if masked else None)
         for group, direction in ((g, d) for g in COUNTS["groups"] for d in DIRECTIONS):
             table = token_counts(analysis, COUNTS["k"], direction, group, mask=tallies.mask, tallies=tallies,
                                  rule=COUNTS["rule"])
