@@ -137,6 +137,8 @@ def current_analysis():
         analysis = cache.get_analysis(model, text, max_tokens(model))
     enc = analysis.encoded
     if enc.truncated:  # on every page: each number below is about the first part of the text only
-        st.warning(f"Truncated to {enc.n - 2:,} of {enc.n_text_tokens_original:,} text tokens (max tokens = "
-                   f"{enc.max_tokens:,}, including <s> and </s>; the model allows {model.max_tokens:,}).")
+        specials = enc.prefix + enc.suffix
+        st.warning(f"Truncated to {enc.n - specials:,} of {enc.n_text_tokens_original:,} text tokens (max tokens = "
+                   f"{enc.max_tokens:,}, including {specials} special token{'s' if specials != 1 else ''}; the "
+                   f"model allows {model.max_tokens:,}).")
     return model, analysis, label, description

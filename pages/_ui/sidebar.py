@@ -44,7 +44,8 @@ def sidebar() -> None:
         limit = hosting.max_tokens_limit(cfg)
         st.number_input("Max tokens", min_value=16, max_value=limit, value=None, step=256, key=K.MAX_TOKENS,
                         bind="query-params", placeholder="the model's maximum",
-                        help="Inputs are <s> + text truncated to max tokens - 2 + </s>. Empty: the model's maximum "
+                        help="Inputs are <s> + text truncated to max tokens - 2 + </s> (a decoder: its tokenizer's "
+                             "own template, e.g. a BOS + text). Empty: the model's maximum "
                              f"when this machine analyses a document that long within {PAGE_BUDGET_S:g} s, else "
                              f"{lv.DEFAULT_MAX_TOKENS:,}; every page says when a text is truncated.")
         st.toggle("Masking also hides numbers", value=cfg is not None and cfg.mask_numbers, key=K.MASK_NUMBERS,
