@@ -100,6 +100,7 @@ def analyze_layers(model, inputs: dict, patterns) -> tuple:
     `patterns` gives each layer's LayerPattern, from the model family."""
     patterns, num_layers = list(patterns), len(patterns)
     layers: list = []
+    checked: set = set()  # (mask, pattern) pairs already compared: layers of one type share one mask
 
     def sink(module, query, key, mask, scaling, softcap):
         if len(layers) >= num_layers:
@@ -112,7 +113,11 @@ def analyze_layers(model, inputs: dict, patterns) -> tuple:
             raise AttentionPatternError(f"layer {len(layers)}: longviz cannot reproduce a {p.kind} layer with "
                                         f"{k.shape[0]} key/value heads for {q.shape[0]} query heads"
                                         f"{' and soft-capped scores' if softcap is not None else ''}.")
-        _check_mask(module, mask, q.shape[1], p, len(layers))
+        lazy = isinstance(mask, LazyMask)
+        if not (lazy and (mask, p) in checked):
+            _check_mask(module, mask, q.shape[1], p, len(layers))
+            if lazy:
+                checked.add((mask, p))
         if p.kind == BANDED:
             layers.append(band_of(q, k, scaling, p.radius))
         else:
