@@ -32,6 +32,7 @@ from ..runtime import usable_device
 from .checks import check_shapes, check_vocabulary, distinct_labels
 from .encoding import Encoded, special_ids
 from .families import Family, family_of
+from .heads import Head
 from .files import check_no_nul, read_bounded, read_dataset_file
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
@@ -52,6 +53,7 @@ class LoadedModel:
     position_offset: int  # first position id (padding_idx + 1 for RoBERTa-style models)
     attention_window: int  # one-sided Longformer window w, the largest over layers (0 for full attention)
     attention_windows: tuple[int, ...]  # (layers,) each layer's one-sided window w_l (() for full attention)
+    head: Head  # what the classification head's outputs mean (model.heads)
 
     @property
     def num_labels(self) -> int:
@@ -132,6 +134,7 @@ def load_model(source: str, device=None, progress: Progress | None = None) -> Lo
         position_offset=family.position_offset,
         attention_window=max(windows, default=0),
         attention_windows=windows,
+        head=Head.of_config(config),
     )
     _check_attention_output(loaded)
     report(progress, 1.0, "Model ready")
