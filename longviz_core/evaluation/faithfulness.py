@@ -71,6 +71,7 @@ def faithfulness(
     max_removed: float = 1.0,
     flip_bound: int | None = None,
     batch_size: int | None = None,
+    threshold: float | None = None,
     resume: bool = False,
     cache_dir=None,
     progress: Progress | None = None,
@@ -84,13 +85,15 @@ def faithfulness(
     rankings: any of RANKINGS. ks: fractions of the removable tokens, each in (0, 1].
     max_removed / flip_bound: the flip scan's bound, a fraction of the removable tokens and a number of tokens
     (the smaller applies; 1.0 and None: every count, exact to the end; flip_bound=0: the curves alone).
+    threshold: a regression head's decision (score >= threshold); without one it has no flips to find.
     Other options as deletion_test."""
     attribution = check_vector(attribution, analysis.n, "attribution")  # checked even when only random uses none
     seeds = check_settings(rankings, batch_size, seeds, max_removed)
     bounds = [b for b in (bound_of(max_removed, analysis.n - 2), flip_bound) if b is not None]
     settings = DeletionSettings(ks=check_ks(ks), replacement=replacement,
                                 seeds=seeds if RANDOM in rankings else (),
-                                flip_bound=min(bounds) if bounds else None, batch_size=batch_size)
+                                flip_bound=min(bounds) if bounds else None, batch_size=batch_size,
+                                threshold=threshold)
     return deletion_test(model, analysis, ranking_orders(analysis, attribution, rankings, layers, scale), settings,
                          progress, labels=RANKING_LABELS, resume=resume, cache_dir=cache_dir,
                          stop=stop)

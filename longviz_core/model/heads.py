@@ -81,7 +81,8 @@ class Head:
         return np.exp(log_outputs) if self.probabilities else np.asarray(log_outputs)
 
     def predicted(self, outputs: np.ndarray) -> int:
-        """The label explained by default: the most probable (a multi-label head's too); 0 for a regression."""
+        """The label explained by default: the most probable (a multi-label head's too); 0 for a regression.
+        An argmax, so `outputs` may as well be log_outputs."""
         return 0 if self.regression else int(np.argmax(outputs))
 
     def predicted_set(self, outputs: np.ndarray) -> tuple[int, ...]:
