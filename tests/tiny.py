@@ -120,3 +120,14 @@ def make_tiny_bigbird(path: Path, layers=2, heads=2, hidden=32, block_size=16, r
 
 def text_of(n_words: int) -> str:
     return " ".join(WORDS[i % len(WORDS)] for i in range(n_words))
+
+
+def as_multi_label(path: Path) -> Path:
+    """The saved checkpoint's config marked problem_type "multi_label_classification" (independent sigmoids)."""
+    import json
+
+    config = Path(path) / "config.json"
+    settings = json.loads(config.read_text())
+    settings["problem_type"] = "multi_label_classification"
+    config.write_text(json.dumps(settings, indent=2))
+    return Path(path)
