@@ -23,7 +23,7 @@ from ..model.analysis import DocumentAnalysis
 from ..model.loading import LoadedModel
 from ..progress import Progress
 from .deletion import (
-    BATCH_SIZE, DEFAULT_SEEDS, FLIP_BOUND, KS, RANDOM, REPLACEMENTS, DeletionError, DeletionResult, DeletionSettings,
+    BATCH_SIZE, DEFAULT_SEEDS, FLIP_BOUND, KS, LODDS_UNDEFINED, NO_THRESHOLD, RANDOM, REPLACEMENTS, DeletionError, DeletionResult, DeletionSettings,
     RandomBaseline, RankingCurve, bound_of, check_vector, default_batch_size, random_order,
     removal_order, removed_count,
 )
@@ -120,7 +120,8 @@ def check_settings(rankings, batch_size, seeds, max_removed) -> tuple[int, ...]:
 
 
 __all__ = [
-    "BATCH_SIZE", "DEFAULT_SEEDS", "FLIP_BOUND", "FaithfulnessError", "FaithfulnessResult", "KS", "RANKINGS",
+    "BATCH_SIZE", "DEFAULT_SEEDS", "FLIP_BOUND", "FaithfulnessError", "FaithfulnessResult", "KS", "LODDS_UNDEFINED",
+    "NO_THRESHOLD", "RANKINGS",
     "RANKING_LABELS", "REPLACEMENTS", "RandomBaseline", "RankingCurve", "check_ks", "check_settings",
     "default_batch_size", "faithfulness", "random_order", "ranking_orders",
     "ranking_scores", "removal_order", "removed_count",

@@ -14,7 +14,7 @@ from .block_sparse import analyze_block_sparse
 from .capture import analyze_layers
 from .encoding import DEFAULT_MAX_TOKENS, Encoded, encode, text_hash
 from .families import BANDED, BANDED_GLOBAL, BLOCK_SPARSE, LayerPattern
-from .heads import Head
+from .heads import MULTI_LABEL, MULTI_LABEL_CUT, Head
 from .layered import LayeredAttention
 from .loading import LoadedModel
 
@@ -56,6 +56,16 @@ class DocumentAnalysis:
     def predicted_set(self) -> tuple[int, ...]:
         """What the head predicts: one label, every label with probability >= 0.5 (multi-label), or the score."""
         return self.head.predicted_set(self.probs)
+
+    @property
+    def prediction_words(self) -> str:
+        """The prediction for a caption: 'X (p = 0.873)', 'X, Z (labels with p ≥ 0.5)' or 'score 1.2345'."""
+        if self.head.regression:
+            return f"score {self.probs[0]:.4f}"
+        if self.head.kind == MULTI_LABEL:
+            names = ", ".join(self.label_name(i) for i in self.predicted_set) or "no label"
+            return f"{names} (labels with p ≥ {MULTI_LABEL_CUT:g})"
+        return f"{self.label_name(self.predicted)} (p = {self.probs[self.predicted]:.3f})"
 
     def explained_name(self, target: int | None = None) -> str:
         """What an explanation of `target` (default: the predicted label) explains, in words."""

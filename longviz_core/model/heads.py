@@ -162,6 +162,19 @@ class Head:
         return "the score"
 
     @property
+    def deletion_words(self) -> str:
+        """What the deletion test's numbers mean for this head, for the pages ('' for a single-label head, the
+        formulas' own case)."""
+        if self.kind == MULTI_LABEL:
+            return ("This head is multi-label: p is the sigmoid of the label explained, one label at a time, and its "
+                    "decision flips when that sigmoid crosses 0.5.")
+        if self.kind == REGRESSION:
+            return ("This head is a regression: AOPC is the drop of the score itself, in score units; LOdds is "
+                    "undefined (a score is not a probability); a decision flip needs a score threshold (score ≥ "
+                    "threshold), and without one there are no decision flips to find.")
+        return ""
+
+    @property
     def unit(self) -> str:
         """The explained quantity's unit in a sentence: "probability" or "score"."""
         return "probability" if self.probabilities else "score"
