@@ -201,3 +201,50 @@ def test_deletion_on_a_multi_label_head_flips_when_the_label_crosses_one_half(mo
         assert run.flip_removed == _first((sig >= 0.5) != (s0 >= 0.5))
     with pytest.raises(HeadError, match="regression"):
         fa.faithfulness(m, a, attribution, rankings=("ig",), threshold=0.5)
+
+
+# ------------------------------------------------------------------------------------------ the pages
+@pytest.mark.parametrize("name", ["bert-regression", "bert-multi"])
+def test_the_pages_say_what_they_explain(dirs, name, tmp_path):
+    """Streamlit AppTest: the Document page shows a regression's score (no 'p =') or every label's probability
+    with the predicted set; the Faithfulness and Explainers pages name the explained quantity, and for a
+    regression offer the threshold and say that without one there are no decision flips."""
+    import pandas as pd
+    from streamlit.testing.v1 import AppTest
+
+    from pages._ui.keys import K
+    from support.apps import APP
+
+    csv = tmp_path / "data.csv"
+    # class-number labels: load_dataset reads labels as class numbers, a regression's too
+    pd.DataFrame({"text": [text_of(20), text_of(12)], "label": [0, 0]}).to_csv(csv, index=False)
+    at = AppTest.from_file(str(APP), default_timeout=300)
+    for key, value in {K.MODEL: str(dirs[name]), K.DATASET_KIND: "file path", K.DATASET_PATH: str(csv),
+                       K.DOC_MODE: "by index", K.MAX_TOKENS: 60}.items():
+        at.session_state[key] = value
+    at.switch_page("pages/document.py").run()
+    assert not at.exception and not at.error, [e.value for e in (*at.exception, *at.error)]
+    metrics = {m.label: m for m in at.metric}
+    model = lv.load_model(str(dirs[name]), device="cpu")
+    a = lv.analyze(model, text_of(20), 60)
+    if name.endswith("regression"):
+        assert "Score" in metrics and "Predicted" not in metrics and not at.dataframe
+        assert metrics["Score"].value == f"{a.probs[0]:.4f}" and "p =" not in (metrics["Score"].delta or "")
+    else:
+        assert "Predicted labels" in metrics
+        assert metrics["Predicted labels"].value.replace("\u200b", "") == (
+            ", ".join(a.label_name(i) for i in a.predicted_set) or "none")
+        shown = at.dataframe[0].value
+        np.testing.assert_allclose(shown["probability"].to_numpy(), a.probs, rtol=1e-6)
+        assert list(shown["predicted"]) == [i in a.predicted_set for i in range(3)]
+    for page in ("faithfulness", "explainers"):
+        at.switch_page(f"pages/{page}.py").run()
+        assert not at.exception and not at.error, (page, [e.value for e in (*at.exception, *at.error)])
+        captions = " ".join(c.value for c in at.caption)
+        assert f"Explained: {a.explained_name()}" in captions, page
+        thresholds = [n for n in at.number_input if n.label.startswith("Score threshold")]
+        if name.endswith("regression"):
+            assert "the score" in captions and len(thresholds) == 1 and thresholds[0].value is None
+            assert "no decision flips without a threshold" in captions
+        else:
+            assert f"label {a.label_name(a.predicted)}'s probability" in captions and not thresholds
