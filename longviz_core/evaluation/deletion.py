@@ -410,6 +410,7 @@ def check_vector(values, n: int | None, what: str) -> np.ndarray:
 
 
 __all__ = [
-    "BATCH_SIZE", "DEFAULT_SEEDS", "DeletionError", "LODDS_UNDEFINED", "NO_THRESHOLD", "DeletionResult", "DeletionSettings", "FLIP_BOUND", "KS",
+    "BATCH_SIZE", "DEFAULT_SEEDS", "DeletionError", "DeletionResult", "DeletionSettings", "FLIP_BOUND", "KS",
+    "LODDS_UNDEFINED", "NO_THRESHOLD",
     "RANDOM", "REPLACEMENTS", "RandomBaseline", "RankingCurve", "bound_of", "default_batch_size",
     "k_label", "metric_columns", "random_order", "removal_order", "removed_count", "row_columns", "summarise"]

@@ -23,7 +23,8 @@ from ..model.analysis import DocumentAnalysis
 from ..model.loading import LoadedModel
 from ..progress import Progress
 from .deletion import (
-    BATCH_SIZE, DEFAULT_SEEDS, FLIP_BOUND, KS, LODDS_UNDEFINED, NO_THRESHOLD, RANDOM, REPLACEMENTS, DeletionError, DeletionResult, DeletionSettings,
+    BATCH_SIZE, DEFAULT_SEEDS, FLIP_BOUND, KS, LODDS_UNDEFINED, NO_THRESHOLD, RANDOM, REPLACEMENTS, DeletionError,
+    DeletionResult, DeletionSettings,
     RandomBaseline, RankingCurve, bound_of, check_vector, default_batch_size, random_order,
     removal_order, removed_count,
 )
