@@ -7,7 +7,8 @@ per token of the analysis (<s> and </s> included), the class explained, the wall
 Definitions, with their sources, are in docs/methods.md#explainers. With z_t the target's logit, p_t the head's
 explained quantity (model.heads: its softmax probability, a multi-label head's sigmoid_t, a regression's score),
 e_i the embeddings-layer output of token i, h^l the input of layer l (h^0 = e), A_{l,h} head h's attention in
-layer l (rows = queries), Ā_l = mean_h A_{l,h}, L layers, cls = position 0 (the token the classifier reads; under a family's mean pooling, e_cls below is the vector 1/n, Family.readout):
+layer l (rows = queries), Ā_l = mean_h A_{l,h}, L layers, cls = position 0 (the token the classifier reads;
+under a family's mean pooling, e_cls below is the vector 1/n, Family.readout):
 
     ig             Integrated Gradients (attribution.ig), L2-normalised, sign kept
     grad_x_input   Σ_d e_{i,d} · ∂z_t/∂e_{i,d}
