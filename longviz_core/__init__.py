@@ -20,6 +20,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "model.loading": ("DEMO", "LoadedModel", "dataset_fingerprint", "load_dataset", "load_model",
         "normalise_dataset"),
     "model.encoding": ("DEFAULT_MAX_TOKENS", "Encoded", "encode", "text_hash"),
+    "model.heads": ("Head", "HeadError"),
     "model.analysis": ("DocumentAnalysis", "analyze", "pick_document", "predict_probs"),
     "model.bands": ("AttentionBands", "head_weights"),
     "attribution.ig": ("Attribution", "integrated_gradients"),

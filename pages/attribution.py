@@ -52,16 +52,21 @@ with shell.guard():
 # ---- header row (Fig 9)
 h = st.columns(5)
 h[0].metric("True label", shell.wrappable(name(label)) if label is not None else "—")
-h[1].metric("Predicted label", shell.wrappable(name(analysis.predicted)),
-            f"p = {analysis.probs[analysis.predicted]:.3f}", **shell.NO_ARROW)
+if model.head.regression:  # a score, not a probability
+    h[1].metric("Score", f"{analysis.probs[0]:.4f}", "the regression head's output", **shell.NO_ARROW)
+else:
+    h[1].metric("Predicted label", shell.wrappable(name(analysis.predicted)),
+                f"p = {analysis.probs[analysis.predicted]:.3f}", **shell.NO_ARROW)
 h[2].metric("Attribution label", shell.wrappable(name(attr.target)))
 h[3].metric("Attribution score", f"{attr.total:+.3f}",
             help="Sum of the L2-normalised token scores (paper §2, captum's summarize_attributions and "
                  "VisualizationDataRecord.attr_score).")
-h[4].metric("F(x) − F(baseline)", f"{attr.expected:+.4f}", f"p(baseline) = {attr.prob_baseline:.4f}",
-            **shell.NO_ARROW, help="What the raw attributions add up to (completeness): the target's probability "
-                                    "for the text minus for the <s> <pad>… </s> baseline. The normalised scores hide "
-                                    "this scale.")
+h[4].metric("F(x) − F(baseline)", f"{attr.expected:+.4f}",
+            f"{'score' if model.head.regression else 'p'}(baseline) = {attr.prob_baseline:.4f}",
+            **shell.NO_ARROW, help=f"What the raw attributions add up to (completeness): "
+                                   f"{analysis.explained_name(attr.target)} for the text minus for the <s> <pad>… </s> "
+                                   "baseline. The normalised scores hide this scale.")
+st.caption(f"Explained: {analysis.explained_name(attr.target)} · the model is {model.head.words}.")
 if attr.weak_explanation:
     st.warning(attr.weak_explanation)
 st.caption(

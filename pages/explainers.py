@@ -33,8 +33,7 @@ st.title("Explainers: which explanation can you trust?")
 with shell.guard():
     model, analysis, label, description = current.current_analysis()
 name = analysis.label_name
-st.caption(f"{description} · {analysis.n:,} tokens · predicted {name(analysis.predicted)} "
-           f"(p = {analysis.probs[analysis.predicted]:.3f})")
+st.caption(f"{description} · {analysis.n:,} tokens · predicted {analysis.prediction_words}")
 st.markdown(
     "Each explainer ranks the text tokens; deleting its top tokens (replaced by the chosen token, `<s>`, `</s>`, "
     "positions and masks kept) should hurt the prediction more than deleting random ones. **AOPC** = mean over "
@@ -54,7 +53,7 @@ steps = ig_steps_picker(c2, P) if "ig" in methods else None
 c1, c2, c3 = st.columns(3)
 target_choice = c1.selectbox("Class explained", ["predicted", *range(model.num_labels)], **K.option(P, "target"),
                              format_func=lambda t: "the predicted class" if t == "predicted" else name(t),
-                             help="The deletion test always scores the predicted class's probability.")
+                             help=f"The deletion test always scores {analysis.explained_name()}.")
 target = None if target_choice == "predicted" else int(target_choice)
 rank_by = c2.radio("Delete tokens by", lb.RANK_BY, **K.option(P, "rank_by"), horizontal=True,
                    format_func={"signed": "score (high to low)", "magnitude": "|score|"}.get,
@@ -65,12 +64,13 @@ replacement = c3.radio("Replace removed tokens by", fa.REPLACEMENTS, **K.option(
 n_seeds = int(c1.number_input("Random: seeds (mean ± sd over seeds 0 .. N−1)", lb.MIN_SEEDS, 20,
                               len(fa.DEFAULT_SEEDS), **K.option(P, "seeds")))
 seeds = list(range(n_seeds))
+threshold = deletion.head_settings(model, P, analysis)
 if not methods:
     st.info("Choose at least one explainer.")
     st.stop()
 options = {"ig": {"n_steps": steps}} if "ig" in methods else None
 settings = dict(methods=methods, target=target, rank_by=rank_by, replacement=replacement, seeds=seeds,
-                ig_steps=steps)
+                ig_steps=steps, **({} if threshold is None else {"threshold": threshold}))
 
 
 if scope == "this document":
@@ -96,7 +96,7 @@ if scope == "this document":
     def stage(bound, **more):  # no queue notice here: the exact scan runs it in a worker, off the page
         return lambda a, **kw: lb.document_leaderboard(
             model, a, methods, target, seeds=seeds, replacement=replacement, flip_bound=bound, rank_by=rank_by,
-            options=options, explanations=explanations, **more)
+            options=options, explanations=explanations, threshold=threshold, **more)
 
     slot = st.empty()
     with shell.guard():

@@ -19,10 +19,10 @@ SCAN_LIMITS = {"100 % (every count)": 1.0, "50 %": 0.5, "20 %": 0.2, "10 %": 0.1
 st.title("Faithfulness: deleting the top-ranked tokens")
 with shell.guard():
     model, analysis, label, description = current.current_analysis()
-st.caption(f"{description} · {analysis.n:,} tokens · predicted {analysis.label_name(analysis.predicted)} "
-           f"(p = {analysis.probs[analysis.predicted]:.3f})")
-labels.caption(labels.explained("the predicted class y, per document") + " (AOPC, LOdds and flips follow its "
-               "probability; the |IG| rankings explain it)", labels.scores(), sections=("faithfulness", "scores"))
+st.caption(f"{description} · {analysis.n:,} tokens · predicted {analysis.prediction_words}")
+labels.caption(labels.explained("the predicted class y, per document") + f" (AOPC, LOdds and flips follow "
+               f"{analysis.explained_name()}; the |IG| rankings explain it)", labels.scores(),
+               sections=("faithfulness", "scores"))
 st.markdown(
     "Tokens are removed in ranking order (replaced by the chosen token; `<s>`, `</s>`, positions and masks kept). "
     "**AOPC(k)** = p(y|x) − p(y|x without the top k %): higher = the ranking found what the prediction rests on. "
@@ -44,6 +44,7 @@ scale = c2.checkbox("Scale attention by head importance", **K.option(P, "scale")
 n_seeds = c3.number_input("Random ranking: seeds (0 .. N−1)", 2, 20, len(fa.DEFAULT_SEEDS), **K.option(P, "seeds"))
 seeds = list(range(int(n_seeds)))
 layers = list(range(lo - 1, hi))
+threshold = deletion.head_settings(model, P, analysis)
 
 with shell.guard():
     df = current.current_dataset(model)
@@ -52,7 +53,7 @@ with shell.guard():
     if scaling is not None:
         labels.caption(labels.importance(scaling), "scales the attention ranking", sections=("importance",))
 settings = dict(layers=layers, scale=None if importance is None else importance.round(12).tolist(),
-                replacement=replacement, seeds=seeds)
+                replacement=replacement, seeds=seeds, **({} if threshold is None else {"threshold": threshold}))
 
 if scope == "this document":
     with shell.guard():
@@ -61,7 +62,7 @@ if scope == "this document":
     def stage(bound, **more):
         return shell.queued(lambda a, **kw: fa.faithfulness(model, a, ig.scores, layers=layers, scale=importance,
                                                              replacement=replacement, seeds=seeds,
-                                                             flip_bound=bound, **more))
+                                                             flip_bound=bound, threshold=threshold, **more))
 
     meta = current.export_settings(model, description, scope=scope, ig_steps=steps, **settings)
     slot = st.empty()
@@ -76,18 +77,23 @@ if scope == "this document":
             P, repr((model.fingerprint, analysis.key, ig.key, settings)),
             lambda progress, stop: fa.faithfulness(
                 model, analysis, ig.scores, layers=layers, scale=importance, replacement=replacement, seeds=seeds,
-                flip_bound=None, resume=True, progress=progress, stop=stop),
+                flip_bound=None, threshold=threshold, resume=True, progress=progress, stop=stop),
             *deletion.left_of(result))
     result = exact or result
     with slot.container():
         deletion.numbers(result, "faithfulness", model, meta)
     curves = result.long_curves()
-    tabs = st.tabs(["AOPC", "LOdds", "probability", "first flip (exact scan)"])
-    for tab, metric in zip(tabs, ("aopc", "lodds", "probability")):
+    metrics = [m for m in ("aopc", "lodds", "probability") if result.lodds_defined or m != "lodds"]
+    tabs = st.tabs([{"aopc": "AOPC", "lodds": "LOdds", "probability": model.head.unit}[m] for m in metrics]
+                   + ["first flip (exact scan)"])
+    for tab, metric in zip(tabs, metrics):
         export.chart(fig.deletion_curves_chart(curves, metric), f"deletion curve {metric}", model, meta, where=tab,
                      width="content")
-    export.chart(fig.flip_chart(result.flips(), bound=None if result.exact else min(r.scanned for r in result.runs
-                                if r.flip_removed is None)), "decision flips", model, meta, where=tabs[3])
+    if result.flips_defined:
+        export.chart(fig.flip_chart(result.flips(), bound=None if result.exact else min(
+            r.scanned for r in result.runs if r.flip_removed is None)), "decision flips", model, meta, where=tabs[-1])
+    else:
+        tabs[-1].info(f"{fa.NO_THRESHOLD[0].upper()}{fa.NO_THRESHOLD[1:]}: give a score threshold above.")
     export.download_table(curves, "deletion curves", model, meta)
     export.download_table(result.seed_curves(), "deletion curves per random seed", model, meta)
 else:

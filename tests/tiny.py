@@ -168,3 +168,14 @@ def make_tiny_decoder(path: Path, kind: str = "llama", layers=2, heads=4, kv_hea
     getattr(transformers, model_cls)(cfg).save_pretrained(path)
     fast.save_pretrained(path)
     return path
+
+
+def as_multi_label(path: Path) -> Path:
+    """The saved checkpoint's config marked problem_type "multi_label_classification" (independent sigmoids)."""
+    import json
+
+    config = Path(path) / "config.json"
+    settings = json.loads(config.read_text())
+    settings["problem_type"] = "multi_label_classification"
+    config.write_text(json.dumps(settings, indent=2))
+    return Path(path)

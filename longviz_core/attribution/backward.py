@@ -139,7 +139,8 @@ def _layer_of(attention, layer: int):
 
 def backward(model: LoadedModel, analysis: DocumentAnalysis, target: int, objective: str, *,
               hidden: Sequence[int] = (), attention: Sequence[int] = (), consume=None) -> dict:
-    """One forward with gradients and one backward of `objective` ('logit' or 'prob' of `target`).
+    """One forward with gradients and one backward of `objective` ('logit' or 'prob' of `target`; 'prob' is the
+    head's explained quantity, model.heads: p_t, sigmoid_t, or a regression's score, which is also its logit).
 
     hidden: layers l whose input h^l (h^0 = the embeddings output) is returned with its gradient, as
     {l: (h^l, d objective / d h^l)}, each (n, d) float32 on the model's device, window padding cut off.
@@ -179,7 +180,7 @@ def backward(model: LoadedModel, analysis: DocumentAnalysis, target: int, object
             with torch.enable_grad(), implementation(net, weights):
                 out = net(**inputs, output_attentions=bool(attention and family.global_tokens))
                 logits = out.logits[0].float()  # (classes,)
-                value = logits[target] if objective == "logit" else torch.softmax(logits, dim=-1)[target]
+                value = logits[target] if objective == "logit" else model.head.explained(logits, target)
                 got = torch.autograd.grad(value, [captured[l] for l in order])
             if grads_hook is not None:
                 grads_hook.check()

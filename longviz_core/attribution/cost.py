@@ -156,8 +156,7 @@ def time_passes(model, enc: Encoded, precision: str, target: int = 0) -> Passes:
     try:
         with context:
             logits = model(**kwargs).logits
-        prob = torch.softmax(logits.float(), dim=-1)[0, target]
-        torch.autograd.grad(prob, held[0])
+        torch.autograd.grad(model.head.explained(logits.float(), target)[0], held[0])
         if model.device.type == "cuda":
             torch.cuda.synchronize(model.device)
     finally:

@@ -4,11 +4,12 @@ or from both — one family behind one front door.
 `EXPLAINERS` maps a method name to its metadata (label, source, cost class, whether scores are signed, options);
 `explain(model, analysis, method, target=None, **options)` runs one and returns an `Explanation`: a float64 score
 per token of the analysis (<s> and </s> included), the class explained, the wall time and the peak extra memory.
-Definitions, with their sources, are in docs/methods.md#explainers. With z_t the target's logit, p_t its softmax
-probability, e_i the embeddings-layer output of token i, h^l the input of layer l (h^0 = e), A_{l,h} head h's
-attention in layer l (rows = queries), Ā_l = mean_h A_{l,h}, L layers, cls = the row the classifier reads
-(position 0, <s>; a decoder's last token; under a family's mean pooling e_cls below is the vector 1/n:
-Family.read_row and Family.readout):
+Definitions, with their sources, are in docs/methods.md#explainers. With z_t the target's logit, p_t the head's
+explained quantity (model.heads: its softmax probability, a multi-label head's sigmoid_t, a regression's score),
+e_i the embeddings-layer output of token i, h^l the input of layer l (h^0 = e), A_{l,h} head h's attention in
+layer l (rows = queries), Ā_l = mean_h A_{l,h}, L layers, cls = the row the classifier reads (position 0, <s>;
+a decoder's last token; under a family's mean pooling e_cls below is the vector 1/n: Family.read_row and
+Family.readout):
 
     ig             Integrated Gradients (attribution.ig), L2-normalised, sign kept
     grad_x_input   Σ_d e_{i,d} · ∂z_t/∂e_{i,d}

@@ -1,6 +1,8 @@
 """Integrated Gradients on the embeddings layer, the paper's set-up (§3.2; notebook "Get Attributions").
 
-    F(e)      = softmax(model(e))[target]                 e = output of the whole embeddings layer
+    F(e)      = head.explained(model(e), target)         e = output of the whole embeddings layer
+                (model.heads: softmax(.)[target]; a multi-label head's sigmoid(.)[target], one label at a time;
+                 a regression head's score itself, so every number below is then in score units)
     input     = <s> + text + </s>,  baseline = <s> + <pad>... + </s>, the SAME position ids for both
     masks     = attention all ones, global attention on <s>
     raw_i     = sum over the hidden dimension of (e_i - e'_i) * integral_0^1 dF(e' + a (e - e'))/de_i da
@@ -42,6 +44,7 @@ from .._disk import bytes_digest, digest, open_sealed, read_sealed, write_sealed
 from ..errors import AttributionError
 from ..model.analysis import DocumentAnalysis
 from ..model.encoding import Encoded
+from ..model.heads import REGRESSION
 from ..model.loading import LoadedModel
 from ..progress import Progress, eta_text, format_seconds, prefixed, report
 from ..runtime import COMPUTE
@@ -62,7 +65,7 @@ WEAK_BASELINE_PROB = 0.5
 #   while the normalised scores (unit L2 norm) look as confident as those of a decisive document.
 WEAK_OUTPUT_DIFFERENCE = 0.1
 SCORE_SCALE = "l2"  # what Attribution.scores are (recorded with precomputed results, see dataset.kinds.KINDS)
-CACHE_VERSION = 3  # 3: sealed files (checksummed); 2: the raw sums under "raw" (1 held them under "scores")
+CACHE_VERSION = 4  # 4: the head's kind; 3: sealed files (checksummed); 2: the raw sums under "raw" (1: "scores")
 # Units of work for progress: a forward without gradients is 1, a forward+backward about 3.
 _FWD_UNITS, _FB_UNITS = 1.0, 3.0
 
@@ -83,15 +86,16 @@ def normalise_scores(raw) -> np.ndarray:
 class Attribution:
     raw: np.ndarray  # (n,) float64: one sum per token over the hidden dimension (completeness: sums to F(x) - F(x'))
     delta: float  # convergence delta: sum(raw) - (prob_input - prob_baseline)
-    target: int  # class whose probability is explained
+    target: int  # label whose explained quantity (Head.explained) is explained; 0 for a regression's score
     n_steps: int  # steps of the final run (adaptive runs double them)
     method: str
-    prob_input: float  # F(x): p_target of the input
-    prob_baseline: float  # F(x'): p_target of the <s> <pad>... </s> baseline
+    prob_input: float  # F(x): the explained quantity of the input (p_target, sigmoid_target or the score)
+    prob_baseline: float  # F(x'): the same of the <s> <pad>... </s> baseline
     precision: str  # "fp32" | "bf16" | "fp16" (autocast)
     internal_batch_size: int
     seconds: float  # wall time of the computation (not of a cache read)
     key: str  # cache key
+    head: str  # the head's kind (model.heads.KINDS): F is a probability, or a regression's score
     from_cache: bool = field(default=False, compare=False)
     scores: np.ndarray = field(init=False, repr=False, compare=False)  # (n,) raw / ||raw||_2: what views show
 
@@ -140,7 +144,9 @@ class Attribution:
     @property
     def weak_explanation(self) -> str | None:
         """A message when this explanation explains little (see WEAK_BASELINE_PROB, WEAK_OUTPUT_DIFFERENCE),
-        else None."""
+        else None. A regression's score has no range to measure against: None."""
+        if self.head == REGRESSION:
+            return None
         decided = self.prob_baseline >= WEAK_BASELINE_PROB and self.prob_input >= WEAK_BASELINE_PROB
         small = abs(self.expected) < WEAK_OUTPUT_DIFFERENCE
         if not (decided or small):
@@ -254,7 +260,7 @@ def _compute(model, enc: Encoded, target, n_steps, method, precision, batch_size
             tracker.batch_starting(ids.shape[0])
         with context:
             logits = model(**model.family.kwargs(ids, attention_mask, position_ids, global_attention_mask)).logits
-        probs = torch.softmax(logits.float(), dim=-1)  # (batch, classes)
+        probs = model.head.outputs(logits.float())  # (batch, classes): what F reads its target from
         if not grad:
             tracker.endpoint(ids, probs)
         return probs
@@ -292,6 +298,7 @@ def _compute(model, enc: Encoded, target, n_steps, method, precision, batch_size
         internal_batch_size=int(batch),
         seconds=seconds,
         key="",
+        head=model.head.kind,
     )
 
 
@@ -354,7 +361,7 @@ def _cache_key(model, enc, target, n_steps, method, precision, adaptive, toleran
 def _write_cache(path: Path, a: Attribution) -> None:
     meta = {"key": a.key, "delta": a.delta, "target": a.target, "n_steps": a.n_steps, "method": a.method,
             "prob_input": a.prob_input, "prob_baseline": a.prob_baseline, "precision": a.precision,
-            "internal_batch_size": a.internal_batch_size, "seconds": a.seconds}
+            "internal_batch_size": a.internal_batch_size, "seconds": a.seconds, "head": a.head}
     buf = io.BytesIO()
     np.savez(buf, raw=a.raw, meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8))
     write_sealed(path, buf.getvalue())
@@ -373,7 +380,7 @@ def _decoder(key: str, n: int):
                            n_steps=int(meta["n_steps"]), method=str(meta["method"]),
                            prob_input=float(meta["prob_input"]), prob_baseline=float(meta["prob_baseline"]),
                            precision=str(meta["precision"]), internal_batch_size=int(meta["internal_batch_size"]),
-                           seconds=float(meta["seconds"]), key=key, from_cache=True)
+                           seconds=float(meta["seconds"]), key=key, head=str(meta["head"]), from_cache=True)
 
     return decode
 

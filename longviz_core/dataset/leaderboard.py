@@ -82,6 +82,7 @@ def document_leaderboard(
     options: dict | None = None,
     explanations: dict[str, Explanation] | None = None,
     batch_size: int | None = None,
+    threshold: float | None = None,
     resume: bool = False,
     cache_dir=None,
     progress: Progress | None = None,
@@ -95,7 +96,9 @@ def document_leaderboard(
     options: per-method options, e.g. {"ig": {"n_steps": 50}}. explanations: already computed explanations by
     name (used as they are; a name outside EXPLAINERS is scored too, under its own name).
     max_removed / flip_bound: the flip scan's bound (a fraction of the text tokens, a number of tokens; the smaller
-    applies; 1.0 and None: exact to the end; flip_bound=0: the curves alone). Other settings as deletion_test."""
+    applies; 1.0 and None: exact to the end; flip_bound=0: the curves alone). threshold: a regression head's
+    decision (score >= threshold), without which its flips are not defined (NaN; its LOdds are NaN always).
+    Other settings as deletion_test."""
     explanations = dict(explanations or {})
     methods = list(EXPLAINERS if methods is None else methods)
     check_methods(methods, rank_by, replacement, options, explanations)
@@ -113,7 +116,8 @@ def document_leaderboard(
     orders = {m: dl.removal_order(_key(e.scores, rank_by)) for m, e in made.items()}
     bounds = [b for b in (dl.bound_of(max_removed, analysis.n - 2), flip_bound) if b is not None]
     settings = dl.DeletionSettings(ks=ks, replacement=replacement, seeds=seeds,
-                                   flip_bound=min(bounds) if bounds else None, batch_size=batch_size)
+                                   flip_bound=min(bounds) if bounds else None, batch_size=batch_size,
+                                   threshold=threshold)
     result = deletion_test(model, analysis, orders, settings, scaled(progress, 0.5 if scored else 0.0,
                            0.5 if scored else 1.0), labels={m: _label(m) for m in methods}, resume=resume,
                            cache_dir=cache_dir, stop=stop)

@@ -14,6 +14,11 @@ the intact input and x~c the input with the first c positions of an order remove
 and the first flip is the smallest c whose argmax differs from y, found by an exact scan (every count in order:
 the decision may flip back, so a grid can miss the first flip).
 
+p is the head's explained quantity (model.heads). A multi-label head: p = sigmoid_y of the label explained (the
+most probable), and a flip is sigmoid_y crossing 0.5. A regression head: p = the score s, AOPC(k) = s(x) -
+s(x~c(k)) in score units, LOdds is undefined (None in the curves, NaN in the rows: a score has no log-odds), and
+a flip is s crossing settings.threshold, with no scan at all without one (RankingCurve.flips False).
+
 Stages (settings.flip_bound): 0 scores the curves only (1 + runs x len(ks) copies at most); an integer N scans
 every count 1 .. N ("no flip within the first N tokens" when none flips); None scans to the end (exact). A scan
 with resume=True keeps its position on disk, so a later call with a larger bound (or after Stop) goes on from the
@@ -33,6 +38,7 @@ import torch
 
 from ..attribution.random_order import random_order
 from ..errors import LongvizError
+from ..model.heads import REGRESSION
 from ..model.loading import LoadedModel
 
 KS: tuple[float, ...] = (0.01, 0.05, 0.10, 0.20, 0.50)
@@ -44,6 +50,9 @@ DEFAULT_SEEDS: tuple[int, ...] = (0, 1, 2, 3, 4)
 FLIP_BOUND = 24
 BATCH_SIZE = 8
 RANDOM = "random"
+LODDS_UNDEFINED = ("LOdds is undefined for a regression head: it compares log-probabilities, and a score is not a "
+                   "probability.")
+NO_THRESHOLD = "no decision flips without a threshold"
 
 
 class DeletionError(LongvizError, ValueError):
@@ -59,6 +68,7 @@ class DeletionSettings:
     seeds: tuple[int, ...] = DEFAULT_SEEDS  # one random order per seed; () = no random baseline
     flip_bound: int | None = FLIP_BOUND  # counts the flip scan covers: 0 = none, None = every count (exact)
     batch_size: int | None = None  # copies per forward; None = default_batch_size(model)
+    threshold: float | None = None  # a regression head's decision, score >= threshold; None = no flips to find
 
     def __post_init__(self):
         ks = tuple(float(k) for k in self.ks)
@@ -73,9 +83,14 @@ class DeletionSettings:
             raise DeletionError(f"flip_bound must be >= 0 tokens or None (every count), got {self.flip_bound}")
         if self.batch_size is not None and int(self.batch_size) < 1:
             raise DeletionError(f"batch_size must be at least 1, got {self.batch_size}")
+        if self.threshold is not None and (isinstance(self.threshold, bool) or not isinstance(
+                self.threshold, (int, float, np.integer, np.floating)) or not math.isfinite(self.threshold)):
+            raise DeletionError(f"threshold must be a finite number (a regression's score) or None, got "
+                                f"{self.threshold!r}")
         object.__setattr__(self, "ks", ks)
         object.__setattr__(self, "seeds", seeds)
         object.__setattr__(self, "flip_bound", None if self.flip_bound is None else int(self.flip_bound))
+        object.__setattr__(self, "threshold", None if self.threshold is None else float(self.threshold))
 
     def limit(self, m: int) -> int:
         """The last count the scan covers for m removable tokens."""
@@ -83,25 +98,29 @@ class DeletionSettings:
 
     def key(self) -> dict:
         """The settings that change the numbers, for cache keys and store manifests."""
-        return {"ks": list(self.ks), "replacement": self.replacement, "seeds": list(self.seeds),
-                "flip_bound": self.flip_bound}
+        key = {"ks": list(self.ks), "replacement": self.replacement, "seeds": list(self.seeds),
+               "flip_bound": self.flip_bound}
+        if self.threshold is not None:  # only a regression's flips depend on it; label heads keep their keys
+            key["threshold"] = float(self.threshold)
+        return key
 
 
 @dataclass(frozen=True)
 class RankingCurve:
-    """One removal order's curves and first flip."""
+    """One removal order's curves and first flip (p: the head's explained quantity, a probability or the score)."""
 
     name: str
     order: np.ndarray = field(repr=False)  # (m,) removable positions, most important first
     removed: np.ndarray  # (K,) tokens removed at each k
     probs: np.ndarray  # (K,) p(y | x with the top-k removed)
     aopc_k: np.ndarray  # (K,) p(y | x) - p(y | x~k)
-    lodds_k: np.ndarray  # (K,) log p(y | x~k) - log p(y | x)
+    lodds_k: np.ndarray | None  # (K,) log p(y | x~k) - log p(y | x); None for a regression's score
     flip_removed: int | None  # smallest count whose removal changes the decision; None = none within `scanned`
     flip_fraction: float | None  # flip_removed / removable tokens; None = no flip within `scanned`
     scanned: int  # every count 1 .. scanned was scored (the first flip, or as far as the scan got)
     seed: int | None = None  # of a random order
     copies: int = 0  # copies this run had scored (a copy another run reached first counts there)
+    flips: bool = True  # a decision flip is defined (False: a regression head without a threshold, no scan)
 
     @property
     def aopc(self) -> float:
@@ -109,10 +128,15 @@ class RankingCurve:
 
     @property
     def lodds(self) -> float:
+        if self.lodds_k is None:
+            raise DeletionError(LODDS_UNDEFINED)
         return float(self.lodds_k.mean())
 
     def flip_text(self, m: int) -> str:
-        """The first flip in words: '12 tokens (0.046)', 'no flip within the first 24 tokens' or 'no flip'."""
+        """The first flip in words: '12 tokens (0.046)', 'no flip within the first 24 tokens', 'no flip' or
+        NO_THRESHOLD."""
+        if not self.flips:
+            return NO_THRESHOLD
         if self.flip_removed is not None:
             return f"{self.flip_removed:,} tokens ({self.flip_fraction:.3f})"
         return "no flip" if self.scanned >= m else f"no flip within the first {self.scanned:,} tokens"
@@ -166,8 +190,8 @@ class RandomBaseline:
 @dataclass(frozen=True)
 class DeletionResult:
     ks: tuple[float, ...]
-    predicted: int  # y: the class predicted on the intact input
-    p_original: float  # p(y | x), from the same kind of batched forward as the copies
+    predicted: int  # y: the label explained (the most probable on the intact input; 0 for a regression's score)
+    p_original: float  # p(y | x) (the head's explained quantity), from the same batched forward as the copies
     n: int  # tokens, <s> and </s> included
     n_removable: int  # n - 2
     replacement: str  # the token written over deleted ones, e.g. '<mask>'
@@ -177,7 +201,19 @@ class DeletionResult:
     forward_passes: int  # copies scored by this call (the intact input included)
     copies_needed: int  # copies the same answers need without sharing (one per run and count, plus the intact)
     seconds: float
+    head: str  # the head's kind (model.heads.KINDS): what p is, whether LOdds and flips are defined
+    threshold: float | None  # a regression's decision threshold (score >= threshold); None for label heads
     stopped: bool = False  # Stop was pressed: the scans hold what they had scored
+
+    @property
+    def lodds_defined(self) -> bool:
+        """LOdds compares log-probabilities: undefined for a regression's score (LODDS_UNDEFINED)."""
+        return self.head != REGRESSION
+
+    @property
+    def flips_defined(self) -> bool:
+        """A decision flip is defined: always for labels, for a regression's score only against a threshold."""
+        return self.head != REGRESSION or self.threshold is not None
 
     @property
     def curves(self) -> dict[str, RankingCurve]:
@@ -200,21 +236,23 @@ class DeletionResult:
     @property
     def exact(self) -> bool:
         """Every run's first flip is settled: found, or every count scanned."""
-        return all(r.flip_removed is not None or r.scanned >= self.n_removable for r in self.runs)
+        return all(_settled(r, self.n_removable) for r in self.runs)
 
     def label(self, run: RankingCurve) -> str:
         return self.labels.get(run.name, run.name)
 
     def rows(self) -> pd.DataFrame:
-        """One row per run in the row schema ROW_COLUMNS (NaN first flip = no flip within `scanned`)."""
+        """One row per run in the row schema ROW_COLUMNS (NaN first flip = no flip within `scanned`, or none
+        defined; NaN LOdds = undefined, a regression's score)."""
         nan = math.nan
         out = []
         for r in self.runs:
             row = {"method": r.name, "seed": nan if r.seed is None else r.seed}
-            row.update(zip(metric_columns(self.ks), [*r.aopc_k, r.aopc, *r.lodds_k, r.lodds]))
+            lodds = [nan] * (len(self.ks) + 1) if r.lodds_k is None else [*r.lodds_k, r.lodds]
+            row.update(zip(metric_columns(self.ks), [*r.aopc_k, r.aopc, *lodds]))
             row.update(first_flip=nan if r.flip_fraction is None else r.flip_fraction,
                        flip_removed=nan if r.flip_removed is None else float(r.flip_removed), scanned=r.scanned,
-                       settled=r.flip_removed is not None or r.scanned >= self.n_removable, copies=r.copies,
+                       settled=_settled(r, self.n_removable), copies=r.copies,
                        deletion_seconds=self.seconds * r.copies / max(1, self.forward_passes))
             out.append(row)
         return pd.DataFrame(out, columns=row_columns(self.ks)).astype({c: float for c in metric_columns(self.ks)})
@@ -233,10 +271,10 @@ class DeletionResult:
         for c in self.curves.values():
             for i, k in enumerate(self.ks):
                 rows.append({"ranking": self.label(c), "k": k, "removed": int(c.removed[i]),
-                             **{m: float(getattr(c, a)[i]) for m, a in _CURVE_ATTRS.items()}})
+                             **{m: float(_curve(c, a)[i]) for m, a in _CURVE_ATTRS.items()}})
         rnd = self.random
         if rnd is not None:
-            stats = {m: (rnd.mean(a), rnd.sd(a)) for m, a in _CURVE_ATTRS.items()}
+            stats = {m: (_curve(rnd, a, "mean"), _curve(rnd, a, "sd")) for m, a in _CURVE_ATTRS.items()}
             for i, k in enumerate(self.ks):
                 row = {"ranking": self.labels.get(RANDOM, "Random"), "k": k, "removed": int(rnd.runs[0].removed[i])}
                 for m, (mean, sd) in stats.items():
@@ -250,7 +288,7 @@ class DeletionResult:
         """Every random seed's own curve: seed, k, removed, probability, aopc, lodds."""
         runs = self.random.runs if self.random is not None else ()
         return pd.DataFrame([{"seed": c.seed, "k": k, "removed": int(c.removed[i]),
-                              **{m: float(getattr(c, a)[i]) for m, a in _CURVE_ATTRS.items()}}
+                              **{m: float(_curve(c, a)[i]) for m, a in _CURVE_ATTRS.items()}}
                              for c in runs for i, k in enumerate(self.ks)],
                             columns=["seed", "k", "removed", *_CURVE_ATTRS])
 
@@ -265,6 +303,19 @@ class DeletionResult:
 
 
 _CURVE_ATTRS = {"probability": "probs", "aopc": "aopc_k", "lodds": "lodds_k"}
+
+
+def _curve(c, attr: str, stat: str | None = None) -> np.ndarray:
+    """A run's curve (or a random baseline's mean / sd), NaN throughout for a regression's undefined LOdds."""
+    runs = c.runs if isinstance(c, RandomBaseline) else (c,)
+    if attr == "lodds_k" and runs[0].lodds_k is None:
+        return np.full(len(runs[0].removed), math.nan)
+    return getattr(c, stat)(attr) if stat else getattr(c, attr)
+
+
+def _settled(r: RankingCurve, m: int) -> bool:
+    """A run's first flip is known: found, every count scanned, or no decision to flip."""
+    return not r.flips or r.flip_removed is not None or r.scanned >= m
 
 
 # ------------------------------------------------------------------------------------------- the column vocabulary
@@ -360,5 +411,6 @@ def check_vector(values, n: int | None, what: str) -> np.ndarray:
 
 __all__ = [
     "BATCH_SIZE", "DEFAULT_SEEDS", "DeletionError", "DeletionResult", "DeletionSettings", "FLIP_BOUND", "KS",
+    "LODDS_UNDEFINED", "NO_THRESHOLD",
     "RANDOM", "REPLACEMENTS", "RandomBaseline", "RankingCurve", "bound_of", "default_batch_size",
     "k_label", "metric_columns", "random_order", "removal_order", "removed_count", "row_columns", "summarise"]

@@ -42,8 +42,13 @@ def deletion_test(
     resume: keep each scan's position on disk (LONGVIZ_CACHE_DIR/flip-scans/, or under cache_dir), keyed by the
     model's fingerprint, the document, the replacement and the order. stop: when set, the scans end after the
     forward in flight and the result holds every count scored (`stopped`); with resume they go on from there.
-    progress: the stage, the counts settled and an upper bound of the time left (a flip ends a scan early)."""
+    progress: the stage, the counts settled and an upper bound of the time left (a flip ends a scan early).
+
+    The explained quantity and the decision are the head's (model.heads): p(y), sigmoid_y or the score; a
+    regression head's flips need settings.threshold, and without one no scan runs (`DeletionResult.flips`)."""
     started = time.monotonic()
+    head = model.head
+    threshold = head.check_threshold(settings.threshold)
     n, m = analysis.n, analysis.n - 2
     if m < 1:
         raise DeletionError(f"a document needs at least one text token between <s> and </s>, got n={n}")
@@ -61,17 +66,23 @@ def deletion_test(
     scorer = _Scorer(model, analysis.encoded, replacement_id(model.tokenizer, settings.replacement),
                      default_batch_size(model) if settings.batch_size is None else settings.batch_size)
     counts = [removed_count(k, m) for k in settings.ks]
-    limit = settings.limit(m)
+    flips = head.has_decision(threshold)
+    limit = settings.limit(m) if flips else 0  # no decision, no scan
     with COMPUTE.hold():
         report(progress, 0.0, f"Deletion curves: {len(runs)} rankings")
-        intact = scorer.log_probs([(runs[0][2], 0)], owner=-1)[0]
-        predicted = int(np.argmax(intact))
+        intact = scorer.log_outputs([(runs[0][2], 0)], owner=-1)[0]
+        predicted = head.predicted(intact)  # an argmax: the same on the log scale, without exp's underflow
         base = intact[predicted]
-        curve_logp = scorer.log_probs([(order, c) for _, _, order in runs for c in counts],
-                                      owners=[i for i in range(len(runs)) for _ in counts])
+        curve_logp = scorer.log_outputs([(order, c) for _, _, order in runs for c in counts],
+                                        owners=[i for i in range(len(runs)) for _ in counts])
         curve_logp = curve_logp[:, predicted].reshape(len(runs), len(counts))  # (runs, K)
-        saved = _ScanStore(model, analysis.encoded, scorer.replacement_id, predicted, cache_dir) if resume else None
-        scans = _Scans(scorer, [order for _, _, order in runs], predicted, limit, saved, progress, stop,
+
+        def flipped(log_outputs: np.ndarray) -> np.ndarray:  # (copies, labels) -> (copies,) bool
+            return head.decision(log_outputs, predicted, threshold) != head.decision(intact, predicted, threshold)
+
+        saved = _ScanStore(model, analysis.encoded, scorer.replacement_id, predicted, threshold,
+                           cache_dir) if resume and flips else None
+        scans = _Scans(scorer, [order for _, _, order in runs], flipped, limit, saved, progress, stop,
                        [labels_of(labels, name, seed) for name, seed, _ in runs])
         scans.run()
         report(progress, 1.0, "Done")
@@ -79,16 +90,18 @@ def deletion_test(
     for i, ((name, seed, order), lp) in enumerate(zip(runs, curve_logp)):
         flip = scans.flip[i]
         out.append(RankingCurve(
-            name=name, order=order, removed=np.asarray(counts, dtype=np.int64), probs=np.exp(lp),
-            aopc_k=np.exp(base) - np.exp(lp), lodds_k=lp - base, flip_removed=flip,
-            flip_fraction=None if flip is None else flip / m, scanned=scans.clear[i] if flip is None else flip,
-            seed=seed, copies=scorer.owned.get(i, 0)))
+            name=name, order=order, removed=np.asarray(counts, dtype=np.int64), probs=head.value(lp),
+            aopc_k=head.value(base) - head.value(lp),
+            lodds_k=lp - base if head.probabilities else None,  # a score has no log-odds
+            flip_removed=flip, flip_fraction=None if flip is None else flip / m,
+            scanned=scans.clear[i] if flip is None else flip, seed=seed, copies=scorer.owned.get(i, 0),
+            flips=flips))
     needed = 1 + sum(len(counts) + r.scanned for r in out)
     return DeletionResult(
-        ks=settings.ks, predicted=predicted, p_original=float(np.exp(base)), n=n, n_removable=m,
+        ks=settings.ks, predicted=predicted, p_original=float(head.value(base)), n=n, n_removable=m,
         replacement=model.tokenizer.convert_ids_to_tokens(scorer.replacement_id), flip_limit=limit, runs=tuple(out),
         labels={RANDOM: "Random", **(labels or {})}, forward_passes=scorer.copies, copies_needed=needed,
-        seconds=time.monotonic() - started, stopped=scans.stopped)
+        seconds=time.monotonic() - started, head=head.kind, threshold=threshold, stopped=scans.stopped)
 
 
 def labels_of(labels, name: str, seed) -> str:
@@ -111,7 +124,7 @@ class _Scorer:
 
     def __init__(self, model: LoadedModel, enc: Encoded, replacement_id: int, batch_size: int) -> None:
         self.model, self.enc, self.replacement_id, self.batch_size = model, enc, int(replacement_id), int(batch_size)
-        self.known: dict[bytes, np.ndarray] = {}  # removed-set digest -> (classes,) log-probabilities
+        self.known: dict[bytes, np.ndarray] = {}  # removed-set digest -> (classes,) Head.log_outputs
         self.copies = 0
         self.owned: dict[int, int] = {}
 
@@ -119,9 +132,10 @@ class _Scorer:
     def _key(order: np.ndarray, count: int) -> bytes:
         return hashlib.blake2b(np.sort(order[:count]).tobytes(), digest_size=16).digest()
 
-    def log_probs(self, probes: list[tuple[np.ndarray, int]], owners: list[int] | None = None,
-                  owner: int = -1) -> np.ndarray:
-        """(len(probes), classes): log-probabilities of the input with order[:count] replaced, per probe."""
+    def log_outputs(self, probes: list[tuple[np.ndarray, int]], owners: list[int] | None = None,
+                    owner: int = -1) -> np.ndarray:
+        """(len(probes), classes): the head's log-probabilities (or a regression's score) of the input with
+        order[:count] replaced, per probe."""
         owners = owners or [owner] * len(probes)
         keys = [self._key(order, c) for order, c in probes]
         todo, seen = [], set()
@@ -144,17 +158,18 @@ class _Scorer:
         inputs = self.model.family.inputs(self.enc, self.model.device, ids=ids)
         with torch.no_grad():
             logits = self.model(**inputs).logits
-        return torch.log_softmax(logits.double(), dim=-1).cpu().numpy()  # (B, classes)
+        return self.model.head.log_outputs(logits.double()).cpu().numpy()  # (B, classes)
 
 
 class _Scans:
     """The exact first-flip scans of every order, advanced together: each round gives every unfinished scan its
     next consecutive counts (the batch shared between them), then settles a scan at the smallest flipping count of
-    its chunk. clear[i]: every count 1 .. clear[i] keeps y; flip[i]: the first count that does not, or None."""
+    its chunk. clear[i]: every count 1 .. clear[i] keeps the decision; flip[i]: the first count that does not, or
+    None. `flipped`: (copies, classes) log-outputs -> whether each copy's decision differs from the intact one."""
 
-    def __init__(self, scorer: _Scorer, orders: list[np.ndarray], predicted: int, limit: int, saved, progress,
+    def __init__(self, scorer: _Scorer, orders: list[np.ndarray], flipped, limit: int, saved, progress,
                  stop, names: list[str]) -> None:
-        self.scorer, self.orders, self.predicted, self.limit = scorer, orders, predicted, limit
+        self.scorer, self.orders, self.flipped, self.limit = scorer, orders, flipped, limit
         self.saved, self.progress, self.stop, self.names = saved, progress, stop, names
         self.clear = [0] * len(orders)
         self.flip: list[int | None] = [None] * len(orders)
@@ -182,7 +197,7 @@ class _Scans:
             chunks = {i: list(range(self.clear[i] + 1, min(self.limit, self.clear[i] + per) + 1)) for i in open_}
             probes = [(self.orders[i], c) for i in open_ for c in chunks[i]]
             owners = [i for i in open_ for _ in chunks[i]]
-            flipped = np.argmax(self.scorer.log_probs(probes, owners), axis=1) != self.predicted
+            flipped = self.flipped(self.scorer.log_outputs(probes, owners))
             at = 0
             for i in open_:
                 mine = flipped[at : at + len(chunks[i])]
@@ -211,15 +226,19 @@ class _Scans:
 
 class _ScanStore:
     """Where each flip scan has got to, on disk: {"clear": c, "flip": f or None} per (document, replacement,
-    predicted class, order), written at most every few seconds while scans run and when they end."""
+    predicted class, regression threshold, order), written at most every few seconds while scans run and when
+    they end."""
 
     EVERY_S = 5.0
 
-    def __init__(self, model: LoadedModel, enc: Encoded, replacement_id: int, predicted: int, cache_dir) -> None:
+    def __init__(self, model: LoadedModel, enc: Encoded, replacement_id: int, predicted: int,
+                 threshold: float | None, cache_dir) -> None:
         self.store = JsonStore("flip-scans", cache_dir)
         self.base = {"v": 2, "model": model.fingerprint, "ids": array_digest(enc.input_ids),
                      "positions": array_digest(enc.position_ids), "global": array_digest(enc.global_mask),
                      "replacement": int(replacement_id), "predicted": int(predicted)}
+        if threshold is not None:  # a regression's decision; label heads keep the keys they had
+            self.base["threshold"] = float(threshold)
         self.last = time.monotonic()
 
     def _key(self, order: np.ndarray) -> str:

@@ -23,7 +23,8 @@ from ..model.analysis import DocumentAnalysis
 from ..model.loading import LoadedModel
 from ..progress import Progress
 from .deletion import (
-    BATCH_SIZE, DEFAULT_SEEDS, FLIP_BOUND, KS, RANDOM, REPLACEMENTS, DeletionError, DeletionResult, DeletionSettings,
+    BATCH_SIZE, DEFAULT_SEEDS, FLIP_BOUND, KS, LODDS_UNDEFINED, NO_THRESHOLD, RANDOM, REPLACEMENTS, DeletionError,
+    DeletionResult, DeletionSettings,
     RandomBaseline, RankingCurve, bound_of, check_vector, default_batch_size, random_order,
     removal_order, removed_count,
 )
@@ -71,6 +72,7 @@ def faithfulness(
     max_removed: float = 1.0,
     flip_bound: int | None = None,
     batch_size: int | None = None,
+    threshold: float | None = None,
     resume: bool = False,
     cache_dir=None,
     progress: Progress | None = None,
@@ -84,13 +86,15 @@ def faithfulness(
     rankings: any of RANKINGS. ks: fractions of the removable tokens, each in (0, 1].
     max_removed / flip_bound: the flip scan's bound, a fraction of the removable tokens and a number of tokens
     (the smaller applies; 1.0 and None: every count, exact to the end; flip_bound=0: the curves alone).
+    threshold: a regression head's decision (score >= threshold); without one it has no flips to find.
     Other options as deletion_test."""
     attribution = check_vector(attribution, analysis.n, "attribution")  # checked even when only random uses none
     seeds = check_settings(rankings, batch_size, seeds, max_removed)
     bounds = [b for b in (bound_of(max_removed, analysis.n - 2), flip_bound) if b is not None]
     settings = DeletionSettings(ks=check_ks(ks), replacement=replacement,
                                 seeds=seeds if RANDOM in rankings else (),
-                                flip_bound=min(bounds) if bounds else None, batch_size=batch_size)
+                                flip_bound=min(bounds) if bounds else None, batch_size=batch_size,
+                                threshold=threshold)
     return deletion_test(model, analysis, ranking_orders(analysis, attribution, rankings, layers, scale), settings,
                          progress, labels=RANKING_LABELS, resume=resume, cache_dir=cache_dir,
                          stop=stop)
@@ -117,7 +121,8 @@ def check_settings(rankings, batch_size, seeds, max_removed) -> tuple[int, ...]:
 
 
 __all__ = [
-    "BATCH_SIZE", "DEFAULT_SEEDS", "FLIP_BOUND", "FaithfulnessError", "FaithfulnessResult", "KS", "RANKINGS",
+    "BATCH_SIZE", "DEFAULT_SEEDS", "FLIP_BOUND", "FaithfulnessError", "FaithfulnessResult", "KS", "LODDS_UNDEFINED",
+    "NO_THRESHOLD", "RANKINGS",
     "RANKING_LABELS", "REPLACEMENTS", "RandomBaseline", "RankingCurve", "check_ks", "check_settings",
     "default_batch_size", "faithfulness", "random_order", "ranking_orders",
     "ranking_scores", "removal_order", "removed_count",

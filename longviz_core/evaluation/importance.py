@@ -6,7 +6,8 @@ et al. 2019 and T3-Vis, Li et al. 2021). Two definitions; IMPORTANCE_METHODS nam
 head_importance.pt (github.com/raymondzmc/T3-Vis, branch longformertest: application/utils/head_importance.py,
 called from run_longformer_classification.py):
 
-    G = sum over documents d of dL_d/dtheta      (L_d: cross-entropy of d with its gold label, model in eval mode)
+    G = sum over documents d of dL_d/dtheta      (L_d: cross-entropy of d with its gold label, model in eval mode;
+                                                  other heads: their own loss, model.heads.Head.loss)
     I[l, h] = sum over theta in S(l, h) of (theta * G_theta)^2
 
 S(l, h) is head h's share of layer l's attention: its rows of W_Q, W_K, W_V and of their biases, and its columns
@@ -213,10 +214,11 @@ def load_head_importance(source, num_layers: int | None = None, num_heads: int |
 
 # ---------------------------------------------------------------------------------------------- workers
 def _document_loss(model: LoadedModel, text: str, label: int, max_tokens: int) -> torch.Tensor:
-    """Cross-entropy of one document with its gold label, with the autograd graph (caller enables grad)."""
+    """The head's training loss (Head.loss: cross-entropy for a single-label head) of one document with its gold
+    label, with the autograd graph (caller enables grad)."""
     enc = model.encode(text, max_tokens)
     logits = model(**model.family.inputs(enc, model.device)).logits
-    return torch.nn.functional.cross_entropy(logits.double(), torch.tensor([int(label)], device=logits.device))
+    return model.head.loss(logits.double()[0], label)
 
 
 def _taylor_t3vis(model: LoadedModel, texts, labels, max_tokens, progress) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""One document through the model: probabilities, prediction and its attention (bands or layer by layer)."""
+"""One document through the model: the head's outputs, prediction and its attention (bands or layer by layer)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -14,6 +14,7 @@ from .block_sparse import analyze_block_sparse
 from .capture import analyze_layers
 from .encoding import DEFAULT_MAX_TOKENS, Encoded, text_hash
 from .families import BANDED_GLOBAL, BLOCK_SPARSE, LayerPattern
+from .heads import MULTI_LABEL, MULTI_LABEL_CUT, Head
 from .layered import LayeredAttention
 from .loading import LoadedModel
 
@@ -23,8 +24,9 @@ class DocumentAnalysis:
     text: str = field(repr=False)
     encoded: Encoded = field(repr=False)
     logits: np.ndarray  # (classes,)
-    probs: np.ndarray  # (classes,)
-    predicted: int
+    probs: np.ndarray  # (classes,) the head's outputs: softmax, independent sigmoids, or the score (model.heads)
+    predicted: int  # the label explained by default (Head.predicted; 0 for a regression's score)
+    head: Head
     attention: AttentionBands | LayeredAttention = field(repr=False)  # Longformer: bands; others: by layer
     model_fingerprint: str
     id2label: dict
@@ -50,6 +52,25 @@ class DocumentAnalysis:
     def label_name(self, i: int) -> str:
         return str(self.id2label.get(int(i), i))
 
+    @property
+    def predicted_set(self) -> tuple[int, ...]:
+        """What the head predicts: one label, every label with probability >= 0.5 (multi-label), or the score."""
+        return self.head.predicted_set(self.probs)
+
+    @property
+    def prediction_words(self) -> str:
+        """The prediction for a caption: 'X (p = 0.873)', 'X, Z (labels with p ≥ 0.5)' or 'score 1.2345'."""
+        if self.head.regression:
+            return f"score {self.probs[0]:.4f}"
+        if self.head.kind == MULTI_LABEL:
+            names = ", ".join(self.label_name(i) for i in self.predicted_set) or "no label"
+            return f"{names} (labels with p ≥ {MULTI_LABEL_CUT:g})"
+        return f"{self.label_name(self.predicted)} (p = {self.probs[self.predicted]:.3f})"
+
+    def explained_name(self, target: int | None = None) -> str:
+        """What an explanation of `target` (default: the predicted label) explains, in words."""
+        return self.head.explained_name(self.label_name(self.predicted if target is None else target))
+
 
 def analyze(model: LoadedModel, text: str, max_tokens: int = DEFAULT_MAX_TOKENS) -> DocumentAnalysis:
     """Encode `text` (truncated to `max_tokens`), run the model once with attentions, keep the bands."""
@@ -65,13 +86,14 @@ def analyze(model: LoadedModel, text: str, max_tokens: int = DEFAULT_MAX_TOKENS)
             out = model(**inputs, output_attentions=True)
             attention = _bands(out, enc, patterns)
     logits = out.logits[0].float().cpu().numpy()
-    probs = torch.softmax(out.logits[0].float(), dim=-1).cpu().numpy()
+    probs = model.head.outputs(out.logits[0].float()).cpu().numpy()
     return DocumentAnalysis(
         text=text,
         encoded=enc,
         logits=logits,
         probs=probs,
-        predicted=int(np.argmax(probs)),
+        predicted=model.head.predicted(probs),
+        head=model.head,
         attention=attention,
         model_fingerprint=model.fingerprint,
         id2label=dict(model.id2label),
@@ -89,14 +111,15 @@ def _bands(out, enc: Encoded, patterns: tuple[LayerPattern, ...]) -> AttentionBa
 
 
 def predict_probs(model: LoadedModel, texts, max_tokens: int = DEFAULT_MAX_TOKENS, progress=None) -> np.ndarray:
-    """Class probabilities for many documents, (documents, classes): one forward each, no attentions."""
+    """The head's outputs for many documents, (documents, classes): class probabilities (softmax or independent
+    sigmoids) or the score; one forward each, no attentions."""
     texts = list(texts)
     out = np.zeros((len(texts), model.num_labels), dtype=np.float32)  # (documents, classes)
     for i, text in enumerate(texts):
         enc = model.encode(text, max_tokens)
         with COMPUTE.hold(), torch.no_grad():
             logits = model(**model.family.inputs(enc, model.device)).logits[0].float()
-        out[i] = torch.softmax(logits, dim=-1).cpu().numpy()
+        out[i] = model.head.outputs(logits).cpu().numpy()
         report(progress, (i + 1) / max(len(texts), 1), f"Predicted {i + 1}/{len(texts)} documents")
     return out
 
@@ -104,27 +127,44 @@ def predict_probs(model: LoadedModel, texts, max_tokens: int = DEFAULT_MAX_TOKEN
 DOCUMENT_CHOICES = ("false negative", "false positive", "most confident positive")
 
 
-def pick_document(probs: np.ndarray, labels, how: str, positive: int = 1, seed: int = 0) -> int | None:
+def pick_document(probs: np.ndarray, labels, how: str, positive: int = 1, seed: int = 0, *, head: Head,
+                  threshold: float | None = None) -> int | None:
     """The paper's appendix A.2 choices: 'false negative' / 'false positive' (random, seeded) or
-    'most confident positive'. Returns None when no document qualifies. A false negative or positive needs
-    labels: DatasetError without them."""
+    'most confident positive', from `probs` = predict_probs (the head's outputs). Returns None when no document
+    qualifies. A false negative or positive needs labels: DatasetError without them.
+
+    A document is predicted positive when the argmax is `positive` (single-label), when label `positive`'s
+    probability is >= 0.5 (multi-label), or when its score is >= `threshold` (regression: the labels are then
+    read as 1 = positive, 0 = not; without a threshold a regression has no false negatives or positives, and its
+    most confident positive is the highest score)."""
     if how not in DOCUMENT_CHOICES:
         raise SettingsError(f"Unknown document choice {how!r}: choose one of {', '.join(map(repr, DOCUMENT_CHOICES))}.")
     probs = np.asarray(probs)
-    if probs.ndim != 2 or probs.shape[1] < 2:
-        raise SettingsError(f"probs must be (documents, classes) with at least 2 classes, got shape {probs.shape}.")
-    positive = whole_number(positive, "positive (the positive class)", 0, probs.shape[1] - 1, error=SelectionError)
-    predicted = probs.argmax(axis=1)
+    fewest = 1 if head.regression else 2
+    if probs.ndim != 2 or probs.shape[1] < fewest:
+        raise SettingsError(f"probs must be (documents, classes) with at least {fewest} classes, got shape "
+                            f"{probs.shape}.")
+    if head.regression:
+        positive, threshold = 0, head.check_threshold(threshold)
+    else:
+        head.check_threshold(threshold)
+        positive = whole_number(positive, "positive (the positive class)", 0, probs.shape[1] - 1,
+                                error=SelectionError)
     if how == "most confident positive":
         return int(np.argmax(probs[:, positive]))
+    if head.regression and threshold is None:
+        raise SettingsError(f"A {how} of a regression head needs a score threshold (score >= threshold is "
+                            "positive): give one, or pick the document by index or as the highest score.")
     if labels is None:
         raise DatasetError(f"A {how} needs a labelled dataset (a label column), and this one has no labels: choose "
                            "a labelled dataset, or pick the document by index or as the most confident positive.")
     labels = np.asarray(labels)
+    said = head.says(probs, positive, threshold)
+    gold = labels == (1 if head.regression else positive)
     if how == "false negative":
-        pool = np.flatnonzero((labels == positive) & (predicted != positive))
+        pool = np.flatnonzero(gold & ~said)
     else:
-        pool = np.flatnonzero((labels != positive) & (predicted == positive))
+        pool = np.flatnonzero(~gold & said)
     if pool.size == 0:
         return None
     return int(np.random.default_rng(seed).choice(pool))

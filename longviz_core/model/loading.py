@@ -33,6 +33,7 @@ from .checks import check_shapes, check_vocabulary, distinct_labels
 from .encoding import Encoded, Template, encode, special_ids
 from .capture import use_longviz_attention
 from .families import Family, family_of
+from .heads import Head
 from .files import check_no_nul, read_bounded, read_dataset_file
 from .reproduce import check_reproduced
 
@@ -54,6 +55,7 @@ class LoadedModel:
     position_offset: int  # first position id (padding_idx + 1 for RoBERTa-style models)
     attention_window: int  # one-sided Longformer window w, the largest over layers (0 for full attention)
     attention_windows: tuple[int, ...]  # (layers,) each layer's one-sided window w_l (() for full attention)
+    head: Head  # what the classification head's outputs mean (model.heads)
     template: Template | None = None  # a decoder's input template; None: the notebook's <s> ... </s>
 
     @property
@@ -143,6 +145,7 @@ def load_model(source: str, device=None, progress: Progress | None = None) -> Lo
         position_offset=family.position_offset,
         attention_window=max(windows, default=0),
         attention_windows=windows,
+        head=Head.of_config(config),
         template=family.template(tokenizer, model),
     )
     _check_attention_output(loaded)

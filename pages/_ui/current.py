@@ -122,7 +122,8 @@ def current_document(model: lv.LoadedModel):
             raise lv.DatasetError(f"Index {idx} is past the end of the dataset ({len(df)} documents).")
     else:
         probs = dataset_probs(model, df)
-        idx = lv.pick_document(probs, labels, mode.replace("random ", ""), positive_class(model), ss[K.DOC_SEED])
+        idx = lv.pick_document(probs, labels, mode.replace("random ", ""), positive_class(model), ss[K.DOC_SEED],
+                               head=model.head)
         if idx is None:
             raise lv.DatasetError(f"No {mode.replace('random ', '')} in this dataset at these settings.")
     label = int(labels[idx]) if labels is not None else None

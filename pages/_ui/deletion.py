@@ -13,7 +13,7 @@ import streamlit as st
 
 from longviz_core.progress import format_seconds
 from longviz_core.runtime import waiting_notice
-from longviz_core.evaluation.deletion import metric_columns
+from longviz_core.evaluation.deletion import LODDS_UNDEFINED, NO_THRESHOLD, metric_columns
 from pages._ui import shell
 from pages._ui.keys import K
 
@@ -68,12 +68,29 @@ def _start(key: str, work) -> Job:
     return job
 
 
+def head_settings(model, page: str, analysis, where=st) -> float | None:
+    """What the deletion test explains, in words, and the regression threshold (a number input; empty = no
+    decision, so no flips): the threshold, or None."""
+    where.caption(f"Explained: {analysis.explained_name()} · the model is {model.head.words}. "
+                  + model.head.deletion_words)
+    if not model.head.regression:
+        return None
+    threshold = where.number_input("Score threshold for decision flips (empty: none)", value=None, format="%.4f",
+                                   key=K.page(page, "threshold"),
+                                   help="A regression head decides nothing by itself: a flip is the score crossing "
+                                        "this threshold (score ≥ threshold on one side). Empty: no flips to find.")
+    if threshold is None:
+        where.caption(f"No threshold: {NO_THRESHOLD}.")
+    return threshold
+
+
 def numbers(result, name: str, model, meta, pending: str | None = None) -> None:
     """The result's table, one column per ranking and one row per number (every number fits the page; the CSV
     keeps a row per ranking), and each unflipped run's flip in words; `pending`: the flips are not scanned yet."""
     table = result.table()
-    flips = [] if pending else ["first_flip", "flip_removed", "flip_rate"]
-    cols = metric_columns(result.ks) + flips + ["runs"] + [f"{c}_sd" for c in metric_columns(result.ks) + flips[:1]]
+    flips = [] if pending or not result.flips_defined else ["first_flip", "flip_removed", "flip_rate"]
+    metrics = [c for c in metric_columns(result.ks) if result.lodds_defined or not c.startswith("lodds")]
+    cols = metrics + flips + ["runs"] + [f"{c}_sd" for c in metrics + flips[:1]]
     shown = table.set_index("ranking")[cols].round(4)
     wide = shown.T.rename_axis("number").reset_index()
     if pending:  # drawn again once the flips are known: no download button yet (one per page run)
@@ -81,9 +98,13 @@ def numbers(result, name: str, model, meta, pending: str | None = None) -> None:
         st.caption(pending)
         return
     shell.table(wide, name, model, meta, download=shown.reset_index())
+    if not result.lodds_defined:
+        st.caption(LODDS_UNDEFINED)
+    if not result.flips_defined:
+        st.caption(f"Without a score threshold: {NO_THRESHOLD}.")
     m, held = result.n_removable, {}
     for run in result.runs:  # one line per "no flip …" text, naming every run it holds for
-        if run.flip_removed is None:
+        if run.flip_removed is None and run.flips:
             held.setdefault(run.flip_text(m), []).append(
                 result.label(run) + ("" if run.seed is None else f" (seed {run.seed})"))
     for text, names in held.items():

@@ -227,7 +227,7 @@ def test_more_steps_shrink_the_delta_and_adaptive_doubles(steep, doc, cache_dir)
 def _made(raw, prob_input, prob_baseline, delta=0.0):
     return Attribution(raw=np.asarray(raw, dtype=float), delta=delta, target=1, n_steps=50, method="gausslegendre",
                        prob_input=prob_input, prob_baseline=prob_baseline, precision="fp32", internal_batch_size=5,
-                       seconds=1.0, key="k")
+                       seconds=1.0, key="k", head="single_label")
 
 
 def test_convergence_warning_and_message():

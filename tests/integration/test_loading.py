@@ -9,7 +9,10 @@ import pytest
 import torch
 
 import longviz_core as lv
+from longviz_core.model.heads import SINGLE_LABEL, Head
 from tiny import text_of
+
+SINGLE = Head(SINGLE_LABEL)
 
 
 def test_local_checkpoint_loads_in_eval_mode_with_fingerprint(tiny_longformer, tiny_longformer_dir):
@@ -153,7 +156,7 @@ def test_demo_dataset(demo_dataset):
 def test_pick_document_follows_appendix_a2():
     probs = np.array([[0.9, 0.1], [0.2, 0.8], [0.6, 0.4], [0.3, 0.7], [0.05, 0.95]])
     labels = np.array([0, 1, 1, 0, 1])
-    assert lv.pick_document(probs, labels, "false negative") == 2
-    assert lv.pick_document(probs, labels, "false positive") == 3
-    assert lv.pick_document(probs, labels, "most confident positive") == 4
-    assert lv.pick_document(probs, np.array([0, 1, 0, 0, 1]), "false negative") is None
+    assert lv.pick_document(probs, labels, "false negative", head=SINGLE) == 2
+    assert lv.pick_document(probs, labels, "false positive", head=SINGLE) == 3
+    assert lv.pick_document(probs, labels, "most confident positive", head=SINGLE) == 4
+    assert lv.pick_document(probs, np.array([0, 1, 0, 0, 1]), "false negative", head=SINGLE) is None

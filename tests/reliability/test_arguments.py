@@ -12,6 +12,7 @@ import pytest
 
 import longviz_core as lv
 from longviz_core.model.analysis import pick_document
+from longviz_core.model.heads import SINGLE_LABEL, Head
 from longviz_core.model.loading import distinct_labels, normalise_dataset
 from longviz_core.views.attribution_tables import top_attributions
 from longviz_core.model.topk import topk_indices
@@ -98,7 +99,7 @@ def test_topk_lists_too_large_to_hold_are_refused_before_allocating(tiny_longfor
 def test_pick_document_refuses_a_class_the_model_does_not_have(positive):
     probs = np.array([[0.9, 0.1], [0.2, 0.8]])
     with pytest.raises(lv.SelectionError, match="positive"):
-        pick_document(probs, [0, 1], "most confident positive", positive=positive)
+        pick_document(probs, [0, 1], "most confident positive", positive=positive, head=Head(SINGLE_LABEL))
 
 
 # ------------------------------------------------------------------------------------------- the device

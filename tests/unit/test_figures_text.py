@@ -189,7 +189,8 @@ def test_attribution_header_shows_captums_columns_and_the_output_difference():
 
     raw = np.array([0.0, 0.002, -0.0005, 0.0015, 0.0])
     attr = Attribution(raw=raw, delta=0.0, target=1, n_steps=50, method="gausslegendre", prob_input=0.9996,
-                       prob_baseline=0.9966, precision="fp32", internal_batch_size=5, seconds=1.0, key="k")
+                       prob_baseline=0.9966, precision="fp32", internal_batch_size=5, seconds=1.0, key="k",
+                       head="single_label")
     summed = torch.tensor(raw)
     word_attributions = summed / torch.norm(summed)  # captum's tutorial summarize_attributions
     record = viz.VisualizationDataRecord(word_attributions, 0.9996, 1, 1, 1, word_attributions.sum(),

@@ -21,6 +21,7 @@ PUBLIC = {
     "runtime": ["BudgetLRU", "COMPUTE", "ComputeQueue"],
     "model.loading": ["DEMO", "LoadedModel", "dataset_fingerprint", "load_dataset", "load_model", "normalise_dataset"],
     "model.encoding": ["DEFAULT_MAX_TOKENS", "Encoded", "encode", "text_hash"],
+    "model.heads": ["Head", "HeadError"],
     "model.analysis": ["DocumentAnalysis", "analyze", "pick_document", "predict_probs"],
     "model.bands": ["AttentionBands", "head_weights"],
     "attribution.ig": ["Attribution", "integrated_gradients"],
