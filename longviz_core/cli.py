@@ -97,7 +97,7 @@ def _parser() -> argparse.ArgumentParser:
                      help="agreement: mask kinds among special,nonalnum,stopwords ('' for none; default all)")
     pre.add_argument("--layer-range", default=None,
                      help="agreement: an extra attention source, layers lo-hi (1-based, as the app shows them)")
-    pre.add_argument("--replacement", default=d.replacement, choices=("mask", "pad"),
+    pre.add_argument("--replacement", default=d.replacement, choices=("mask", "pad", "baseline"),
                      help="faithfulness and leaderboard: what a removed token becomes")
     pre.add_argument("--seeds", type=_count(), default=None,
                      help="faithfulness and leaderboard: random seeds 0..N-1 (default 5)")

@@ -59,8 +59,7 @@ rank_by = c2.radio("Delete tokens by", lb.RANK_BY, **K.option(P, "rank_by"), hor
                    format_func={"signed": "score (high to low)", "magnitude": "|score|"}.get,
                    help="score: a token pushing towards the class explained goes first, one pushing against it "
                         "last. |score|: the Faithfulness page's |IG| ranking.")
-replacement = c3.radio("Replace removed tokens by", fa.REPLACEMENTS, **K.option(P, "replacement"), horizontal=True,
-                       format_func={"mask": "<mask>", "pad": "<pad>"}.get)
+replacement = deletion.replacement_picker(model, P, c3)
 n_seeds = int(c1.number_input("Random: seeds (mean ± sd over seeds 0 .. N−1)", lb.MIN_SEEDS, 20,
                               len(fa.DEFAULT_SEEDS), **K.option(P, "seeds")))
 seeds = list(range(n_seeds))

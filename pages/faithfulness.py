@@ -36,8 +36,7 @@ L = model.num_layers
 c1, c2, c3 = st.columns(3)
 scope = c1.radio("Scope", ("this document", "dataset"), **K.option(P, "scope"), horizontal=True)
 steps = ig_steps_picker(c2, P)
-replacement = c3.radio("Replace removed tokens by", fa.REPLACEMENTS, **K.option(P, "replacement"), horizontal=True,
-                       format_func=lambda r: {"mask": "<mask>", "pad": "<pad>"}[r])
+replacement = deletion.replacement_picker(model, P, c3)
 c1, c2, c3 = st.columns(3)
 lo, hi = c1.slider("Attention ranking: layers", 1, L, (1, L), **K.option(P, "layers")) if L > 1 else (1, 1)
 scale = c2.checkbox("Scale attention by head importance", **K.option(P, "scale"))

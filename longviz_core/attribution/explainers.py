@@ -84,6 +84,12 @@ class Explanation:
     peak_bytes: int | None  # peak memory above the level at the start (None: not measurable on this system)
     options: dict = field(default_factory=dict)  # every option that produced the scores, defaults included
     from_cache: bool = False  # IG read from its disk cache (peak_bytes is then that of the read)
+    specials: tuple[int, int] = (1, 1)  # special tokens before and after the text (Encoded.prefix, .suffix)
+
+    @property
+    def text_scores(self) -> np.ndarray:
+        """(n - specials,) the scores of the text tokens."""
+        return self.scores[self.specials[0] : self.n - self.specials[1]]
 
     @property
     def label(self) -> str:
@@ -189,10 +195,10 @@ def _rollout(model, analysis, target):
 def _random(model, analysis, target, seed=0):
     """Scores whose deletion order is random_order(n, seed), the deletion test's random ranking: (m - k) / m for
     the k-th position of the permutation, 0 for <s> and </s> (never deleted)."""
-    n = analysis.n
-    if n < 3:
-        raise ExplainerError(f"a document needs at least one text token between <s> and </s>, got n={n}")
-    order = random_order(n, seed)  # (m,) positions, most important first
+    n, enc = analysis.n, analysis.encoded
+    if n - enc.prefix - enc.suffix < 1:
+        raise ExplainerError(f"a document needs at least one text token between its special tokens, got n={n}")
+    order = random_order(n, seed, enc.prefix, enc.suffix)  # (m,) positions, most important first
     scores = np.zeros(n, dtype=np.float64)
     scores[order] = np.arange(len(order), 0, -1, dtype=np.float64) / len(order)
     return scores
@@ -341,7 +347,8 @@ def explain(model: LoadedModel, analysis: DocumentAnalysis, method: str, /, targ
     report(progress, 1.0, f"{info.label} done")
     shown = {k: v for k, v in settings.items() if k not in ("cache_dir", "use_cache")}
     return Explanation(method=method, target=int(target), scores=scores, seconds=float(meta.get("seconds", seconds)),
-                       peak_bytes=peak.bytes, options=shown, from_cache=bool(meta.get("from_cache", False)))
+                       peak_bytes=peak.bytes, options=shown, from_cache=bool(meta.get("from_cache", False)),
+                       specials=(analysis.encoded.prefix, analysis.encoded.suffix))
 
 
 __all__ = ["CLS", "EXPLAINERS", "Explainer", "ExplainerError", "Explanation", "cls_rollout", "explain", "head_mean",

@@ -8,14 +8,18 @@ from ..errors import LongvizError
 
 
 class RandomOrderError(LongvizError, ValueError):
-    """A document without a text token between <s> and </s>."""
+    """A document without a text token between its special tokens."""
 
 
-def random_order(n: int, seed: int = 0) -> np.ndarray:
-    """A seeded random permutation of the removable positions 1 .. n-2 (numpy's default_rng(seed))."""
-    if n < 3:
-        raise RandomOrderError(f"a document needs at least one text token between <s> and </s>, got n={n}")
-    return (np.random.default_rng(int(seed)).permutation(n - 2) + 1).astype(np.int64)  # (n-2,)
+def random_order(n: int, seed: int = 0, prefix: int = 1, suffix: int = 1) -> np.ndarray:
+    """A seeded random permutation of the removable positions prefix .. n-1-suffix, the text tokens between the
+    `prefix` special tokens before them and the `suffix` after (<s> and </s>: 1 .. n-2; numpy's
+    default_rng(seed))."""
+    m = n - prefix - suffix
+    if m < 1:
+        raise RandomOrderError(f"a document needs at least one text token between its {prefix + suffix} special "
+                               f"tokens, got n={n}")
+    return (np.random.default_rng(int(seed)).permutation(m) + prefix).astype(np.int64)  # (m,)
 
 
 __all__ = ["RandomOrderError", "random_order"]

@@ -113,8 +113,10 @@ def document_leaderboard(
                         progress=scaled(progress, 0.5 * i / len(scored), 0.5 / len(scored), f"{_label(method)}: "))
         _check_explanation(e, method, analysis)
         made[method] = e
-    orders = {m: dl.removal_order(_key(e.scores, rank_by)) for m, e in made.items()}
-    bounds = [b for b in (dl.bound_of(max_removed, analysis.n - 2), flip_bound) if b is not None]
+    enc = analysis.encoded
+    orders = {m: dl.removal_order(_key(e.scores, rank_by), prefix=enc.prefix, suffix=enc.suffix)
+              for m, e in made.items()}
+    bounds = [b for b in (dl.bound_of(max_removed, len(enc.text_positions)), flip_bound) if b is not None]
     settings = dl.DeletionSettings(ks=ks, replacement=replacement, seeds=seeds,
                                    flip_bound=min(bounds) if bounds else None, batch_size=batch_size,
                                    threshold=threshold)
@@ -229,7 +231,7 @@ def flips(runs: pd.DataFrame) -> pd.DataFrame:
 def agreement_matrix(explanations: dict[str, Explanation], metric: str = "kendall_tau", p: float = DEFAULT_P,
                      rank_by: str = "signed") -> pd.DataFrame:
     """How much the explainers agree: `metric` between every two explanations' rankings of the text tokens
-    (<s> and </s> left out; the deletion key of `rank_by`), as a square DataFrame indexed by method.
+    (special tokens left out; the deletion key of `rank_by`), as a square DataFrame indexed by method.
 
     kendall_tau: scipy.stats.kendalltau (τ-b) of the two key vectors; rbo: extrapolated rank-biased overlap of the
     two orders (highest first, ties by position), persistence p, by the `rbo` package. NaN where a vector is
@@ -241,10 +243,10 @@ def agreement_matrix(explanations: dict[str, Explanation], metric: str = "kendal
     names = list(explanations)
     if len(names) < 2:
         raise LeaderboardError("agreement needs at least two explanations")
-    sizes = {e.n for e in explanations.values()}
-    if len(sizes) != 1 or sizes.pop() < 4:
+    sizes = {(e.n, e.specials) for e in explanations.values()}
+    if len(sizes) != 1 or len(next(iter(explanations.values())).text_scores) < 2:
         raise LeaderboardError("the explanations must cover the same document of at least two text tokens")
-    keys = {m: _key(e.scores, rank_by)[1:-1] for m, e in explanations.items()}
+    keys = {m: _key(e.text_scores, rank_by) for m, e in explanations.items()}
     orders = {m: rank_order(k).tolist() for m, k in keys.items()}
     out = np.full((len(names), len(names)), math.nan)
     for i, a in enumerate(names):

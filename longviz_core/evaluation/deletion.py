@@ -8,7 +8,8 @@
     summarise(rows, ks)                                runs of one document or many -> one row per method
 
 Deleting = replacing the token id by `<mask>` (default) or `<pad>`; positions, attention and global masks stay,
-so only token identities change. Orders are over the removable positions 1 .. n-2. With y the class predicted on
+so only token identities change. Orders are over the removable positions, the text tokens (1 .. n-2 between <s>
+and </s>; a decoder's template may put none after the text, or none at all: Encoded.text_positions). With y the class predicted on
 the intact input and x~c the input with the first c positions of an order removed:
     AOPC(k) = p(y | x) - p(y | x~c(k)),  LOdds(k) = log p(y | x~c(k)) - log p(y | x),  c(k) = removed_count(k, m)
 and the first flip is the smallest c whose argmax differs from y, found by an exact scan (every count in order:
@@ -42,7 +43,10 @@ from ..model.heads import REGRESSION
 from ..model.loading import LoadedModel
 
 KS: tuple[float, ...] = (0.01, 0.05, 0.10, 0.20, 0.50)
-REPLACEMENTS: tuple[str, ...] = ("mask", "pad")
+# what a removed token becomes: the mask or pad token, or "baseline": the token Integrated Gradients' baseline puts
+# on every text token (pad for the encoders, a decoder's filler: pad, else unk, else eos; many decoders have no
+# mask or pad token)
+REPLACEMENTS: tuple[str, ...] = ("mask", "pad", "baseline")
 DEFAULT_SEEDS: tuple[int, ...] = (0, 1, 2, 3, 4)
 # The default first-flip bound in tokens: with eight orders (three rankings, five seeds) it costs at most 8 x 24
 # copies; measured on the demo's document 0 (docs/benchmarks.md, "Faithfulness"), the page's first numbers then
@@ -64,7 +68,7 @@ class DeletionSettings:
     """Everything that changes the deletion test's numbers (batch_size only its speed)."""
 
     ks: tuple[float, ...] = KS  # fractions of the removable tokens, increasing, in (0, 1]
-    replacement: str = "mask"  # "mask" or "pad"
+    replacement: str = "mask"  # one of REPLACEMENTS
     seeds: tuple[int, ...] = DEFAULT_SEEDS  # one random order per seed; () = no random baseline
     flip_bound: int | None = FLIP_BOUND  # counts the flip scan covers: 0 = none, None = every count (exact)
     batch_size: int | None = None  # copies per forward; None = default_batch_size(model)
@@ -193,7 +197,7 @@ class DeletionResult:
     predicted: int  # y: the label explained (the most probable on the intact input; 0 for a regression's score)
     p_original: float  # p(y | x) (the head's explained quantity), from the same batched forward as the copies
     n: int  # tokens, <s> and </s> included
-    n_removable: int  # n - 2
+    n_removable: int  # the text tokens: n - 2 between <s> and </s>
     replacement: str  # the token written over deleted ones, e.g. '<mask>'
     flip_limit: int  # the scan's bound in tokens for this document (n_removable = exact to the end)
     runs: tuple[RankingCurve, ...]  # the given orders, then one per random seed
@@ -371,11 +375,11 @@ def summarise(runs: pd.DataFrame, ks: Sequence[float] = KS) -> pd.DataFrame:
 
 
 # ------------------------------------------------------------------------------------------- orders
-def removal_order(scores, n: int | None = None) -> np.ndarray:
-    """Removable positions (1 .. n-2) sorted from the highest score to the lowest; ties keep the lower position
-    first, so the order is deterministic."""
+def removal_order(scores, n: int | None = None, prefix: int = 1, suffix: int = 1) -> np.ndarray:
+    """Removable positions (the text tokens prefix .. n-1-suffix; <s> and </s>: 1 .. n-2) sorted from the highest
+    score to the lowest; ties keep the lower position first, so the order is deterministic."""
     scores = check_vector(scores, n, "scores")
-    return (np.argsort(-scores[1:-1], kind="stable") + 1).astype(np.int64)
+    return (np.argsort(-scores[prefix : len(scores) - suffix], kind="stable") + prefix).astype(np.int64)
 
 
 def removed_count(k: float, m: int) -> int:

@@ -49,21 +49,22 @@ def deletion_test(
     started = time.monotonic()
     head = model.head
     threshold = head.check_threshold(settings.threshold)
-    n, m = analysis.n, analysis.n - 2
+    enc = analysis.encoded
+    n, m = analysis.n, len(enc.text_positions)
     if m < 1:
-        raise DeletionError(f"a document needs at least one text token between <s> and </s>, got n={n}")
+        raise DeletionError(f"a document needs at least one text token between its special tokens, got n={n}")
     runs: list[tuple[str, int | None, np.ndarray]] = []
     for name, order in orders.items():
         if name == RANDOM:
             raise DeletionError("'random' is the seeded baseline: give its seeds in the settings, not an order")
         order = np.asarray(order, dtype=np.int64)
-        if order.shape != (m,) or sorted(order.tolist()) != list(range(1, n - 1)):
+        if order.shape != (m,) or sorted(order.tolist()) != enc.text_positions.tolist():
             raise DeletionError(f"the order {name!r} must be a permutation of the {m} removable positions")
         runs.append((name, None, order))
-    runs += [(RANDOM, s, random_order(n, s)) for s in settings.seeds]
+    runs += [(RANDOM, s, random_order(n, s, enc.prefix, enc.suffix)) for s in settings.seeds]
     if not runs:
         raise DeletionError("choose at least one ranking")
-    scorer = _Scorer(model, analysis.encoded, replacement_id(model.tokenizer, settings.replacement),
+    scorer = _Scorer(model, analysis.encoded, replacement_id(model, settings.replacement),
                      default_batch_size(model) if settings.batch_size is None else settings.batch_size)
     counts = [removed_count(k, m) for k in settings.ks]
     flips = head.has_decision(threshold)
@@ -109,13 +110,27 @@ def labels_of(labels, name: str, seed) -> str:
     return label if seed is None else f"{label} (seed {seed})"
 
 
-def replacement_id(tokenizer, replacement: str) -> int:
+def replacement_id(model: LoadedModel, replacement: str) -> int:
+    """The token id a removed token becomes (REPLACEMENTS)."""
     if replacement not in REPLACEMENTS:
         raise DeletionError(f"replacement must be one of {REPLACEMENTS}, got {replacement!r}")
-    token_id = tokenizer.mask_token_id if replacement == "mask" else tokenizer.pad_token_id
+    token_id = _replacement_ids(model).get(replacement)
     if token_id is None:
-        raise DeletionError(f"The tokenizer has no {replacement} token; choose the other replacement.")
+        raise DeletionError(f"The tokenizer has no {replacement} token; choose one of "
+                            f"{', '.join(replacements_for(model))}.")
     return int(token_id)
+
+
+def replacements_for(model: LoadedModel) -> tuple[str, ...]:
+    """The REPLACEMENTS this model's tokenizer has a token for, in REPLACEMENTS' order."""
+    ids = _replacement_ids(model)
+    return tuple(r for r in REPLACEMENTS if ids.get(r) is not None)
+
+
+def _replacement_ids(model: LoadedModel) -> dict:
+    tok = model.tokenizer
+    baseline = tok.pad_token_id if model.template is None else model.template.filler
+    return {"mask": tok.mask_token_id, "pad": tok.pad_token_id, "baseline": baseline}
 
 
 class _Scorer:

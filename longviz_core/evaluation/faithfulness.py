@@ -55,7 +55,8 @@ def ranking_orders(analysis: DocumentAnalysis, attribution, rankings: Sequence[s
     """The removal orders of the score-based `rankings` (random's come from the settings' seeds)."""
     scored = [r for r in rankings if r != RANDOM]
     scores = ranking_scores(analysis, attribution, layers, scale) if scored else {}
-    return {r: removal_order(scores[r]) for r in scored}
+    enc = analysis.encoded
+    return {r: removal_order(scores[r], prefix=enc.prefix, suffix=enc.suffix) for r in scored}
 
 
 def faithfulness(
@@ -90,7 +91,7 @@ def faithfulness(
     Other options as deletion_test."""
     attribution = check_vector(attribution, analysis.n, "attribution")  # checked even when only random uses none
     seeds = check_settings(rankings, batch_size, seeds, max_removed)
-    bounds = [b for b in (bound_of(max_removed, analysis.n - 2), flip_bound) if b is not None]
+    bounds = [b for b in (bound_of(max_removed, len(analysis.encoded.text_positions)), flip_bound) if b is not None]
     settings = DeletionSettings(ks=check_ks(ks), replacement=replacement,
                                 seeds=seeds if RANDOM in rankings else (),
                                 flip_bound=min(bounds) if bounds else None, batch_size=batch_size,

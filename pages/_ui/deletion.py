@@ -84,6 +84,22 @@ def head_settings(model, page: str, analysis, where=st) -> float | None:
     return threshold
 
 
+def replacement_picker(model, page: str, where=st) -> str:
+    """What a removed token becomes, among the replacements this model's tokenizer has a token for (a decoder
+    often has no mask or pad token); a remembered choice the model lacks gives way to the first it has."""
+    from longviz_core.evaluation.deletion_engine import replacement_id, replacements_for
+
+    options = replacements_for(model)
+    key = K.page(page, "replacement")
+    if st.session_state.get(key) not in options:
+        st.session_state.pop(key, None)
+    tokens = {r: model.tokenizer.convert_ids_to_tokens(replacement_id(model, r)) for r in options}
+    return where.radio("Replace removed tokens by", options, **K.option(page, "replacement"), horizontal=True,
+                       format_func=lambda r: tokens[r] if r != "baseline" else f"IG baseline ({tokens[r]})",
+                       help="The mask or pad token, or the token Integrated Gradients' baseline puts on every text "
+                            "token (pad for encoders; a decoder's pad, else unk, else eos).")
+
+
 def numbers(result, name: str, model, meta, pending: str | None = None) -> None:
     """The result's table, one column per ranking and one row per number (every number fits the page; the CSV
     keeps a row per ranking), and each unflipped run's flip in words; `pending`: the flips are not scanned yet."""

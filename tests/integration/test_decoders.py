@@ -299,3 +299,45 @@ def test_a_decoders_template_tokens_are_masked_as_special(tmp_path):
     assert a.tokens[0] == "<|begin_of_text|>" and a.encoded.prefix == 1
     mask = build_mask(a.tokens, nonalnum=False, stopwords=False, special_tokens=special_tokens_of(a.encoded))
     assert mask.tolist() == [True] + [False] * (a.n - 1)
+
+
+@pytest.mark.parametrize("name", ["llama", "qwen3"])
+def test_deletion_test_equals_a_brute_force_loop(models, name):
+    """The deletion test scanned to the end on a decoder without a pad token (Llama: batches of copies, the head
+    on the last token) and one whose template adds no special token (Qwen3: every token removable, the first and
+    the last included), against one unbatched forward per count through transformers alone."""
+    from longviz_core.evaluation import faithfulness as fa
+
+    m = models[name]
+    a = lv.analyze(m, text_of(17), max_tokens=64)
+    enc = a.encoded
+    positions = enc.text_positions
+    assert positions.tolist() == list(range(enc.prefix, a.n))  # no special token after the text
+    scores = np.random.default_rng(0).normal(size=a.n)
+    res = fa.faithfulness(m, a, scores, rankings=("ig", "random"), seeds=(0, 1), replacement="baseline",
+                          batch_size=4, max_removed=1.0)
+    filler = m.template.filler
+
+    def log_probs(ids):
+        t = torch.as_tensor(ids)[None]
+        with torch.no_grad():  # transformers alone, batch of one: the head reads the last token
+            return torch.log_softmax(m.model(input_ids=t).logits[0].double(), -1).numpy()
+
+    intact = log_probs(enc.input_ids)
+    y = int(np.argmax(intact))
+    runs = [*res.curves.values(), *res.random.runs]
+    assert sorted(runs[0].order.tolist()) == positions.tolist()
+    # the |IG| ranking: the text tokens by |score|, highest first
+    assert runs[0].order.tolist() == (np.argsort(-np.abs(scores[positions]), kind="stable") + enc.prefix).tolist()
+    for run in runs:
+        logp, flip = [], None
+        for c in range(1, len(positions) + 1):
+            ids = enc.input_ids.copy()
+            ids[run.order[:c]] = filler
+            lp = log_probs(ids)
+            logp.append(lp[y])
+            if flip is None and int(np.argmax(lp)) != y:
+                flip = c
+        assert run.flip_removed == flip
+        counts = np.asarray([fa.removed_count(k, len(positions)) for k in res.ks])
+        np.testing.assert_allclose(run.lodds_k, np.asarray(logp)[counts - 1] - intact[y], atol=5e-5)

@@ -37,7 +37,7 @@ class Settings:
     # faithfulness (deletion curves, first flips)
     rankings: tuple | None = None  # None = evaluation.faithfulness.RANKINGS
     ks: tuple | None = None  # fractions removed; None = evaluation.faithfulness.KS
-    replacement: str = "mask"  # what a removed token becomes: "mask" or "pad"
+    replacement: str = "mask"  # what a removed token becomes: one of evaluation.deletion.REPLACEMENTS
     seeds: tuple | None = None  # the random ranking's seeds; None = evaluation.faithfulness.DEFAULT_SEEDS
     max_removed: float = 1.0  # the flip scan's limit, a fraction of the removable tokens
     flip_bound: int | None = None  # the flip scan's limit in tokens (the smaller limit applies); None = no bound
@@ -73,8 +73,10 @@ class Settings:
         if self.layer_range is not None and (len(self.layer_range) != 2 or not 0 <= self.layer_range[0]
                                              <= self.layer_range[1]):
             raise ValueError(f"layer_range must be (lo, hi) with 0 <= lo <= hi, got {self.layer_range}")
-        if self.replacement not in ("mask", "pad"):
-            raise ValueError(f"replacement must be 'mask' or 'pad', got {self.replacement!r}")
+        from ...evaluation.deletion import REPLACEMENTS  # lazily: it imports torch
+
+        if self.replacement not in REPLACEMENTS:
+            raise ValueError(f"replacement must be one of {REPLACEMENTS}, got {self.replacement!r}")
         if not 0 < float(self.max_removed) <= 1:
             raise ValueError(f"max_removed must be a fraction in (0, 1], got {self.max_removed}")
         if self.flip_bound is not None:
