@@ -68,7 +68,7 @@ def _parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="build the offline demo if needed; show its accuracy")
     demo.add_argument("--model", default="demo", choices=DEMO_MODELS,
-                      help="which demo: demo (Longformer, the default) or demo-modernbert")
+                      help="which demo: demo (Longformer, the default), demo-modernbert or demo-decoder (Qwen3)")
     demo.add_argument("--rebuild", action="store_true", help="build it again even if it exists")
     demo.add_argument("--cache-dir", default=None, help="default: $LONGVIZ_CACHE_DIR, else ~/.cache/longviz")
 

@@ -20,7 +20,7 @@ from .errors import LongvizError
 ENV_VAR = "LONGVIZ_CONFIG"
 AUTH_MODES = ("none", "oidc", "password")
 DEMO = "demo"  # the demo dataset, and the Longformer demo model
-DEMO_MODELS = (DEMO, "demo-modernbert")  # the shipped demo models (demo/shipped.py)
+DEMO_MODELS = (DEMO, "demo-modernbert", "demo-decoder")  # the shipped demo models (demo/shipped.py)
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 # Limits that keep a typo (max_tokens = 409600) from taking a shared server down.
 _MAX_TOKENS_RANGE = (16, 65_536)

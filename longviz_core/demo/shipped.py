@@ -1,5 +1,5 @@
-"""The built demos in the cache (`demo`, Longformer; `demo-modernbert`): made once from the shipped model (or
-trained), checked against checksums, locked against concurrent builders and restored when damaged.
+"""The built demos in the cache (`demo`, Longformer; `demo-modernbert`; `demo-decoder`, Qwen3): made once from the
+shipped model (or trained), checked against checksums, locked against concurrent builders and restored when damaged.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from .._disk import atomic_write, bytes_digest, cache_root, file_lock
 from ..config import DEMO_MODELS as DEMOS
 from ..progress import Progress
 from .corpus import generate_corpus
+from .decoder import DECODER
 from .modernbert import MODERNBERT
 from .train import DEMO_VERSION, SEED, DemoPaths, build_demo
 
@@ -33,12 +34,13 @@ _COMPLETE = "COMPLETE"
 # writes them.
 SHIPPED = Path(__file__).with_name("shipped") / "longformer"
 SHIPPED_MODERNBERT = Path(__file__).with_name("shipped") / "modernbert"
+SHIPPED_DECODER = Path(__file__).with_name("shipped") / "decoder"
 _SHIPPED_SUMS = "CHECKSUMS.json"
 
 
 @dataclass(frozen=True)
 class _Demo:
-    folder: str  # its folder in the cache, versioned: demo-4, demo-modernbert-1
+    folder: str  # its folder in the cache, versioned: demo-4, demo-modernbert-1, demo-decoder-1
     shipped: Path  # its shipped model, tokenizer and metrics
     build: Callable[..., DemoPaths]  # (out_dir, progress) -> the demo trained into out_dir
 
@@ -51,6 +53,9 @@ def _demo(name: str) -> _Demo:
     if name == "demo-modernbert":
         return _Demo(f"demo-modernbert-{MODERNBERT.version}", SHIPPED_MODERNBERT,
                      lambda out_dir, progress: build_demo(out_dir, progress, MODERNBERT))
+    if name == "demo-decoder":
+        return _Demo(f"demo-decoder-{DECODER.version}", SHIPPED_DECODER,
+                     lambda out_dir, progress: build_demo(out_dir, progress, DECODER))
     raise ValueError(f"no demo called {name!r}: {', '.join(DEMOS)}")
 
 # flock excludes other processes; threads of one process each open the lock file and are excluded too,

@@ -1,6 +1,6 @@
 """Demo training: the byte-level BPE tokenizer and a tiny classifier (the Longformer recipe here, ModernBERT's in
-demo/modernbert.py) trained from scratch on the demo corpus, saved with ``save_pretrained`` so the demo loads
-through the same code path as a hub checkpoint.
+demo/modernbert.py, the Qwen3 decoder's in demo/decoder.py) trained from scratch on the demo corpus, saved with
+``save_pretrained`` so the demo loads through the same code path as a hub checkpoint.
 
 The Hugging Face Hub is unreachable where longviz is developed and often where it is shown, so the demo is built
 locally and deterministically (fixed seeds).
@@ -49,12 +49,18 @@ _AUX_WEIGHT = 1.0
 class Recipe:
     """What differs between the demos' models; corpus, tokenizer, crops and the training loop are shared."""
 
-    family: str  # named in progress messages: "Longformer", "ModernBERT"
+    family: str  # named in progress messages: "Longformer", "ModernBERT", "Qwen3"
     version: str  # bumped when the recipe changes, so cached demos of the old one are made again
     make_model: Callable[[int], torch.nn.Module]  # vocabulary size -> an untrained classifier
     inputs: Callable[[torch.Tensor, torch.Tensor], dict]  # ids (b, L), positions from 0 (b, L) -> forward kwargs
     loss: Callable[[torch.nn.Module, dict, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]  # -> logits, loss
     max_positions: int  # longest input the saved tokenizer announces
+    # Whether the encoding ends with </s> (<s> + text + </s>, the encoders') or not (<s> + text, the decoder's, whose
+    # head reads the last token): training crops and the held-out evaluation are built the same way.
+    eos: bool = True
+    # The tokenizer saved with the model, made from the trained RoBERTa-style one (same vocabulary and merges); None
+    # saves that one.
+    saved_tokenizer: Callable | None = None
 
 
 @dataclass(frozen=True)
@@ -130,14 +136,17 @@ def _longformer_inputs(ids: torch.Tensor, positions: torch.Tensor) -> dict[str, 
 
 
 def _app_inputs(recipe: Recipe, text_ids: list[int], max_tokens: int) -> dict[str, torch.Tensor]:
-    """The app's encoding: <s> + text[:max_tokens-2] + </s>, positions counted from the first token."""
-    ids = torch.tensor([[BOS_ID] + text_ids[: max_tokens - 2] + [EOS_ID]], dtype=torch.long)  # (1, n)
+    """The app's encoding: <s> + text[:max_tokens-2] + </s> (or <s> + text[:max_tokens-1] without </s>), positions
+    counted from the first token."""
+    end = [EOS_ID] if recipe.eos else []
+    ids = torch.tensor([[BOS_ID] + text_ids[: max_tokens - 1 - len(end)] + end], dtype=torch.long)  # (1, n)
     return recipe.inputs(ids, torch.arange(ids.shape[1], dtype=torch.long)[None])
 
 
-def _crop_batch(docs: list[list[int]], rng: np.random.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """Random crops of the training documents, as the app would encode them but with shifted positions:
-    ids (b, L + 2) and positions counted from 0 (b, L + 2).
+def _crop_batch(docs: list[list[int]], rng: np.random.Generator,
+                eos: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random crops of the training documents, as the app would encode them (</s> at the end when `eos`) but with
+    shifted positions: ids (b, L + 2) and positions counted from 0 (b, L + 2); L + 1 each without </s>.
 
     Crops come from anywhere in a document and keep their offset in the position ids, plus a random
     shift, so every position up to MAX_TOKENS - 1 is trained even though crops are short: the
@@ -145,7 +154,8 @@ def _crop_batch(docs: list[list[int]], rng: np.random.Generator) -> tuple[torch.
     Half of the crops are exactly the app's encoding of the document start.
     """
     L = _TRAIN_CROP
-    ids = np.empty((len(docs), L + 2), dtype=np.int64)  # (batch, L + 2)
+    end = [EOS_ID] if eos else []
+    ids = np.empty((len(docs), L + 1 + len(end)), dtype=np.int64)  # (batch, L + 2) or (batch, L + 1)
     pos = np.empty_like(ids)
     for row, doc in enumerate(docs):
         if rng.random() < 0.5:
@@ -153,8 +163,8 @@ def _crop_batch(docs: list[list[int]], rng: np.random.Generator) -> tuple[torch.
         else:
             start = int(rng.integers(0, len(doc) - L + 1))
             shift = int(rng.integers(0, max(1, MAX_TOKENS - L - start - 1)))
-        ids[row] = [BOS_ID] + doc[start : start + L] + [EOS_ID]
-        pos[row] = np.concatenate([[0], np.arange(L + 1) + start + shift + 1])  # <s>, then text tokens and </s>
+        ids[row] = [BOS_ID] + doc[start : start + L] + end
+        pos[row] = np.concatenate([[0], np.arange(L + len(end)) + start + shift + 1])  # <s>, then text (and </s>)
     return torch.from_numpy(ids), torch.from_numpy(pos)
 
 
@@ -213,7 +223,7 @@ def _train(recipe: Recipe, model, docs: list[list[int]], labels: list[int], prog
             correct = 0
             for b in range(steps_per_epoch):
                 idx = order[b * _BATCH : (b + 1) * _BATCH]
-                ids, positions = _crop_batch([docs[i] for i in idx], rng)
+                ids, positions = _crop_batch([docs[i] for i in idx], rng, recipe.eos)
                 targets = torch.tensor([labels[i] for i in idx], dtype=torch.long)
                 logits, loss = recipe.loss(model, recipe.inputs(ids, positions), targets)
                 loss.backward()
@@ -274,8 +284,9 @@ def build_demo(out_dir: str | os.PathLike, progress: Progress | None = None,
     report(0.95, "Saving the model, tokenizer and dataset")
     model_dir = out / "model"
     model.save_pretrained(model_dir)
-    tokenizer.model_max_length = recipe.max_positions
-    tokenizer.save_pretrained(model_dir)
+    saved = recipe.saved_tokenizer(tokenizer) if recipe.saved_tokenizer else tokenizer
+    saved.model_max_length = recipe.max_positions
+    saved.save_pretrained(model_dir)
     shutil.rmtree(out / "bpe")
     dataset_path = out / "dataset.parquet"
     df.to_parquet(dataset_path, index=False)

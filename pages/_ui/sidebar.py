@@ -24,8 +24,8 @@ def sidebar() -> None:
             hosting.sidebar_sources(cfg)
         else:
             st.text_input("Model", value="demo", key=K.MODEL, bind="query-params",
-                          help="'demo' (Longformer) or 'demo-modernbert', a local checkpoint directory, or a "
-                               "Hugging Face Hub id.")
+                          help="'demo' (Longformer), 'demo-modernbert' or 'demo-decoder' (Qwen3), a local checkpoint "
+                               "directory, or a Hugging Face Hub id.")
             kind = st.selectbox("Dataset", DATASET_KINDS, key=K.DATASET_KIND, bind="query-params")
             if kind == "file path":
                 st.text_input("Dataset file (CSV, Parquet, JSONL)", key=K.DATASET_PATH, bind="query-params")

@@ -40,8 +40,9 @@ def test_the_sample_configuration_loads_once_its_paths_exist(tmp_path):
             .replace("/srv/longviz/", f"{tmp_path}/srv/"))
     cfg = load_config(_write(tmp_path, text))
     assert [m.name for m in cfg.models] == ["Demo (tiny Longformer, papers)", "Demo (tiny ModernBERT, papers)",
-                                            "Longformer papers v2"]
-    assert [m.source for m in cfg.models] == ["demo", "demo-modernbert", str(model.resolve())]  # demos by name
+                                            "Demo (tiny Qwen3 decoder, papers)", "Longformer papers v2"]
+    assert [m.source for m in cfg.models] == ["demo", "demo-modernbert", "demo-decoder",
+                                              str(model.resolve())]  # demos by name
     assert cfg.model("Longformer papers v2").description.startswith("Fine-tuned")
     assert [d.source for d in cfg.datasets] == ["demo", str(data.resolve())]
     assert cfg.dataset("Papers test split").text_column == "text"

@@ -477,3 +477,142 @@ def test_modernbert_demo_held_out_accuracy(modernbert_demo, corpus):
     assert accuracy >= 0.90
     assert modernbert_demo.metrics["accuracy_2048"] == pytest.approx(accuracy)
     assert modernbert_demo.metrics["demo_version"] == "1" and modernbert_demo.metrics["accuracy_4096"] >= 0.90
+
+
+# ------------------------------------------------------------------ the decoder demo
+
+
+@pytest.fixture(scope="module")
+def decoder_demo(tmp_path_factory):
+    def no_build(*args, **kwargs):
+        raise AssertionError("trained although the package ships the decoder demo")
+
+    patch = pytest.MonkeyPatch()
+    patch.setattr(demo_module, "build_demo", no_build)  # the decoder demo's build goes through it too
+    try:
+        yield ensure_demo(cache_dir=tmp_path_factory.mktemp("dec-cache"), name="demo-decoder")
+    finally:
+        patch.undo()
+
+
+def test_decoder_demo_is_restored_from_the_shipped_files(decoder_demo):
+    shipped = demo_module.SHIPPED_DECODER / "model"
+    assert decoder_demo.root.name == "demo-decoder-1"
+    assert sorted(p.name for p in decoder_demo.model_dir.iterdir()) == sorted(p.name for p in shipped.iterdir())
+    for p in shipped.iterdir():
+        assert (decoder_demo.model_dir / p.name).read_bytes() == p.read_bytes()
+    pd.testing.assert_frame_equal(pd.read_parquet(decoder_demo.dataset_path), generate_corpus())
+    marker = json.loads((decoder_demo.root / "COMPLETE").read_text())
+    assert marker["files"] == demo_module.file_checksums(decoder_demo.root)
+
+
+def test_decoder_demo_tokenizer_is_the_longformer_vocabulary_with_llamas_template(decoder_demo):
+    """The same tokens as the other demos (vocabulary, merges, pre-tokenizer and decoder byte for byte); only the
+    template differs: <s> + text, no </s>."""
+    ours = json.loads((decoder_demo.model_dir / "tokenizer.json").read_text())
+    longformer = json.loads((demo_module.SHIPPED / "model" / "tokenizer.json").read_text())
+    assert {k: v for k, v in ours.items() if k != "post_processor"} == \
+        {k: v for k, v in longformer.items() if k != "post_processor"}
+    assert ours["post_processor"]["type"] == "TemplateProcessing"
+    tok = AutoTokenizer.from_pretrained(decoder_demo.model_dir)
+    assert (tok.bos_token_id, tok.pad_token_id, tok.eos_token_id) == (0, 1, 2)
+    text = "We train the neural network, and the compiler type-checks it (Smith et al., 2019)."
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    assert tok(text)["input_ids"] == [0, *ids]
+    assert ids == AutoTokenizer.from_pretrained(demo_module.SHIPPED / "model")(text, add_special_tokens=False)[
+        "input_ids"]
+    assert tok.model_max_length == 32768
+
+
+def test_decoder_demo_config(decoder_demo):
+    cfg = json.loads((decoder_demo.model_dir / "config.json").read_text())
+    assert cfg["model_type"] == "qwen3" and cfg["architectures"] == ["Qwen3ForSequenceClassification"]
+    assert (cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]) == (4, 2, 32)  # GQA
+    assert cfg["layer_types"] == ["sliding_attention", "full_attention", "sliding_attention", "full_attention"]
+    assert cfg["use_sliding_window"] is True and cfg["sliding_window"] == 64
+    assert cfg["max_position_embeddings"] == 32768
+    assert (cfg["pad_token_id"], cfg["bos_token_id"], cfg["eos_token_id"]) == (1, 0, 2)
+    assert cfg["tie_word_embeddings"] is False
+    assert {int(k): v for k, v in cfg["id2label"].items()} == {0: "programming_languages", 1: "artificial_intelligence"}
+    assert sum(p.stat().st_size for p in decoder_demo.model_dir.iterdir()) <= 10 * 2**20  # ships at <= 10 MB
+
+
+@torch.no_grad()
+def test_decoder_demo_sliding_layers_slide(decoder_demo):
+    """The sliding layers' weights (eager attention, which returns them) are zero beyond 64 tokens back; the full
+    layers' are not."""
+    mdl = AutoModelForSequenceClassification.from_pretrained(decoder_demo.model_dir, attn_implementation="eager")
+    ids = torch.tensor([[0, *range(5, 205)]])
+    attentions = mdl.eval()(input_ids=ids, output_attentions=True).attentions  # (1, heads, n, n) per layer
+    q, k = torch.arange(ids.shape[1])[:, None], torch.arange(ids.shape[1])[None]
+    outside = k <= q - 64
+    assert [bool(a[0][:, outside].abs().max() > 0) for a in attentions] == [False, True, False, True]
+    assert all(float(a[0][:, k > q].abs().max()) == 0 for a in attentions)  # causal
+
+
+def _decoder_encoding(tok, text: str, max_tokens: int) -> torch.Tensor:
+    """The decoder's encoding written out independently of longviz_core: <s> + text, no </s>."""
+    return torch.tensor([[tok.bos_token_id, *tok.encode(text, add_special_tokens=False)[: max_tokens - 1]]])
+
+
+@pytest.mark.slow
+@torch.no_grad()
+def test_decoder_demo_held_out_accuracy(decoder_demo, corpus):
+    """A trained model, not a random one: the held-out split at 2,048 and 4,096 tokens, read at the last token
+    (the head's own choice: the rightmost non-pad token), positions from 0."""
+    tok = AutoTokenizer.from_pretrained(decoder_demo.model_dir)
+    mdl = AutoModelForSequenceClassification.from_pretrained(decoder_demo.model_dir).eval()
+    test = corpus[corpus["split"] == "test"]
+    for max_tokens in (2048, 4096):
+        predicted = [int(mdl(input_ids=_decoder_encoding(tok, text, max_tokens)).logits.argmax(-1))
+                     for text in test["text"]]
+        accuracy = (np.array(predicted) == test["label"].to_numpy()).mean()
+        assert accuracy >= 0.90
+        assert decoder_demo.metrics[f"accuracy_{max_tokens}"] == pytest.approx(accuracy)
+    assert decoder_demo.metrics["demo_version"] == "1"
+    # the tokenizer's own template is that encoding
+    text = test["text"].iloc[0]
+    assert tok(text, truncation=True, max_length=2048)["input_ids"] == _decoder_encoding(tok, text, 2048)[0].tolist()
+
+
+@pytest.mark.slow
+@torch.no_grad()
+def test_decoder_demo_reads_any_length(decoder_demo, corpus):
+    """The last token classifies a short crop and a 4,096-token input alike: documents cut to 256 tokens, and two
+    same-class documents joined (several reach 4,096 tokens, beyond the longest single document)."""
+    tok = AutoTokenizer.from_pretrained(decoder_demo.model_dir)
+    mdl = AutoModelForSequenceClassification.from_pretrained(decoder_demo.model_dir).eval()
+    test = corpus[corpus["split"] == "test"]
+    short = [int(mdl(input_ids=_decoder_encoding(tok, t, 256)).logits.argmax(-1)) for t in test["text"]]
+    assert (np.array(short) == test["label"].to_numpy()).mean() >= 0.85
+    joined, labels = [], []
+    for label in (0, 1):
+        texts = test[test["label"] == label]["text"].tolist()
+        for a, b in zip(texts[0:8:2], texts[1:8:2]):
+            joined.append(_decoder_encoding(tok, a + "\n" + b, 4096))
+            labels.append(label)
+    assert max(ids.shape[1] for ids in joined) == 4096
+    assert (np.array([int(mdl(input_ids=ids).logits.argmax(-1)) for ids in joined]) == np.array(labels)).mean() >= 0.85
+
+
+@pytest.mark.skip(reason="needs the decoder family (issue 28 core)")
+@torch.no_grad()
+def test_decoder_demo_loads_through_load_model(decoder_demo, corpus, monkeypatch):
+    """longviz reads it as a decoder: its encoding is the independent one above (<s> + text, positions from 0) and
+    its forward predicts what the model does on that encoding."""
+    from longviz_core.model.loading import load_model
+
+    monkeypatch.setenv("LONGVIZ_CACHE_DIR", str(decoder_demo.root.parent))
+    loaded = load_model("demo-decoder", device="cpu")
+    assert loaded.family.name == "decoder" and loaded.max_tokens == 32768 and loaded.position_offset == 0
+    assert (loaded.template.before, loaded.template.after) == ((0,), ())
+    tok = AutoTokenizer.from_pretrained(decoder_demo.model_dir)
+    mdl = AutoModelForSequenceClassification.from_pretrained(decoder_demo.model_dir).eval()
+    for text in corpus[corpus["split"] == "test"]["text"].iloc[:4]:
+        ours = _decoder_encoding(tok, text, 512)
+        encoded = loaded.encode(text, 512)
+        assert encoded.input_ids.tolist() == ours[0].tolist()
+        assert encoded.position_ids.tolist() == list(range(ours.shape[1]))
+        t = encoded.torch_inputs()
+        logits = loaded(**loaded.family.kwargs(t["input_ids"], t["attention_mask"], t["position_ids"])).logits
+        torch.testing.assert_close(logits, mdl(input_ids=ours).logits, rtol=1e-4, atol=1e-4)

@@ -88,7 +88,7 @@ def test_package_data_declares_every_file_that_is_not_python():
     package = ROOT / "longviz_core"
     shipped = {p for p in package.rglob("*")
                if p.is_file() and p.suffix not in (".py", ".pyc") and "__pycache__" not in p.parts}
-    demos = {package / "demo" / "shipped" / family / "metrics.json" for family in ("longformer", "modernbert")}
+    demos = {package / "demo" / "shipped" / family / "metrics.json" for family in ("longformer", "modernbert", "decoder")}
     assert {package / "data" / "stopwords" / "english", *demos} <= shipped
     declared = {p for pattern in PYPROJECT["tool"]["setuptools"]["package-data"]["longviz_core"]
                 for p in package.glob(pattern) if p.is_file()}
