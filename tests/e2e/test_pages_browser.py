@@ -48,8 +48,9 @@ def _url(base: str, page_file: str, model: str = "demo") -> str:
     return f"{base}/{'' if page_file == page_files()[0] else stem}?max_tokens={MAX_TOKENS}{chosen}"
 
 
-# Every page on each shipped demo: the Longformer one and the ModernBERT one (sliding and full layers).
-@pytest.mark.parametrize("model", ["demo", "demo-modernbert"])
+# Every page on each shipped demo: the Longformer one, the ModernBERT one (sliding and full layers) and the decoder
+# (a Qwen3: causal sliding and full layers, grouped-query attention, the head on the last token).
+@pytest.mark.parametrize("model", ["demo", "demo-modernbert", "demo-decoder"])
 @pytest.mark.parametrize("width", WIDTHS)
 def test_every_page_reads_at_this_width(app_server, browser, shots, width, model):
     base, log = app_server

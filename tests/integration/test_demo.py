@@ -595,7 +595,6 @@ def test_decoder_demo_reads_any_length(decoder_demo, corpus):
     assert (np.array([int(mdl(input_ids=ids).logits.argmax(-1)) for ids in joined]) == np.array(labels)).mean() >= 0.85
 
 
-@pytest.mark.skip(reason="needs the decoder family (issue 28 core)")
 @torch.no_grad()
 def test_decoder_demo_loads_through_load_model(decoder_demo, corpus, monkeypatch):
     """longviz reads it as a decoder: its encoding is the independent one above (<s> + text, positions from 0) and
@@ -606,6 +605,7 @@ def test_decoder_demo_loads_through_load_model(decoder_demo, corpus, monkeypatch
     loaded = load_model("demo-decoder", device="cpu")
     assert loaded.family.name == "decoder" and loaded.max_tokens == 32768 and loaded.position_offset == 0
     assert (loaded.template.before, loaded.template.after) == ((0,), ())
+    assert loaded.template.filler == 3  # <unk>: Qwen3's <pad> row is zero (padding_idx), see docs/methods.md
     tok = AutoTokenizer.from_pretrained(decoder_demo.model_dir)
     mdl = AutoModelForSequenceClassification.from_pretrained(decoder_demo.model_dir).eval()
     for text in corpus[corpus["split"] == "test"]["text"].iloc[:4]:
