@@ -3,8 +3,9 @@
 A `Family` answers, for a loaded sequence classifier: its forward inputs from an `Encoded` (Longformer's global
 attention mask or not) and the length the model really runs at, the embeddings layer Integrated Gradients
 attaches to, the encoder layers and their attention modules, each head's share of the attention parameters
-(head importance), what the classification head reads (the <s>/[CLS] row or the mean of all rows), the longest
-input and each layer's attention pattern (banded with radius w, banded + global columns, full, block-sparse).
+(head importance), what the classification head reads (the <s>/[CLS] row, the mean of all rows or a decoder's last
+token), the longest input and each layer's attention pattern (banded with radius w, banded + global columns, full,
+block-sparse, causal).
 
 Families (config.model_type):
   longformer                 banded + global <s>, radius attention_window[l] // 2; word + position embeddings
