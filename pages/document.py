@@ -25,7 +25,8 @@ else:
                    f"p = {analysis.probs[analysis.predicted]:.3f}", **shell.NO_ARROW)
 cols[2].metric("Tokens analysed", f"{enc.n:,}")
 cols[3].metric("Text tokens", f"{enc.n_text_tokens_original:,}")
-st.caption(f"{description} · model {model.source} ({model.head.words}) · fingerprint {model.fingerprint}")
+st.caption(f"{description} · model {model.source} ({model.head.words}; its head reads {model.family.reads()}) · "
+           f"fingerprint {model.fingerprint}")
 if not model.head.regression:
     table = pd.DataFrame({"class": [analysis.label_name(i) for i in range(len(analysis.probs))],
                           "probability": analysis.probs})

@@ -129,6 +129,11 @@ class Family:
         """A decoder's input template (encoding.Template); None: the notebook's <s> ... </s> pair."""
         return None
 
+    def reads(self) -> str:
+        """What the head reads, in words for the pages."""
+        return ("the mean of every token's final state" if self.pooling == "mean"
+                else "the first token's final state (<s> / [CLS])")
+
     def padded_length(self, n: int) -> int:
         """The length the model runs a document of n tokens at (it pads inside its forward)."""
         return int(n)
@@ -388,6 +393,9 @@ class DecoderFamily(Family):
 
     def read_row(self, n: int) -> int:
         return int(n) - 1
+
+    def reads(self) -> str:
+        return "the last token's final state (a decoder)"
 
     def kwargs(self, input_ids, attention_mask, position_ids, global_mask=None) -> dict:
         # no key/value cache: a classifier's one forward does not need it, and at 32,768 tokens it would hold
