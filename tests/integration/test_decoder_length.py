@@ -24,9 +24,10 @@ def test_32768_tokens_match_eager_in_far_less_memory_than_dense():
     assert result["peak"] > 4 * result["mean"]  # some keys draw far more than the mean: attention is not uniform
     # measured: 645 and 922 MiB for the analysis in two runs (Q and K themselves are 6 MiB), 131 and 416 MiB for
     # received_per_head (its default pass: the top-64 lists both ways and the grid's block sums, 512 rows at a
-    # time). Most of the analysis's growth is freed memory glibc keeps: it rises in the sliding layer's chunked
-    # masks only after the warm-up's received pass (malloc's mmap threshold raised by a large free), no tensor
-    # there holds 2^26 cells or more, and malloc_trim(0) afterwards returns the process to 21 MiB above its start
+    # time). Most of the analysis's growth is freed memory glibc keeps: it rises during the sliding layer's
+    # attention call, and only after the warm-up's received pass (malloc's mmap threshold raised by a large
+    # free); no tensor there holds 2^26 cells or more, and malloc_trim(0) afterwards returns the process to 21 MiB
+    # above its start
     assert max(result["analyze_growth"], result["received_growth"]) < 2**30
     # Qwen3's q/k RMSNorm bounds every score by |q| |k| scaling = 4 x 4 / 4 = 4, so the few-ulp differences between
     # longviz's sdpa route and eager in the second layer's input move a probability by ~1e-6 relative; a column sum
