@@ -1,4 +1,4 @@
-"""Benchmark: attention by pattern for ModernBERT and BigBird at long-document scale, against one forward.
+"""Benchmark: attention by pattern for ModernBERT, BigBird and decoders at long-document scale, against one forward.
 
 ModernBERT-base dimensions (22 layers x 12 heads, hidden 768, GLU 1,152, sliding window 128 = radius 64, one
 global layer in three: 8 full layers), random weights, the tests' byte-level BPE tokenizer, saved once under a
@@ -19,8 +19,19 @@ With --family bigbird: BigBird-base dimensions (12 layers x 12 heads, hidden 768
 blocks: block-sparse above 704 tokens), random weights; the reference is its own block-sparse forward, and
 `lv.analyze` keeps each layer's applied block-sparse weights (model/block_sparse.py).
 
+With --family decoder: Qwen3-0.6B dimensions (28 layers, 16 query and 8 key/value heads of 128, hidden 1,024,
+intermediate 3,072, every layer causal full attention, positions to 32,768), random weights, the tests' tiny
+decoder tokenizer (a small vocabulary instead of 151,936: the embedding table is no part of the attention's cost).
+The reference is the model's own sdpa forward without a key/value cache; `lv.analyze` keeps every layer as a
+causal `StreamedLayer` (Q (16, n, 128) and K (8, n, 128)), and the views stream them. --layers L builds the same
+dimensions with L layers: the per-layer cost, for sizes where all 28 take too long (the total is then an
+extrapolation, and says so).
+
     /work/main/.venv/bin/python benchmarks/families.py [--sizes 2048 4096 8192] [--dense-sizes 1024]
     /work/main/.venv/bin/python benchmarks/families.py --family bigbird --sizes 2048 4096 --dense-sizes
+    /work/main/.venv/bin/python benchmarks/families.py --family decoder --sizes 2048 --dense-sizes [--layers 1]
+    /work/main/.venv/bin/python benchmarks/families.py --family decoder --sizes 32768 --dense-sizes --layers 1 \
+        --analyze-only
 """
 from __future__ import annotations
 
@@ -80,31 +91,57 @@ def base_bigbird(path: Path):
     return load_model(str(path), device="cpu")
 
 
-MODELS = {"modernbert": base_modernbert, "bigbird": base_bigbird}
+def base_qwen3(path: Path, layers: int = 28):
+    """Qwen3-0.6B dimensions with `layers` layers, random weights, saved at `path` once; loaded through
+    load_model (every forward through longviz's chunked attention)."""
+    from longviz_core import load_model
+    from tiny import make_tiny_decoder
+
+    if not (path / "config.json").exists():
+        make_tiny_decoder(path, "qwen3", layers=layers, heads=16, kv_heads=8, hidden=1024, head_dim=128,
+                          intermediate_size=3072, initializer_range=0.02, max_positions=32768)
+    return load_model(str(path), device="cpu")
+
+
+MODELS = {"modernbert": base_modernbert, "bigbird": base_bigbird, "decoder": base_qwen3}
+NAMES = {"modernbert": "ModernBERT-base", "bigbird": "BigBird-base", "decoder": "Qwen3-0.6B"}
+REFERENCE = {"modernbert": "sdpa", "bigbird": "block-sparse", "decoder": "sdpa"}
+
+
+def _build(family: str, path: Path, layers: int | None):
+    return MODELS[family](path, layers) if layers else MODELS[family](path)
 
 
 def _rss() -> int:
     return int(Path("/proc/self/statm").read_text().split()[1]) * resource.getpagesize()
 
 
+def _reset_peak() -> None:
+    """The kernel's resident high-water mark restarts from the current size (loading a model peaks higher than
+    it ends, and that peak is no part of what is measured)."""
+    Path("/proc/self/clear_refs").write_text("5")
+
+
 def _peak() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    line = next(l for l in Path("/proc/self/status").read_text().splitlines() if l.startswith("VmHWM:"))
+    return int(line.split()[1]) * 1024  # the kernel writes kB
 
 
-def one(path: Path, n: int, route: str, family: str = "modernbert") -> dict:
+def one(path: Path, n: int, route: str, family: str = "modernbert", layers: int | None = None) -> dict:
     """One size and route in this process: {"seconds": {...}, "growth": bytes, "n": tokens}."""
     import longviz_core as lv
     from longviz_core.views.counts import count_intersection, tally, token_counts, topk_indices
     from longviz_core.views.pooling import pool_attention
     from tiny import text_of
 
-    model = MODELS[family](path)
+    model = _build(family, path, layers)
     text = text_of(n + 200)
     warm = lv.analyze(model, text_of(300), max_tokens=256)  # imports, numba's cached loops, first calls
     tally(topk_indices(warm.attention, 8), warm.tokens)
     pool_attention(warm.attention, 64)
     enc = model.encode(text, n)
     ids = torch.as_tensor(enc.input_ids)[None]
+    _reset_peak()
     before, seconds = _rss(), {}
 
     def timed(name, fn):
@@ -114,24 +151,28 @@ def one(path: Path, n: int, route: str, family: str = "modernbert") -> dict:
         return result
 
     if route in ("sdpa", "eager"):
-        if family == "modernbert":
+        if family != "bigbird":  # BigBird's reference is its own block-sparse attention
             model.model.config._attn_implementation = route
+        # a decoder's key/value cache would hold every layer's keys and values: no part of a classifier's forward
+        extra = {"use_cache": False} if family == "decoder" else {}
         with torch.no_grad():
             timed("forward", lambda: model.model(input_ids=ids, attention_mask=torch.ones_like(ids),
-                                                 output_attentions=route == "eager"))
+                                                 output_attentions=route == "eager", **extra))
         kept = 0
     else:
         analysis = timed("analyze", lambda: lv.analyze(model, text, max_tokens=n))
-        timed("received", lambda: analysis.attention.received_per_head())
-        topk = timed("topk64", lambda: topk_indices(analysis.attention, 64))
-        timed("pooled64", lambda: pool_attention(analysis.attention, 64))
+        if route == "longviz":
+            timed("received", lambda: analysis.attention.received_per_head())
+            topk = timed("topk64", lambda: topk_indices(analysis.attention, 64))
+            timed("pooled64", lambda: pool_attention(analysis.attention, 64))
 
-        def counts():
-            tallies = tally(topk, analysis.tokens)
-            tables = {d: token_counts(analysis, 10, d, "type", tallies=tallies) for d in ("attended", "attending")}
-            count_intersection(tables["attended"], tables["attending"])
+            def counts():
+                tallies = tally(topk, analysis.tokens)
+                tables = {d: token_counts(analysis, 10, d, "type", tallies=tallies)
+                          for d in ("attended", "attending")}
+                count_intersection(tables["attended"], tables["attending"])
 
-        timed("counts", counts)
+            timed("counts", counts)
         kept = analysis.attention.nbytes
     return {"n": int(ids.shape[1]), "seconds": seconds, "growth": _peak() - before, "kept": kept}
 
@@ -141,23 +182,29 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[2048, 4096, 8192])
     parser.add_argument("--dense-sizes", type=int, nargs="*", default=[1024])
     parser.add_argument("--family", choices=sorted(MODELS), default="modernbert")
+    parser.add_argument("--analyze-only", action="store_true", help="no views: for sizes where they take hours")
+    parser.add_argument("--layers", type=int, default=None, help="decoder only: fewer layers, same dimensions")
     parser.add_argument("--folder", type=Path, default=None)
     parser.add_argument("--one", nargs=2, metavar=("N", "ROUTE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    args.folder = args.folder or Path(f"/tmp/longviz-bench-{args.family}")
+    if args.layers and args.family != "decoder":
+        parser.error("--layers is for --family decoder")
+    args.folder = args.folder or Path(f"/tmp/longviz-bench-{args.family}{f'-{args.layers}' if args.layers else ''}")
     if args.one:
-        print(json.dumps(one(args.folder, int(args.one[0]), args.one[1], args.family)))
+        print(json.dumps(one(args.folder, int(args.one[0]), args.one[1], args.family, args.layers)))
         return
-    model = MODELS[args.family](args.folder)  # built once, before the timed processes
+    model = _build(args.family, args.folder, args.layers)  # built once, before the timed processes
     layers, heads = model.num_layers, model.num_heads
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
+    print(f"machine: {_cpu()}, {os.cpu_count()} cores; "
           f"load average {os.getloadavg()[0]:.1f}; torch {torch.__version__}, {torch.get_num_threads()} threads")
-    print(f"{args.family}-base dimensions: {layers} layers x {heads} heads; patterns "
+    print(f"{NAMES[args.family]} dimensions: {layers} layers x {heads} heads "
+          f"({model.model.config.num_key_value_heads if args.family == 'decoder' else heads} key/value); patterns "
           f"{sorted({p.kind for p in model.family.attention_patterns(max(args.sizes))})}")
+    del model  # each size runs in a process of its own
 
     def run(n, route):
         done = subprocess.run([sys.executable, __file__, "--folder", str(args.folder), "--family", args.family,
-                               "--one", str(n), route],
+                               *(["--layers", str(args.layers)] if args.layers else []), "--one", str(n), route],
                               capture_output=True, text=True)
         if done.returncode:
             return {"error": done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "failed"}
@@ -170,13 +217,16 @@ def main() -> None:
             print(f"n={n}: sdpa forward failed: {ref['error']}")
             continue
         fwd = ref["seconds"]["forward"]
-        route = "sdpa" if args.family == "modernbert" else "block-sparse"
-        print(f"\nn={ref['n']}: {route} forward {_wc(fwd)}, peak growth {ref['growth'] / gib:.2f} GiB "
+        print(f"\nn={ref['n']}: {REFERENCE[args.family]} forward {_wc(fwd)}, peak growth {ref['growth'] / gib:.2f} GiB "
               f"(load {os.getloadavg()[0]:.1f})")
         if n in args.sizes:
-            got = run(n, "longviz")
+            got = run(n, "analyze" if args.analyze_only else "longviz")
             if "error" in got:
                 print(f"  longviz failed: {got['error']}")
+            elif args.analyze_only:
+                print(f"  analyze {_wc(got['seconds']['analyze'])} = {_ratio(got['seconds']['analyze'], fwd)} x "
+                      f"forward; peak growth {got['growth'] / gib:.2f} GiB; attention kept {got['kept'] / gib:.2f} "
+                      f"GiB (load {os.getloadavg()[0]:.1f})")
             else:
                 s = got["seconds"]
                 views = [sum(s[v][i] for v in ("received", "topk64", "pooled64", "counts")) for i in (0, 1)]
@@ -192,6 +242,12 @@ def main() -> None:
             line += (f"; eager forward with output_attentions: {_wc(eager['seconds']['forward'])}, peak growth "
                      f"{eager['growth'] / gib:.2f} GiB" if "error" not in eager else f"; eager failed: {eager['error']}")
         print(line)
+
+
+def _cpu() -> str:
+    """The CPU's model name (lscpu's), else what platform knows."""
+    line = next((l for l in Path("/proc/cpuinfo").read_text().splitlines() if l.startswith("model name")), "")
+    return line.split(":", 1)[1].strip() if line else platform.processor() or platform.machine()
 
 
 def _wc(pair) -> str:

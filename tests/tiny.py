@@ -147,7 +147,7 @@ def make_tiny_decoder(path: Path, kind: str = "llama", layers=2, heads=4, kv_hea
     """A decoder sequence classifier (GenericForSequenceClassification) of `kind` (a key of _DECODERS) with grouped-query attention (`kv_heads` key/value heads), a large initializer range so attention is
     far from uniform, and the BPE vocabulary under the decoder's own template (Llama, Mistral, Gemma: <s> before
     the text; Qwen: nothing). `pad=False`: no pad token, as most Llama checkpoints. Extra keywords go to the
-    config (e.g. layer_types)."""
+    config (e.g. layer_types, or intermediate_size instead of 2 x hidden)."""
     import transformers
     from tokenizers import processors
 
@@ -162,9 +162,9 @@ def make_tiny_decoder(path: Path, kind: str = "llama", layers=2, heads=4, kv_hea
     torch.manual_seed(seed)
     cfg = getattr(transformers, config_cls)(
         vocab_size=len(tok), hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-        num_key_value_heads=kv_heads, intermediate_size=hidden * 2, max_position_embeddings=max_positions,
+        num_key_value_heads=kv_heads, max_position_embeddings=max_positions,
         pad_token_id=1 if pad else None, bos_token_id=0, eos_token_id=2, initializer_range=initializer_range,
-        tie_word_embeddings=False, **{**extra, **config}, **_labels(labels))
+        tie_word_embeddings=False, **{"intermediate_size": hidden * 2, **extra, **config}, **_labels(labels))
     getattr(transformers, model_cls)(cfg).save_pretrained(path)
     fast.save_pretrained(path)
     return path

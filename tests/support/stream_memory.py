@@ -28,7 +28,7 @@ def _status(field: str) -> int:
     return int(line.split()[1]) * 1024  # the kernel writes kB
 
 
-def _peak_growth(step):
+def peak_growth(step):
     """What `step()` returns, and how far the resident high-water mark rose above the resident size before it."""
     Path("/proc/self/clear_refs").write_text("5")
     before = _status("VmRSS")
@@ -51,10 +51,10 @@ def main(n: int) -> None:
         model = lv.load_model(str(make_tiny_modernbert(Path(tmp) / "m", layers=4, heads=4, hidden=64,
                                                        local_attention=128, max_positions=n, initializer_range=0.3)))
     lv.analyze(model, text_of(50), max_tokens=n).attention.received_per_head()  # imports and first calls
-    analysis, growth = _peak_growth(lambda: lv.analyze(model, text_of(n + 100), max_tokens=n))
-    received, received_growth = _peak_growth(lambda: analysis.attention.received_per_head())  # (layers, heads, n)
+    analysis, growth = peak_growth(lambda: lv.analyze(model, text_of(n + 100), max_tokens=n))
+    received, received_growth = peak_growth(lambda: analysis.attention.received_per_head())  # (layers, heads, n)
     ids = torch.as_tensor(analysis.input_ids)[None]
-    _, forward_growth = _peak_growth(lambda: _sdpa_forward(model, ids))
+    _, forward_growth = peak_growth(lambda: _sdpa_forward(model, ids))
     sums = {}
 
     def hook(layer, module, args, out):
