@@ -219,10 +219,12 @@ def _attention(module, query, key, value, attention_mask, dropout=0.0, scaling=N
 
 
 def _row_chunks(mask, n: int):
-    """(a, b, lo, hi, mask rows a..b-1 over keys lo..hi-1) for chunks of _ROWS query rows; keys lo..hi-1 are
-    the ones the rows reach. `mask` a LazyMask, or None: every pair."""
-    for a in range(0, n, _ROWS):
-        b = min(a + _ROWS, n)
+    """(a, b, lo, hi, mask rows a..b-1 over keys lo..hi-1) for chunks of at most _ROWS query rows and _MASK_CELLS
+    mask cells (transformers' builder holds int64 indices of every cell); keys lo..hi-1 are the ones the rows
+    reach. `mask` a LazyMask, or None: every pair."""
+    step = max(1, min(_ROWS, _MASK_CELLS // max(n, 1)))
+    for a in range(0, n, step):
+        b = min(a + step, n)
         if mask is None:
             yield a, b, 0, n, None
             continue
