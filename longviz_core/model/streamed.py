@@ -164,12 +164,12 @@ class StreamedLayer(RowStreamed):
             q = self.query[heads, rows]
             k = self.key[[h // self.group for h in heads], keys]
             s = torch.matmul(k, q.transpose(-1, -2)) if transpose else torch.matmul(q, k.transpose(-1, -2))
-        s = s * self.scaling
+        s.mul_(self.scaling)  # in place: at 32,768 tokens each copy of a chunk is 48 MiB
         if self.softcap is not None:
-            s = torch.tanh(s / self.softcap) * self.softcap
+            s.div_(self.softcap).tanh_().mul_(self.softcap)
         ok = self._allowed(rows, keys)
         if ok is not None:
-            s = s.masked_fill(~(ok.T if transpose else ok), float("-inf"))
+            s.masked_fill_(~(ok.T if transpose else ok), float("-inf"))
         return s
 
     def probs(self, rows: slice, heads=None) -> torch.Tensor:
@@ -220,8 +220,8 @@ class StreamedLayer(RowStreamed):
             attending = np.full((H, n, k), -1, dtype=dtype)
             for keys in self._chunks(H):
                 queries = self._queries_of(keys)
-                pt = torch.exp(self._scores(queries, keys, transpose=True)
-                               - lse[:, None, queries])  # (H, keys, queries): key j's attention from each query
+                # (H, keys, queries): key j's attention from each query
+                pt = self._scores(queries, keys, transpose=True).sub_(lse[:, None, queries]).exp_()
                 v, i = torch.topk(pt, min(kk, pt.shape[-1]), dim=-1)
                 attending[:, keys, : i.shape[-1]] = ordered_topk(v, i + queries.start).numpy()
         return Summary(received.float().numpy(), cls_row, attended, attending, block,
