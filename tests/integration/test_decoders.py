@@ -341,3 +341,22 @@ def test_deletion_test_equals_a_brute_force_loop(models, name):
         assert run.flip_removed == flip
         counts = np.asarray([fa.removed_count(k, len(positions)) for k in res.ks])
         np.testing.assert_allclose(run.lodds_k, np.asarray(logp)[counts - 1] - intact[y], atol=5e-5)
+
+
+def test_a_32768_token_maximum_is_extrapolated_not_run(models, monkeypatch):
+    """The page default (budget.fitting_max_tokens) never times a 32,768-token forward and backward: it scales the
+    2,048-token timing by the squared ratio of the lengths."""
+    from longviz_core import attribution
+    from longviz_core.attribution.budget import fitting_max_tokens
+
+    asked = []
+
+    def fake(model, n, steps):
+        asked.append(n)
+        return 0.01
+
+    monkeypatch.setattr(attribution, "estimate_ig_seconds", fake)
+    m = models["qwen3"]
+    assert m.max_tokens == 32768
+    assert fitting_max_tokens(m, budget_s=0.01 * 16**2 * 0.99) == 2048 and asked == [2048]
+    assert fitting_max_tokens(m, budget_s=0.01 * 16**2) == 32768
