@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from .train import BOS_ID, EOS_ID, ID2LABEL, LABEL2ID, PAD_ID, SPECIAL_TOKENS, Recipe, with_auxiliary
+from .train import BOS_ID, EOS_ID, ID2LABEL, LABEL2ID, PAD_ID, SPECIAL_TOKENS, Recipe, rope_inputs, with_auxiliary
 
 VERSION = "1"
 MAX_POSITIONS = 32768  # RoPE has no position table to size; Qwen3's own context length
@@ -49,10 +49,6 @@ def _make_model(vocab_size: int):
     return Qwen3ForSequenceClassification(config)
 
 
-def _inputs(ids: torch.Tensor, positions: torch.Tensor) -> dict[str, torch.Tensor]:
-    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "position_ids": positions}
-
-
 def _loss(model, inputs: dict[str, torch.Tensor], labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Cross-entropy of the last token's classification plus the two auxiliary ones of the other recipes (on the mean
     of the last layer's token states and of the embeddings, through the same head): every token carries the class
@@ -80,5 +76,5 @@ def _tokenizer(trained):
                                    unk_token=unk, mask_token=mask)
 
 
-DECODER = Recipe(family="Qwen3", version=VERSION, make_model=_make_model, inputs=_inputs, loss=_loss,
+DECODER = Recipe(family="Qwen3", version=VERSION, make_model=_make_model, inputs=rope_inputs, loss=_loss,
                  max_positions=MAX_POSITIONS, eos=False, saved_tokenizer=_tokenizer)

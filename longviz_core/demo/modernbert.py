@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from .train import BOS_ID, EOS_ID, ID2LABEL, LABEL2ID, PAD_ID, Recipe, with_auxiliary
+from .train import BOS_ID, EOS_ID, ID2LABEL, LABEL2ID, PAD_ID, Recipe, rope_inputs, with_auxiliary
 
 VERSION = "1"
 MAX_POSITIONS = 8192  # ModernBERT's own maximum: RoPE has no position table to size
@@ -42,10 +42,6 @@ def _make_model(vocab_size: int):
     return ModernBertForSequenceClassification(config)
 
 
-def _inputs(ids: torch.Tensor, positions: torch.Tensor) -> dict[str, torch.Tensor]:
-    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "position_ids": positions}
-
-
 def _loss(model, inputs: dict[str, torch.Tensor], labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Cross-entropy of the [CLS] classification plus the two auxiliary ones of the Longformer recipe (on the mean
     of the last layer's token states and of the embeddings, through the same head): every token carries the class
@@ -62,5 +58,5 @@ def _loss(model, inputs: dict[str, torch.Tensor], labels: torch.Tensor) -> tuple
                                   labels)
 
 
-MODERNBERT = Recipe(family="ModernBERT", version=VERSION, make_model=_make_model, inputs=_inputs, loss=_loss,
+MODERNBERT = Recipe(family="ModernBERT", version=VERSION, make_model=_make_model, inputs=rope_inputs, loss=_loss,
                     max_positions=MAX_POSITIONS)

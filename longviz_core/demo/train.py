@@ -135,6 +135,11 @@ def _longformer_inputs(ids: torch.Tensor, positions: torch.Tensor) -> dict[str, 
             "position_ids": positions + PAD_ID + 1}
 
 
+def rope_inputs(ids: torch.Tensor, positions: torch.Tensor) -> dict[str, torch.Tensor]:
+    """A RoPE model's forward arguments (ModernBERT, the decoder): ids, an all-ones mask, positions from 0."""
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "position_ids": positions}
+
+
 def _app_inputs(recipe: Recipe, text_ids: list[int], max_tokens: int) -> dict[str, torch.Tensor]:
     """The app's encoding: <s> + text[:max_tokens-2] + </s> (or <s> + text[:max_tokens-1] without </s>), positions
     counted from the first token."""

@@ -423,28 +423,38 @@ def test_the_shipped_model_is_what_demo_build_trains(tmp_path):
 # ------------------------------------------------------------------ the ModernBERT demo
 
 
-@pytest.fixture(scope="module")
-def modernbert_demo(tmp_path_factory):
+def _shipped(tmp_path_factory, name: str):
+    """`name` restored from the package's shipped files into a fresh cache, training forbidden."""
     def no_build(*args, **kwargs):
-        raise AssertionError("trained although the package ships the ModernBERT demo")
+        raise AssertionError(f"trained although the package ships {name}")
 
     patch = pytest.MonkeyPatch()
-    patch.setattr(demo_module, "build_demo", no_build)  # the ModernBERT demo's build goes through it too
+    patch.setattr(demo_module, "build_demo", no_build)  # every demo's build goes through it
     try:
-        yield ensure_demo(cache_dir=tmp_path_factory.mktemp("mb-cache"), name="demo-modernbert")
+        yield ensure_demo(cache_dir=tmp_path_factory.mktemp(f"{name}-cache"), name=name)
     finally:
         patch.undo()
 
 
+def _check_restored(demo, shipped, folder: str) -> None:
+    """The restored model's files are the shipped ones byte for byte, beside the corpus and a complete marker."""
+    assert demo.root.name == folder
+    assert sorted(p.name for p in demo.model_dir.iterdir()) == sorted(p.name for p in shipped.iterdir())
+    for p in shipped.iterdir():
+        assert (demo.model_dir / p.name).read_bytes() == p.read_bytes()
+    pd.testing.assert_frame_equal(pd.read_parquet(demo.dataset_path), generate_corpus())
+    marker = json.loads((demo.root / "COMPLETE").read_text())
+    assert marker["files"] == demo_module.file_checksums(demo.root)
+
+
+@pytest.fixture(scope="module")
+def modernbert_demo(tmp_path_factory):
+    yield from _shipped(tmp_path_factory, "demo-modernbert")
+
+
 def test_modernbert_demo_is_restored_from_the_shipped_files(modernbert_demo):
     shipped = demo_module.SHIPPED_MODERNBERT / "model"
-    assert modernbert_demo.root.name == "demo-modernbert-1"
-    assert sorted(p.name for p in modernbert_demo.model_dir.iterdir()) == sorted(p.name for p in shipped.iterdir())
-    for p in shipped.iterdir():
-        assert (modernbert_demo.model_dir / p.name).read_bytes() == p.read_bytes()
-    pd.testing.assert_frame_equal(pd.read_parquet(modernbert_demo.dataset_path), generate_corpus())
-    marker = json.loads((modernbert_demo.root / "COMPLETE").read_text())
-    assert marker["files"] == demo_module.file_checksums(modernbert_demo.root)
+    _check_restored(modernbert_demo, shipped, "demo-modernbert-1")
     # the same tokenizer as the Longformer demo: the two demos read the same tokens
     longformer = demo_module.SHIPPED / "model" / "tokenizer.json"
     assert (shipped / "tokenizer.json").read_bytes() == longformer.read_bytes()
@@ -484,26 +494,11 @@ def test_modernbert_demo_held_out_accuracy(modernbert_demo, corpus):
 
 @pytest.fixture(scope="module")
 def decoder_demo(tmp_path_factory):
-    def no_build(*args, **kwargs):
-        raise AssertionError("trained although the package ships the decoder demo")
-
-    patch = pytest.MonkeyPatch()
-    patch.setattr(demo_module, "build_demo", no_build)  # the decoder demo's build goes through it too
-    try:
-        yield ensure_demo(cache_dir=tmp_path_factory.mktemp("dec-cache"), name="demo-decoder")
-    finally:
-        patch.undo()
+    yield from _shipped(tmp_path_factory, "demo-decoder")
 
 
 def test_decoder_demo_is_restored_from_the_shipped_files(decoder_demo):
-    shipped = demo_module.SHIPPED_DECODER / "model"
-    assert decoder_demo.root.name == "demo-decoder-1"
-    assert sorted(p.name for p in decoder_demo.model_dir.iterdir()) == sorted(p.name for p in shipped.iterdir())
-    for p in shipped.iterdir():
-        assert (decoder_demo.model_dir / p.name).read_bytes() == p.read_bytes()
-    pd.testing.assert_frame_equal(pd.read_parquet(decoder_demo.dataset_path), generate_corpus())
-    marker = json.loads((decoder_demo.root / "COMPLETE").read_text())
-    assert marker["files"] == demo_module.file_checksums(decoder_demo.root)
+    _check_restored(decoder_demo, demo_module.SHIPPED_DECODER / "model", "demo-decoder-1")
 
 
 def test_decoder_demo_tokenizer_is_the_longformer_vocabulary_with_llamas_template(decoder_demo):
