@@ -86,7 +86,8 @@ if scope == "this document":
     tabs = st.tabs([{"aopc": "AOPC", "lodds": "LOdds", "probability": model.head.unit}[m] for m in metrics]
                    + ["first flip (exact scan)"])
     for tab, metric in zip(tabs, metrics):
-        export.chart(fig.deletion_curves_chart(curves, metric), f"deletion curve {metric}", model, meta, where=tab,
+        export.chart(fig.deletion_curves_chart(curves, metric, score=model.head.regression), f"deletion curve {metric}",
+                     model, meta, where=tab,
                      width="content")
     if result.flips_defined:
         export.chart(fig.flip_chart(result.flips(), bound=None if result.exact else min(
@@ -118,7 +119,11 @@ else:
     curves = result.long_curves()
     tabs = st.tabs(["AOPC", "LOdds", "first flip (exact scan)", "per document"])
     for tab, metric in zip(tabs, ("aopc", "lodds")):
-        export.chart(fig.deletion_curves_chart(curves, metric), f"dataset deletion curve {metric}", model, meta,
+        if metric == "lodds" and model.head.regression:
+            tab.info(fa.LODDS_UNDEFINED)
+            continue
+        export.chart(fig.deletion_curves_chart(curves, metric, score=model.head.regression),
+                     f"dataset deletion curve {metric}", model, meta,
                      where=tab)
     export.chart(fig.flip_chart(result.per_document.rename(columns={"first_flip": "flip_fraction"}),
                                 max_removed=max_removed), "dataset decision flips", model,

@@ -23,34 +23,42 @@ CURVE_METRICS = {
     "lodds": ("LOdds(k) = log p(y|x without top k%) − log p(y|x)", "lower = more faithful"),
     "probability": ("p(y | x without the top k%)", "lower = more faithful"),
 }
+# a regression head's deletion test compares its score s(x), not a probability (model.heads)
+SCORE_METRICS = {
+    "aopc": ("AOPC(k) = s(x) − s(x without top k%)", "higher = more faithful"),
+    "probability": ("s(x without the top k%)", "lower = more faithful"),
+}
 _RANKING_ORDER = ["Attention", "|IG|", "|IG| × attention", "Random"]
 
 
 CURVE_SIZE = (440, 300)  # width, height in pixels: a fixed aspect, the same for every curve chart
 
 
-def deletion_curves_chart(curves: pd.DataFrame, metric: str = "aopc", title: str | None = None) -> alt.Chart:
+def deletion_curves_chart(curves: pd.DataFrame, metric: str = "aopc", title: str | None = None,
+                          score: bool = False) -> alt.Chart:
     """Lines of `metric` against the fraction of text tokens removed (0 to 1), one colour per ranking with its
     own legend entry, at a fixed size (CURVE_SIZE). A probability axis runs 0 to 1; AOPC and LOdds axes
-    include 0.
+    include 0. `score`: the curves are a regression head's score (its "probability" column holds the score, on
+    an axis of its own range; no LOdds).
 
     curves: tidy rows with columns ranking, k (fraction) and `metric` (FaithfulnessResult.long_curves()); when
     several rows share (ranking, k) — one per document — the chart shows their mean and a +-1 std band.
     Otherwise rows with finite `<metric>_lo` / `<metric>_hi` (the random ranking's mean -+ sd over its seeds)
     get a shaded band."""
-    if metric not in CURVE_METRICS:
-        raise ValueError(f"metric must be one of {sorted(CURVE_METRICS)}, got {metric!r}")
+    metrics = SCORE_METRICS if score else CURVE_METRICS
+    if metric not in metrics:
+        raise ValueError(f"metric must be one of {sorted(metrics)}, got {metric!r}")
     require_columns(curves, ["ranking", "k", metric])
     data = curves.assign(k=curves["k"].astype(float))
-    label, direction = CURVE_METRICS[metric]
+    label, direction = metrics[metric]
     x = alt.X("k:Q", title="fraction of text tokens removed", scale=alt.Scale(domain=[0, 1], nice=False),
               axis=alt.Axis(format=".0%", values=[0, 0.2, 0.4, 0.6, 0.8, 1.0]))
-    y_scale = alt.Scale(domain=[0, 1], nice=False) if metric == "probability" else alt.Scale(zero=True)
+    y_scale = alt.Scale(domain=[0, 1], nice=False) if metric == "probability" and not score else alt.Scale(zero=True)
     colour = alt.Color("ranking:N", sort=_order(data["ranking"]), title="ranking",
                        legend=alt.Legend(orient="bottom", direction="horizontal", columns=2, labelLimit=0,
                                          symbolType="stroke", symbolOpacity=1, symbolStrokeWidth=3))
     several = data.duplicated(["ranking", "k"]).any()
-    y_title = f"{metric.upper() if metric != 'probability' else 'probability'} ({direction})"
+    y_title = f"{metric.upper() if metric != 'probability' else 'score' if score else 'probability'} ({direction})"
     subtitle = label
     if several:
         line = alt.Chart(data).mark_line(point=True, clip=True).encode(

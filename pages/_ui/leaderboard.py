@@ -5,6 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from longviz_core.dataset import leaderboard as lb
+from longviz_core.evaluation.deletion import LODDS_UNDEFINED
 from longviz_core.figures import faithfulness as fig_faith
 from longviz_core.figures import explainers as fig
 from pages._ui import export, shell
@@ -59,7 +60,11 @@ def show_leaderboard(runs, model, meta, title):
     tabs = st.tabs(["AOPC", "LOdds", "first flip (exact scan)", "runs"])
     curves = lb.curves(runs)
     for tab, metric in zip(tabs, ("aopc", "lodds")):
-        export.chart(fig_faith.deletion_curves_chart(curves, metric), f"explainer deletion curve {metric}", model,
+        if metric == "lodds" and model.head.regression:
+            tab.info(LODDS_UNDEFINED)
+            continue
+        export.chart(fig_faith.deletion_curves_chart(curves, metric, score=model.head.regression),
+                     f"explainer deletion curve {metric}", model,
                      meta, where=tab, width="content")  # the figure's fixed aspect, not stretched past the column
     open_ = runs[~runs["settled"].astype(bool)]  # scans that stopped at the bound: "no flip within the first N"
     export.chart(fig_faith.flip_chart(lb.flips(runs), bound=int(open_["scanned"].min()) if len(open_) else None),

@@ -32,3 +32,19 @@ def test_faithfulness_summary_display():
                             "flipped": [0], "no flip": [3]})
     out = fig.faithfulness_summary(summary, ("aopc", "flip_fraction"))
     assert out.iloc[0].tolist() == ["|IG|", 3, "0.250 ± 0.050", "—", 0, 3]
+
+
+def test_a_regression_heads_curves_are_drawn_as_a_score():
+    """A regression's "probability" column holds its score: the axis takes the score's own range (not [0, 1]) and
+    names it; LOdds is no metric of a score."""
+    from longviz_core.figures.faithfulness import deletion_curves_chart
+
+    curves = pd.DataFrame({"ranking": ["|IG|"] * 3, "k": [0.1, 0.5, 1.0], "probability": [3.5, 1.2, -2.0],
+                           "aopc": [0.0, 2.3, 5.5]})
+    spec = deletion_curves_chart(curves, "probability", score=True).to_dict()
+    y = spec["encoding"]["y"]
+    assert y["title"].startswith("score") and "domain" not in y.get("scale", {})
+    assert spec["title"]["subtitle"].startswith("s(x without the top k%)")
+    assert deletion_curves_chart(curves, "probability").to_dict()["encoding"]["y"]["scale"]["domain"] == [0, 1]
+    with pytest.raises(ValueError, match="metric must be one of"):
+        deletion_curves_chart(curves.assign(lodds=0.0), "lodds", score=True)
