@@ -360,3 +360,14 @@ def test_a_32768_token_maximum_is_extrapolated_not_run(models, monkeypatch):
     assert m.max_tokens == 32768
     assert fitting_max_tokens(m, budget_s=0.01 * 16**2 * 0.99) == 2048 and asked == [2048]
     assert fitting_max_tokens(m, budget_s=0.01 * 16**2) == 32768
+
+
+def test_a_bf16_checkpoint_computes_in_float32_on_the_cpu(tmp_path):
+    path = make_tiny_decoder(tmp_path / "bf16", "qwen3")
+    net = AutoModelForSequenceClassification.from_pretrained(str(path))
+    net.to(torch.bfloat16).save_pretrained(path)
+    assert json.loads((path / "config.json").read_text())["dtype"] == "bfloat16"
+    m = lv.load_model(str(path), device="cpu")
+    assert {p.dtype for p in m.model.parameters()} == {torch.float32}
+    a = lv.analyze(m, text_of(20), max_tokens=32)
+    assert a.attention.layers[0].query.dtype == torch.float32 and np.isfinite(a.logits).all()
