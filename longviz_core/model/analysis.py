@@ -14,7 +14,7 @@ from .block_sparse import analyze_block_sparse
 from .capture import analyze_layers
 from .encoding import DEFAULT_MAX_TOKENS, Encoded, text_hash
 from .families import BANDED_GLOBAL, BLOCK_SPARSE, LayerPattern
-from .heads import MULTI_LABEL, MULTI_LABEL_CUT, Head
+from .heads import MULTI_LABEL, MULTI_LABEL_CUT, SINGLE_LABEL, Head
 from .layered import LayeredAttention
 from .loading import LoadedModel
 
@@ -127,11 +127,12 @@ def predict_probs(model: LoadedModel, texts, max_tokens: int = DEFAULT_MAX_TOKEN
 DOCUMENT_CHOICES = ("false negative", "false positive", "most confident positive")
 
 
-def pick_document(probs: np.ndarray, labels, how: str, positive: int = 1, seed: int = 0, *, head: Head,
-                  threshold: float | None = None) -> int | None:
+def pick_document(probs: np.ndarray, labels, how: str, positive: int = 1, seed: int = 0, *,
+                  head: Head = Head(SINGLE_LABEL), threshold: float | None = None) -> int | None:
     """The paper's appendix A.2 choices: 'false negative' / 'false positive' (random, seeded) or
     'most confident positive', from `probs` = predict_probs (the head's outputs). Returns None when no document
-    qualifies. A false negative or positive needs labels: DatasetError without them.
+    qualifies. A false negative or positive needs labels: DatasetError without them. `head`: the model's
+    (LoadedModel.head); a softmax over classes unless given.
 
     A document is predicted positive when the argmax is `positive` (single-label), when label `positive`'s
     probability is >= 0.5 (multi-label), or when its score is >= `threshold` (regression: the labels are then
