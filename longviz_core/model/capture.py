@@ -297,12 +297,9 @@ def implementation(model: torch.nn.Module, name: str):
 def _capturing(model: torch.nn.Module, sink):
     """The model runs through longviz's attention with `sink` receiving each layer; restored in `finally`."""
     _register()
-    config = model.config
-    before = config._attn_implementation
     _LOCAL.sink = sink
-    config._attn_implementation = IMPLEMENTATION
     try:
-        yield
+        with implementation(model, IMPLEMENTATION):
+            yield
     finally:
-        config._attn_implementation = before
         _LOCAL.sink = None
