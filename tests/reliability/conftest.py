@@ -1,4 +1,4 @@
-"""The reliability matrix (issues 16 and 23): bad inputs, links, files and arguments, bad checkpoints, damaged
+"""The reliability matrix (issues 16, 23 and 29): bad inputs, links, files and arguments, bad checkpoints, damaged
 files of every kind the cache and the store write, injection through overlays and exports, hosted-mode escapes,
 folders that are not stores, and faults (full disk, SIGKILL, server restart).
 
@@ -9,6 +9,7 @@ Every case is marked with what its failure would be, `@pytest.mark.guards(kind)`
   injection   user text must come out inert (escaped HTML, spreadsheet formulas neutralised)
   allowlist   a hosted server must not let a link or a widget reach what its configuration does not offer
   loss        nothing that was there before is lost: rows of a dataset, files of a folder that is not a store
+  misleading  the message names the real fault and a fix that works (not "damaged" for a refused format)
 
 At the end of the run the counts are printed: cases run, and the failures of each kind (all 0 when it holds).
 """
@@ -20,7 +21,8 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 GUARDS = {"traceback": "tracebacks", "wrong": "silent wrong results", "injection": "injections",
-          "allowlist": "allowlist escapes", "loss": "losses"}
+          "allowlist": "allowlist escapes", "loss": "losses",
+          "misleading": "misleading messages"}
 _outcomes: dict[str, tuple[str, str]] = {}  # nodeid -> (guard kind, "passed" | "failed" | "skipped")
 
 
