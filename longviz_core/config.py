@@ -151,7 +151,7 @@ def _parse(data: dict, path: Path) -> HostConfig:
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
             raise ConfigError(f"Two {kind}s are named '{dup[0]}': names must be unique (links carry them).")
-    return HostConfig(
+    cfg = HostConfig(
         path=path,
         models=models,
         datasets=datasets,
@@ -166,6 +166,10 @@ def _parse(data: dict, path: Path) -> HostConfig:
         mask_numbers=_bool(server, "mask_numbers", False, "[server]"),
         extra_stopwords=_words(server, "extra_stopwords", "[server]"),
     )
+    if not (cfg.datasets or cfg.allow_upload or cfg.allow_pasted_text):
+        raise ConfigError(f"'{path}' offers nothing to analyse: no [[datasets]] entry, allow_upload = false and "
+                          "allow_pasted_text = false. List a dataset, or allow pasted text or uploads.")
+    return cfg
 
 
 def _model(entry, i: int, base: Path) -> ModelChoice:

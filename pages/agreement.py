@@ -1,12 +1,11 @@
 """Agreement between received attention and |IG|: Tables 1-2, the top-5 % sets, per-head grid, dataset-wide."""
 import streamlit as st
 
-import longviz_core as lv
 from longviz_core.dataset import aggregate
 from longviz_core.figures import agreement as fig
 from longviz_core.views import agreement as ag
 from longviz_core.views.similarity import DEFAULT_P, METRICS, rbo_top_weight
-from pages._ui import current, dataset, export, labels, shell
+from pages._ui import current, dataset, export, hosting, labels, shell
 from pages._ui.ig import attribution_after_click, ig_steps_picker
 from pages._ui.importance import head_importance
 from pages._ui.keys import K
@@ -29,7 +28,7 @@ st.caption(f"{description} · {analysis.n:,} tokens · predicted {analysis.label
 
 L = model.num_layers
 c1, c2, c3 = st.columns(3)
-scope = c1.radio("Scope", ("this document", "dataset"), **K.option(P, "scope"), horizontal=True)
+scope = hosting.scope(c1, "Scope", ("this document", "dataset"), P, horizontal=True)
 labels.caption(labels.explained(f"the predicted class ({analysis.label_name(analysis.predicted)})"
                                 if scope == "this document" else "the predicted class of each document"),
                labels.scores(), "|IG| compared with received attention", sections=("agreement", "scores"))
@@ -52,7 +51,6 @@ with st.expander("Masked: 'zero' (the paper) vs 'drop'"):
         "**drop** removes masked tokens first, so the metrics only see the tokens that carry content.")
 
 with shell.guard():
-    df = current.current_dataset(model)
     scaling = head_importance(model, P, c2, required=False) if scale else None
 importance = None if scaling is None else scaling.values
 layer_range = (lo - 1, hi - 1)
@@ -113,8 +111,7 @@ if scope == "this document":
                  {**meta, "head_metric": metric, "head_masked": head_mode})
 else:
     with shell.guard():
-        if df is None:
-            raise lv.DatasetError("Dataset-wide tables need a dataset: choose one in the sidebar.")
+        df = current.required_dataset(model, "Dataset-wide tables", "need")
         # an extra source equal to all layers or the final layer adds no row: the same store as none
         extra = layer_range if len(ag.attention_sources(L, layer_range)) > 2 else None
         settings = dataset.settings(model, n_steps=steps, rbo_p=p, mask_kinds=tuple(kinds), layer_range=extra,

@@ -8,7 +8,7 @@ from longviz_core.progress import format_seconds
 from longviz_core.views import attribution_tables as tables
 from longviz_core.views.masking import build_mask
 from longviz_core.views.units import overlay_table, unit_start, units
-from pages._ui import current, dataset, export, labels, overlay, shell, state
+from pages._ui import current, dataset, export, hosting, labels, overlay, shell, state
 from pages._ui.ig import ig_steps_picker, max_ig_steps
 from pages._ui.keys import K
 
@@ -118,7 +118,7 @@ st.subheader("Dataset-wide attribution by token type")
 with shell.guard():
     df = current.current_dataset(model)
 if df is None:
-    st.info("Choose a dataset in the sidebar for the dataset-wide table.")
+    st.info(hosting.dataset_needed("The dataset-wide table"))
     st.stop()
 d1, d2 = st.columns(2)
 ds_steps = ig_steps_picker(d1, P, "ds_steps", custom=True, label="Steps")

@@ -11,7 +11,7 @@ from longviz_core.dataset import run
 from longviz_core.figures import explainers as fig
 from longviz_core.progress import format_seconds
 from longviz_core.evaluation import faithfulness as fa
-from pages._ui import current, dataset, deletion, export, shell
+from pages._ui import current, dataset, deletion, export, hosting, shell
 from pages._ui.ig import ig_steps_picker
 from pages._ui.keys import K
 from pages._ui.leaderboard import show_leaderboard, show_table
@@ -48,7 +48,7 @@ methods_all = list(lv.EXPLAINERS)
 methods = st.pills("Explainers", methods_all, selection_mode="multi", default=methods_all,
                    format_func=lambda m: lv.EXPLAINERS[m].label, **K.option(P, "methods"))
 c1, c2, c3 = st.columns(3)
-scope = c1.radio("Scope", ("this document", "dataset"), **K.option(P, "scope"), horizontal=True)
+scope = hosting.scope(c1, "Scope", ("this document", "dataset"), P, horizontal=True)
 steps = ig_steps_picker(c2, P) if "ig" in methods else None
 c1, c2, c3 = st.columns(3)
 target_choice = c1.selectbox("Class explained", ["predicted", *range(model.num_labels)], **K.option(P, "target"),
@@ -129,9 +129,7 @@ if scope == "this document":
                           meta)
 else:
     with shell.guard():
-        df = current.current_dataset(model)
-        if df is None:
-            raise lv.DatasetError("The dataset leaderboard needs a dataset: choose one in the sidebar.")
+        df = current.required_dataset(model, "The dataset leaderboard")
         store_settings = run.leaderboard_settings(methods, target, max_tokens=current.max_tokens(model), seeds=seeds,
                                                   replacement=replacement, rank_by=rank_by,
                                                   options=options)

@@ -2,11 +2,10 @@
 random rankings (seeds 003 and 004), for the current document or dataset-wide."""
 import streamlit as st
 
-import longviz_core as lv
 from longviz_core import cache
 from longviz_core.figures import faithfulness as fig
 from longviz_core.evaluation import faithfulness as fa
-from pages._ui import current, dataset, deletion, export, labels, shell
+from pages._ui import current, dataset, deletion, export, hosting, labels, shell
 from pages._ui.ig import attribution_after_click, ig_steps_picker
 from pages._ui.importance import head_importance
 from pages._ui.keys import K
@@ -34,7 +33,7 @@ st.markdown(
 
 L = model.num_layers
 c1, c2, c3 = st.columns(3)
-scope = c1.radio("Scope", ("this document", "dataset"), **K.option(P, "scope"), horizontal=True)
+scope = hosting.scope(c1, "Scope", ("this document", "dataset"), P, horizontal=True)
 steps = ig_steps_picker(c2, P)
 replacement = deletion.replacement_picker(model, P, c3)
 c1, c2, c3 = st.columns(3)
@@ -46,7 +45,6 @@ layers = list(range(lo - 1, hi))
 threshold = deletion.head_settings(model, P, analysis)
 
 with shell.guard():
-    df = current.current_dataset(model)
     scaling = head_importance(model, P, c2) if scale else None
     importance = None if scaling is None else scaling.values
     if scaling is not None:
@@ -102,8 +100,7 @@ else:
         help="Every count of removed tokens is scored in order until the decision flips, in every document. A "
              "lower limit is faster and reports 'no flip within the first X %' when the decision holds that long.")]
     with shell.guard():
-        if df is None:
-            raise lv.DatasetError("The dataset-wide summary needs a dataset: choose one in the sidebar.")
+        df = current.required_dataset(model, "The dataset-wide summary")
         store = dataset.store(model, df, P, "faithfulness", dataset.settings(
             model, n_steps=steps, replacement=replacement, seeds=tuple(seeds), max_removed=max_removed,
             faithfulness_layers=None if (lo, hi) == (1, L) else tuple(layers), faithfulness_scaled=scaling is not None,

@@ -2,7 +2,6 @@
 §3.1.1, Figs. 2 and 4), with a zoomable view of one head."""
 import streamlit as st
 
-import longviz_core as lv
 from longviz_core import cache
 from longviz_core.figures import attention as fig
 from longviz_core.tokens import readable_token
@@ -24,7 +23,7 @@ st.caption(f"{description} · {analysis.n:,} tokens · rows = layers, columns = 
            "blocks of consecutive tokens and divided by its head's largest cell.")
 
 c1, c2, c3, c4 = st.columns(4)
-scope = c1.radio("Scope", ("this document", "dataset"), horizontal=True, **K.option(P, "scope"))
+scope = hosting.scope(c1, "Scope", ("this document", "dataset"), P, horizontal=True)
 grid = c2.select_slider("Cells per axis", pooling.GRID_SIZES, value=pooling.DEFAULT_GRID, **K.option(P, "grid"))
 colour = c3.radio("Colour scale", fig.SCALES, horizontal=True, **K.option(P, "colour"))
 scale = c4.checkbox("Scale by head importance", **K.option(P, "scale"),
@@ -55,9 +54,7 @@ with shell.guard():
     if scope == "this document":
         pooled = cache.derived(analysis, "pooled", lambda a, grid: pooling.pool_attention(a.attention, grid), grid=grid)
     else:
-        df = current.current_dataset(model)
-        if df is None:
-            raise lv.DatasetError("The dataset-wide grid needs a dataset: choose one in the sidebar.")
+        df = current.required_dataset(model, "The dataset-wide grid")
         store = dataset.store(model, df, P, "attention", dataset.settings(model, grid=grid),
                               "Compute the dataset-wide grid", only=("grid", "pooling"), default_docs=8)
         pooled = dataset.store_view(store, "store_pooled", store.pooled_attention)

@@ -2,14 +2,13 @@
 of one token along the document (paper §3.1.2, Algorithms 1-3, Figs. 5-7)."""
 import streamlit as st
 
-import longviz_core as lv
 from longviz_core import cache
 from longviz_core.dataset.kinds import COUNTS
 from longviz_core.figures import attention as fig
 from longviz_core.model import topk as tk
 from longviz_core.views import counts as tc
 from longviz_core.views.masking import build_mask
-from pages._ui import current, dataset, export, labels, shell
+from pages._ui import current, dataset, export, hosting, labels, shell
 from pages._ui.keys import K
 
 shell.run_through_app()
@@ -35,9 +34,7 @@ def dataset_counts(group: str) -> None:
     st.caption(f"Fixed for the dataset: k = {k}, all layers and heads, counted {tc.COUNT_RULES[rule]}. A {name}'s "
                "count is the sum over the documents of its count in each; `documents`: how many count it.")
     with shell.guard():
-        df = current.current_dataset(model)
-        if df is None:
-            raise lv.DatasetError("Dataset-wide counts need a dataset: choose one in the sidebar.")
+        df = current.required_dataset(model, "Dataset-wide counts", "need")
         store = dataset.store(model, df, P, "attention", dataset.settings(model), "Count over the dataset",
                               only=("counts",))
         read = store.word_counts if group == "word" else store.type_counts
@@ -67,7 +64,7 @@ st.caption(f"{description} · {analysis.n:,} tokens. For every token and head: i
            "so no count exceeds the number of tokens. **Once per head list**: every (token, head) list counts "
            "separately.")
 
-over = st.radio("Counted over", ("this document", "dataset"), horizontal=True, **K.option(P, "over"))
+over = hosting.scope(st, "Counted over", ("this document", "dataset"), P, "over", horizontal=True)
 group = st.radio("Group by", tc.GROUPS, format_func=GROUP_NAMES.get, horizontal=True, **K.option(P, "group"),
                  help=GROUP_HELP + labels.doc_link("words"))
 if over == "dataset":

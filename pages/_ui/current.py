@@ -14,7 +14,8 @@ from pages._ui.shell import progress_bar, queue_notice
 
 
 def current_model() -> lv.LoadedModel:
-    source = (st.session_state.get(K.MODEL) or "demo").strip()
+    """The chosen model, as the offer allows it (hosting.model_source: hosted, a configured one only)."""
+    source = hosting.model_source(st.session_state.get(K.MODEL))
     if source == lv.DEMO:
         from longviz_core.demo import ensure_demo
 
@@ -24,21 +25,30 @@ def current_model() -> lv.LoadedModel:
 
 
 def current_dataset(model: lv.LoadedModel):
-    """The chosen dataset as a normalised DataFrame, or None when there is none yet."""
+    """The chosen dataset as a normalised DataFrame, or None when there is none yet, or none the server offers
+    (hosting.dataset_source decides which may be read)."""
     ss = st.session_state
-    kind = ss.get(K.DATASET_KIND, "demo")
+    chosen = hosting.dataset_source(ss.get(K.DATASET_KIND), ss.get(K.DATASET_PATH))
+    if chosen is None:
+        return None
+    kind, source = chosen
     if kind == "demo":
         return cache.get_dataset(lv.DEMO, model.id2label)
     if kind == "file path":
-        path = (ss.get(K.DATASET_PATH) or "").strip()
         # a hosted dataset may name its text/label columns in the configuration; locally they are detected
-        if not path:
-            return None
-        return cache.get_dataset(path, model.id2label, *hosting.dataset_columns(hosting.config(), path))
+        return cache.get_dataset(source, model.id2label, *hosting.dataset_columns(hosting.config(), source))
     upload = ss.get(K.DATASET_UPLOAD) if hosting.uploads_allowed() else None
     if upload is None:
         return None
     return lv.load_dataset(upload.getvalue(), filename=upload.name, id2label=model.id2label)
+
+
+def required_dataset(model: lv.LoadedModel, what: str, verb: str = "needs"):
+    """current_dataset, or a DatasetError saying that `what` needs one and how to get one (hosting.dataset_needed)."""
+    df = current_dataset(model)
+    if df is None:
+        raise lv.DatasetError(hosting.dataset_needed(what, verb))
+    return df
 
 
 def mask_options(analysis) -> dict:
@@ -112,9 +122,7 @@ def current_document(model: lv.LoadedModel):
         if not text.strip():
             raise lv.InputTextError("Paste a text in the sidebar to analyse it.")
         return text, None, "pasted text"
-    df = current_dataset(model)
-    if df is None:
-        raise lv.DatasetError("Choose a dataset file (or switch to the demo dataset) in the sidebar.")
+    df = required_dataset(model, f"The document mode '{mode}'")
     labels = df["label"].to_numpy() if "label" in df else None
     if mode == "by index":
         idx = int(ss.get(K.DOC_INDEX, 0))

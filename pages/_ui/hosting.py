@@ -1,8 +1,11 @@
-"""Hosted mode in the app: the lab's configuration and the list-only sidebar choices (the login gate: login.py).
+"""Hosted mode in the app: the lab's configuration and what it offers a session — models, datasets, uploads, the
+dataset scopes — with the list-only sidebar choices (the login gate: login.py).
 
 app.py calls `apply_host_config()` and `login.login_gate()` before the sidebar; `sidebar.sidebar()` calls
-`sidebar_sources()` instead of its free-text model and dataset widgets when `config()` is not None.
-In local mode (no configuration) every function here is a no-op and the app behaves as before.
+`sidebar_sources()` instead of its free-text model and dataset widgets when `config()` is not None. Every page
+and scope asks the offer here (`model_source`, `dataset_source`, `datasets_offered`, `scope`), never the session
+or the URL directly: hosted, only what the configuration lists is used, whatever a link or the session holds.
+In local mode (no configuration) everything is offered and the app behaves as before.
 """
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ import longviz_core as lv
 from longviz_core import cache
 from longviz_core.config import ConfigError, HostConfig, config_path, load_config
 from pages._ui.keys import DOC_MODES, K
+from pages._ui.url import drop
 
 DATASET_TYPES = ["csv", "tsv", "parquet", "jsonl", "json"]
 
@@ -62,6 +66,74 @@ def uploader(label: str, types: list[str], key: str):
         st.session_state.pop(key, None)
         return None
     return st.file_uploader(label, type=types, key=key)
+
+
+# ------------------------------------------------------------------------------------------- the offer
+DATASET_SCOPE = "dataset"  # the option of a page's scope radio that reads the dataset
+NO_DATASET = "this server offers no dataset (its configuration lists none)"
+
+
+def model_source(chosen: str | None) -> str:
+    """The model to load for the session's choice: locally `chosen` (the demo when empty); hosted, `chosen` when
+    the configuration lists it, else the configuration's first model."""
+    chosen = (chosen or "").strip()
+    cfg = config()
+    if cfg is None:
+        return chosen or lv.DEMO
+    sources = [m.source for m in cfg.models]
+    return chosen if chosen in sources else sources[0]
+
+
+def dataset_source(kind: str | None, path: str | None) -> tuple[str, str] | None:
+    """(kind, source) of the dataset to read for the session's choice — ("demo", "demo"), ("file path", path) or
+    ("upload", "") — or None when there is none to read. Locally as chosen (the demo when nothing is); hosted,
+    a dataset the configuration lists, or an upload with allow_upload, else None: never a dataset the
+    configuration does not list (not the demo either)."""
+    path = (path or "").strip()
+    cfg = config()
+    if cfg is None:
+        kind = kind or "demo"
+        if kind == "demo":
+            return "demo", lv.DEMO
+        if kind == "file path":
+            return ("file path", path) if path else None
+        return "upload", ""
+    if path in {d.source for d in cfg.datasets}:
+        return "file path", path
+    return ("upload", "") if path == "upload" and cfg.allow_upload else None
+
+
+def datasets_offered() -> bool:
+    """Whether this session may read any dataset: always locally; hosted, when the configuration lists one or
+    allows uploads."""
+    cfg = config()
+    return cfg is None or bool(cfg.datasets) or cfg.allow_upload
+
+
+def dataset_needed(what: str, verb: str = "needs") -> str:
+    """The message when `what` needs a dataset and the session reads none: where a dataset is offered, to choose
+    one in the sidebar; else that this server offers none (no choice in the sidebar can help)."""
+    if datasets_offered():
+        return f"{what} {verb} a dataset: choose one in the sidebar."
+    return f"{what} {verb} a dataset, and {NO_DATASET}: ask the server's admin to add one ([[datasets]])."
+
+
+def scope(where, label: str, options: tuple[str, ...], page: str, name: str = "scope", **kwargs) -> str:
+    """A page's scope radio, bound to the URL as `page.name`: its dataset option only where a dataset is offered.
+    Without one a caption says so, and a link or a session asking for the dataset scope is given this document's
+    scope, with a notice."""
+    offered = options if datasets_offered() else tuple(o for o in options if o != DATASET_SCOPE)
+    key = K.page(page, name)
+    if offered != options:
+        raw = st.query_params.get(key)
+        if raw is not None and raw not in offered:
+            drop(key, raw, NO_DATASET)
+        if key in st.session_state and st.session_state[key] not in offered:
+            del st.session_state[key]
+    choice = where.radio(label, offered, **K.option(page, name), **kwargs)
+    if offered != options:
+        where.caption(f"Only this document: {NO_DATASET}.")
+    return choice
 
 
 # ------------------------------------------------------------------------------------------- sidebar

@@ -51,10 +51,13 @@ def computed_importance(model: lv.LoadedModel, method: str, required: bool = Tru
 
     df = current_dataset(model)
     if df is None or "label" not in df:
+        # without any dataset on offer (hosted) no choice in the sidebar helps: say that instead
+        offered = hosting.datasets_offered()
+        need = "Head importance needs a labelled dataset" + ("" if offered else f", and {hosting.NO_DATASET}")
         if required:
-            raise lv.DatasetError("Head importance needs a labelled dataset: choose one in the sidebar or untick "
-                                  "the scaling.")
-        st.info("Head importance needs a labelled dataset: only unscaled rows are shown.")
+            raise lv.DatasetError(f"{need}: " + ("choose one in the sidebar or " if offered else "")
+                                  + "untick the scaling.")
+        st.info(f"{need}: only unscaled rows are shown.")
         return None
     settings = run.clamped(model, lv.PrecomputeSettings(max_tokens=max_tokens(model), importance_method=method))
     serving = serving_store(model, df, "head-importance", settings)
