@@ -1,5 +1,6 @@
-"""Faithfulness by deletion: AOPC / LOdds curves and decision flips for attention, |IG|, |IG| x attention and
-random rankings (seeds 003 and 004), for the current document or dataset-wide."""
+"""Faithfulness by deletion: AOPC / LOdds curves (Song et al. 2024) and decision flips (Serrano & Smith 2019) for
+attention, |IG|, |IG| x attention and random rankings, for the current document or dataset-wide
+(docs/methods.md#faithfulness)."""
 import streamlit as st
 
 from longviz_core import cache
