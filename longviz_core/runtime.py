@@ -4,10 +4,13 @@ One model copy serves every Streamlit session of a process, and a GPU (or two CP
 4,096-token jobs at once without running out of memory or thrashing. Heavy work therefore runs one job at a
 time under `COMPUTE`, a FIFO queue that can tell a waiting job its place in line: whoever starts the work (a page,
 the command line, a worker thread) sets the notice once with `waiting_notice`, and every `COMPUTE.hold` below it,
-however deep, reads it from the context instead of an argument passed through each layer.
+however deep, reads it from the context instead of an argument passed through each layer. Work that outlives the
+page run asking for it (the exact flip scan) runs as a `SharedJob` in `JOBS`: one job per key, followed by every
+session that asks for it, and cancelled only when the last of them stops following.
 """
 from __future__ import annotations
 
+import contextvars
 import threading
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -79,6 +82,109 @@ class ComputeQueue:
 
 
 COMPUTE = ComputeQueue()
+
+
+class SharedJob:
+    """One background job that several watchers (sessions, by any hashable id) follow: `work(progress, stop)` runs
+    in a daemon thread, its progress, then its result or error, readable by all. A watcher that stops following
+    (`detach`) ends the job only when no other watcher follows it: one watcher's Stop never ends another's job. A
+    watcher that detached may `attach` again while the job runs and is not cancelled."""
+
+    def __init__(self, watcher) -> None:
+        self.stop = threading.Event()  # set once nobody follows: the work ends at its next progress report
+        self.fraction, self.message = 0.0, "Starting"
+        self.result: object = None
+        self.error: Exception | None = None
+        self._watchers = {watcher}
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def running(self) -> bool:
+        return not self._done.is_set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self.stop.is_set()
+
+    def watched_by(self, watcher) -> bool:
+        with self._lock:
+            return watcher in self._watchers
+
+    def attach(self, watcher) -> bool:
+        """Follow the job; False when it is cancelled or over (then a new job must be started)."""
+        with self._lock:
+            if self.cancelled or not self.running:
+                return False
+            self._watchers.add(watcher)
+            return True
+
+    def detach(self, watcher) -> int:
+        """Stop following; the last watcher's detach cancels the job. Returns how many watchers still follow it."""
+        with self._lock:
+            self._watchers.discard(watcher)
+            if not self._watchers:
+                self.stop.set()
+            return len(self._watchers)
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait until the job is over (or `timeout` seconds); whether it is."""
+        return self._done.wait(timeout)
+
+    def _start(self, work, after: SharedJob | None, name: str) -> None:
+        """Run `work` in a daemon thread carrying the caller's context, after `after` (a cancelled job of the same
+        key winding down) is over, with its own queue notice (the caller's may not be called off its thread)."""
+        def progress(fraction: float, message: str) -> None:
+            self.fraction, self.message = fraction, message
+
+        def on_wait(ahead: int) -> None:
+            if ahead:
+                self.message = f"Waiting for the model: {ahead} job(s) ahead of this one."
+
+        def target() -> None:
+            try:
+                if after is not None:
+                    after.join()
+                with waiting_notice(on_wait):
+                    self.result = work(progress, self.stop)
+            except Exception as e:  # the watchers show it
+                self.error = e
+            finally:
+                self._done.set()
+
+        self._thread = threading.Thread(target=contextvars.copy_context().run, args=(target,), name=name,
+                                        daemon=True)
+        self._thread.start()
+
+
+class SharedJobs:
+    """SharedJobs by key, process-wide: a job outlives the page run (and the session) that started it, and every
+    session asking for the same key follows the same job."""
+
+    def __init__(self) -> None:
+        self._jobs: dict[str, SharedJob] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> SharedJob | None:
+        with self._lock:
+            return self._jobs.get(key)
+
+    def follow(self, key: str, work, watcher) -> SharedJob:
+        """The running job of `key`, now followed by `watcher` too; else a new job of `work` followed by `watcher`.
+        A new job started while a cancelled one of the key still winds down begins when that one is over, so one
+        key never has two jobs running at once."""
+        with self._lock:
+            job = self._jobs.get(key)
+            if job is not None and job.attach(watcher):
+                return job
+            previous = job if job is not None and job.running else None
+            job = self._jobs[key] = SharedJob(watcher)
+            job._start(work, previous, f"longviz-job-{key[:40]}")
+            return job
+
+
+JOBS = SharedJobs()
 
 
 def default_device():

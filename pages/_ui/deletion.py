@@ -1,18 +1,17 @@
 """The deletion test's stages on a page: its numbers as far as they are known, and the last stage, the exact scan
 to the end, in a background thread (through the compute queue, so in hosted mode it waits its turn like IG),
 shown by a fragment that refreshes its progress, an upper bound of the time left and a Stop button while the
-rest of the app stays usable."""
+rest of the app stays usable. A scan is shared by every session that asks for the same one (runtime.JOBS): Stop
+ends this session's following, and the scan only when no other session follows it."""
 from __future__ import annotations
 
-import contextvars
-import threading
-from dataclasses import dataclass, field
+import uuid
 
 import pandas as pd
 import streamlit as st
 
 from longviz_core.progress import format_seconds
-from longviz_core.runtime import waiting_notice
+from longviz_core.runtime import JOBS
 from longviz_core.evaluation.deletion import LODDS_UNDEFINED, NO_THRESHOLD, metric_columns
 from pages._ui import shell
 from pages._ui.keys import K
@@ -20,52 +19,9 @@ from pages._ui.keys import K
 REFRESH_S = 2.0
 
 
-@dataclass
-class Job:
-    """One background scan: its progress as the worker reports it, then its result or error."""
-
-    stop: threading.Event = field(default_factory=threading.Event)
-    fraction: float = 0.0
-    message: str = "Starting"
-    result: object = None
-    error: Exception | None = None
-    thread: threading.Thread | None = None
-
-    @property
-    def running(self) -> bool:
-        return self.thread is not None and self.thread.is_alive()
-
-
-_JOBS: dict[str, Job] = {}  # process-wide: a scan outlives the page run (and the session) that started it
-_LOCK = threading.Lock()
-
-
-def _start(key: str, work) -> Job:
-    """work(progress, stop) -> result, in a daemon thread carrying the page's context, with the scan's own queue
-    notice (the page's would call Streamlit off its thread); one job per key at a time."""
-    with _LOCK:
-        job = _JOBS.get(key)
-        if job is not None and job.running:
-            return job
-        job = _JOBS[key] = Job()
-
-    def progress(fraction: float, message: str) -> None:
-        job.fraction, job.message = fraction, message
-
-    def on_wait(ahead: int) -> None:
-        if ahead:
-            job.message = f"Waiting for the model: {ahead} job(s) ahead of this scan."
-
-    def target() -> None:
-        try:
-            with waiting_notice(on_wait):
-                job.result = work(progress, job.stop)
-        except Exception as e:  # shown on the page by the fragment
-            job.error = e
-
-    job.thread = threading.Thread(target=contextvars.copy_context().run, args=(target,), name=f"longviz-scan-{key[:40]}", daemon=True)
-    job.thread.start()
-    return job
+def _watcher() -> str:
+    """This session's id as a watcher of shared scans (runtime.SharedJob)."""
+    return st.session_state.setdefault(K.page("deletion", "watcher"), uuid.uuid4().hex)
 
 
 def head_settings(model, page: str, analysis, where=st) -> float | None:
@@ -144,41 +100,57 @@ def left_of(known) -> tuple[int, float]:
 def exact_stage(page: str, key: str, work, left: int, seconds_per_copy: float):
     """The exact scan of every unfinished first flip, on demand: a button (with the `left` copies it may take at
     most and that time at `seconds_per_copy`), then the worker's progress and Stop in a fragment; returns the
-    finished (or stopped) result, or None while there is none."""
-    job = _JOBS.get(key)
-    if job is not None and not job.running and (job.result is not None or job.error is not None):
+    finished (or stopped) result, or None while there is none.
+
+    A scan is shared by key (`work` computes the same numbers for every session asking for them): a session that
+    asks for a running scan follows it; Stop ends this session's following, and the scan itself only when no
+    other session follows it (runtime.SharedJob); a session that stopped may follow it again while it runs."""
+    me, job = _watcher(), JOBS.get(key)
+    if job is not None and not job.running:
         if job.error is not None:
             st.error(f"The exact scan failed: {job.error}")
             return None
-        if not job.stop.is_set():
+        if not job.cancelled:
             return job.result
-    if left and (job is None or not job.running):
-        stopped = job is not None and job.result is not None
-        st.info(f"{'Stopped: every count scored so far is kept. ' if stopped else ''}Scanning every remaining "
-                f"count exactly takes at most {left:,} more copies (about {format_seconds(left * seconds_per_copy)} "
-                "here; less when decisions flip early). It runs in the background: this page keeps its numbers "
-                "and other pages stay usable.")
-        if st.button("Scan to the end (exact first flips)", key=K.page(page, "exact")):
-            job = _start(key, work)
-        elif stopped:
-            return job.result
-    if job is not None and job.running:
-        _watch(page, key)
-    return None
+    if job is not None and job.running and (job.watched_by(me) or job.cancelled):
+        _watch(page, key, me)
+        return None
+    if not left:
+        return None
+    stopped = job is not None and not job.running and job.result is not None
+    elsewhere = job is not None and job.running  # followed by other sessions only (the cases above return)
+    cost = (f"Scanning every remaining count exactly takes at most {left:,} more copies (about "
+            f"{format_seconds(left * seconds_per_copy)} here; less when decisions flip early). It runs in the "
+            "background: this page keeps its numbers and other pages stay usable.")
+    if elsewhere:
+        st.info("This exact scan is running for another session: following it costs nothing more, and its result "
+                "shows here once it ends (a Stop here ends only this page's following). " + cost)
+    else:
+        st.info(f"{'Stopped: every count scored so far is kept. ' if stopped else ''}{cost}")
+    label = "Follow the running exact scan" if elsewhere else "Scan to the end (exact first flips)"
+    if st.button(label, key=K.page(page, "exact")):
+        JOBS.follow(key, work, me)
+        _watch(page, key, me)
+        return None
+    return job.result if stopped else None
 
 
-def _watch(page: str, key: str) -> None:
+def _watch(page: str, key: str, me: str) -> None:
     shown = K.page(page, "exact_shown")
 
     @st.fragment(run_every=REFRESH_S)
     def panel() -> None:
-        job = _JOBS.get(key)
+        job = JOBS.get(key)
         if job is None:
             return
-        if job.running:
+        if job.running and job.watched_by(me):
             st.progress(min(max(job.fraction, 0.0), 1.0), text=f"Exact scan: {job.message}")
-            if st.button("Stop", key=K.page(page, "exact_stop")):
-                job.stop.set()
+            if st.button("Stop", key=K.page(page, "exact_stop"),
+                         help="Stops this page's following; the scan ends unless another session follows it."):
+                job.detach(me)
+                st.rerun(scope="app")  # the page without the panel: stopping, or still running for others
+        elif job.running:  # cancelled: it ends at its next progress report, keeping every count scored
+            st.progress(min(max(job.fraction, 0.0), 1.0), text="Exact scan: stopping …")
         elif st.session_state.get(shown) != id(job):
             st.session_state[shown] = id(job)
             st.rerun(scope="app")  # the page draws the finished numbers
