@@ -13,9 +13,9 @@ SEED_CITATION = re.compile(r"\bseeds?\s+0\d\d\b", re.IGNORECASE)
 
 @pytest.mark.guards("misleading")
 def test_no_source_is_cited_by_a_seed_number():
-    files = [ROOT / "app.py", ROOT / "README.md", *(p for top in ("longviz_core", "pages", "docs", "benchmarks", "tests")
-                                                    for p in (ROOT / top).rglob("*")
-                                                    if p.suffix in {".py", ".md", ".toml"})]
+    tops = ("longviz_core", "pages", "docs", "benchmarks", "tests")
+    files = [ROOT / "app.py", ROOT / "README.md",
+             *(p for top in tops for p in (ROOT / top).rglob("*") if p.suffix in {".py", ".md", ".toml"})]
     hits = [f"{p.relative_to(ROOT)}:{n}" for p in files for n, line in enumerate(p.read_text().splitlines(), 1)
             if SEED_CITATION.search(line) and p != Path(__file__).resolve()]
     assert len(files) > 50 and not hits, hits

@@ -20,7 +20,8 @@ DATASET_SCOPES = {"faithfulness": "faithfulness.scope", "agreement": "similarity
 # the pages' other ways into a dataset, with a link asking for them: the attribution page's dataset-wide table
 # (always drawn) and head importance, computed on the dataset, that scales attention
 OTHER_DATASET_VIEWS = {"attribution": {}, "heatmap_grid": {"heatmap.scale": "true"},
-                       "faithfulness": {"faithfulness.scale": "true"}, "agreement": {"similarity.scale": "true"}}
+                       "attention_overlay": {"overlay.scale": "true"}, "faithfulness": {"faithfulness.scale": "true"},
+                       "agreement": {"similarity.scale": "true"}}
 # a link naming the demo dataset every way the app has ever spelt it
 DEMO_LINK = {K.DATASET_KIND: "demo", K.DATASET_PATH: "demo", "max_tokens": "64"}
 TEXT = "Neural networks learn representations of programs, and compilers optimise them."
@@ -44,7 +45,8 @@ def served(demo, tmp_path, monkeypatch):
         conf = tmp_path / "longviz.toml"
         conf.write_text('[[models]]\nname = "Demo"\nsource = "demo"\n'
                         + ('[[datasets]]\nname = "Lab data"\nsource = "lab.csv"\n' if datasets else "")
-                        + f'[server]\nmax_tokens = 256\ncache_dir = "{os.environ.get("LONGVIZ_CACHE_DIR") or tmp_path}"\n')
+                        + '[server]\nmax_tokens = 256\n'
+                        + f'cache_dir = "{os.environ.get("LONGVIZ_CACHE_DIR") or tmp_path}"\n')
         monkeypatch.setenv("LONGVIZ_CONFIG", str(conf))
         return read
 
@@ -93,13 +95,23 @@ def test_without_datasets_no_link_or_session_reaches_a_dataset_scope(served, nam
 def test_without_datasets_dataset_views_say_the_server_offers_none(served, name):
     read = served(datasets=False)
     at = _open(name, {**DEMO_LINK, **OTHER_DATASET_VIEWS[name]}, {K.PASTED: TEXT})
-    if name == "attribution":  # the dataset-wide table comes after the document's attributions
+    if any(b.key == K.page(name, "run") for b in at.button):  # the attributions come first (when not on disk yet)
         at.button(key=K.page(name, "run")).click().run()
         assert not at.exception, at.exception
     messages = [e.value for kind in ("error", "info") for e in at.get(kind) if "needs a" in e.value]
     assert messages and all(hosting.NO_DATASET in m for m in messages), messages
     assert not any("choose one in the sidebar" in m for m in messages), messages  # there is nothing to choose
     assert read == [], read
+
+
+@allowlist
+def test_without_datasets_no_link_picks_a_document_from_one(served):
+    read = served(datasets=False)
+    at = _open("document", {**DEMO_LINK, K.DOC_MODE: "by index", K.DOC_INDEX: "3"}, {K.PASTED: TEXT})
+    mode = at.selectbox(key=K.DOC_MODE)
+    assert mode.options == ["pasted text"] and mode.value == "pasted text"
+    assert not [n for n in at.number_input if n.key == K.DOC_INDEX]
+    assert not at.error and read == [], ([e.value for e in at.error], read)
 
 
 @allowlist
@@ -121,7 +133,6 @@ def test_with_one_dataset_only_that_one_is_read_whatever_the_link_names(served, 
 def test_the_offer_refuses_every_model_and_dataset_the_configuration_does_not_list(served, tmp_path, datasets):
     served(datasets=datasets)
     (tmp_path / "other.csv").write_text("text,label\nx,0\n")
-    hosting._load.clear()  # a fresh read of the configuration (it is cached per file and mtime)
     refused = [(None, None), ("demo", None), ("demo", "demo"), ("file path", "demo"), ("file path", "/etc/passwd"),
                ("file path", str(tmp_path / "other.csv")), ("upload", "upload"), ("file path", "Lab data")]
     assert [hosting.dataset_source(kind, path) for kind, path in refused] == [None] * len(refused)
