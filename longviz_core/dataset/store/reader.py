@@ -120,10 +120,10 @@ class ResultStore(AttentionQueries, AttributionQueries, HeadImportanceQueries, A
         owner: dict[tuple[str, str], int] = {}
         ours = IdentityCheck(self.identity)
         index = self.root / INDEX
-        paths = [] if is_link(index) else sorted(index.glob("*.sqlite"))
-        if is_link(index):
+        linked = is_link(index)
+        if linked:
             self._problems.append(link_problem(index))
-        for path in paths:
+        for path in [] if linked else sorted(index.glob("*.sqlite")):
             if path.stem in self._damaged:
                 continue
             if is_link(path):  # another store's index, say: its entries are not this store's
@@ -155,6 +155,7 @@ class ResultStore(AttentionQueries, AttributionQueries, HeadImportanceQueries, A
                 try:
                     meta, tables = read_unit_tables(self.root, doc_id, kind, self.identity)
                 except LongvizError as exc:  # damaged, or another store's: not served, and verify says so
+                    log.warning("%s", exc)
                     self._problems.append(str(exc))
                     on_disk.discard((doc_id, kind))
                     continue
