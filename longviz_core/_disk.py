@@ -1,5 +1,5 @@
-"""Disk infrastructure, written once: where caches live, how a file is written atomically, content hashes,
-file locks, JSON caches and the package versions recorded with results.
+"""Disk infrastructure, written once: where caches live, how a file is written atomically and read within a bound,
+content hashes, file locks, JSON caches and the package versions recorded with results.
 
 One write policy for every cache file, store manifest and head-importance array (`atomic_write`): the bytes go
 to a private temporary file in the target's own folder, are flushed and fsync'ed, the file is made readable by
@@ -13,17 +13,26 @@ the one sealed-cache helper: `write_sealed` (sealed + atomic write), `open_seale
 decoded; a damaged file is a CacheCorruptError) and `read_sealed` (the same, None when absent or damaged, so the
 caller recomputes and rewrites the entry); entries are named by content keys (`digest`).
 
+One read policy for every file longviz parses (`read_file`): a regular file (a folder, a device such as /dev/zero, a
+FIFO are refused by name; a symbolic link too where the caller says links are not its own), read to at most a
+limit (`read_bounded`, also for streams), so a file linked to an endless device or grown past any sense is a typed
+error naming it instead of a MemoryError or a read that never ends. The limits: METADATA_BYTES for manifests,
+unit metadata, configurations and sidecars, CACHE_BYTES for cache entries; datasets and store arrays name
+their own.
+
 Content hashes are BLAKE2b: `digest` of a JSON-able object (cache keys), `bytes_digest`,
 `texts_hasher` (a dataset's texts), `array_digest`. Their values are stable across versions: they name files
 already on disk (caches, store checksums, dataset fingerprints in store manifests).
 """
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import json
 import logging
 import os
+import stat
 import tempfile
 from contextlib import contextmanager
 from importlib import metadata
@@ -48,6 +57,56 @@ def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
 def cache_folder(name: str, cache_dir: str | os.PathLike | None = None) -> Path:
     """The cache's folder for one kind of artefact, e.g. cache_folder("attributions")."""
     return cache_root(cache_dir) / name
+
+
+# ------------------------------------------------------------------------------------------------ reading
+METADATA_BYTES = 16 * 2**20  # a manifest, a unit's meta.json, a configuration, a sidecar: far more than any holds
+CACHE_BYTES = 2**30  # one cache entry (attributions, flip scans, head importance, timings)
+
+
+def read_bounded(stream, what: str, limit: int, error: type[Exception], fix: str = "") -> bytes:
+    """At most `limit` bytes of `stream`; `error` naming `what` (and `fix`) when it holds more (an endless stream
+    is read only to the limit)."""
+    data = stream.read(limit + 1)
+    if len(data) > limit:
+        raise error(f"{what} is larger than {_size(limit)}" + (f"; {fix}" if fix else "") + ".")
+    return data
+
+
+def read_file(path: str | os.PathLike, what: str, limit: int, error: type[Exception], *, fix: str = "",
+              links: bool = True) -> bytes:
+    """The bytes of the file `what` at `path` by the module's one read policy: a regular file of at most `limit`
+    bytes (with `links` False, not a symbolic link either), else `error` naming `what`, the fault and `fix`.
+    FileNotFoundError when nothing is there: what absence means is the caller's to say."""
+    def fault(text: str) -> Exception:
+        return error(f"{what} {text}" + (f"; {fix}" if fix else "") + ".")
+
+    flags = os.O_RDONLY | os.O_NONBLOCK | (0 if links else os.O_NOFOLLOW)  # O_NONBLOCK: a FIFO opens at once
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        if exc.errno == errno.ELOOP and not links:
+            raise fault("is a symbolic link, and is read only as a file of its own") from None
+        raise fault(f"cannot be read ({exc.strerror or exc})") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise fault("is a folder, not a file" if stat.S_ISDIR(mode) else
+                    "is not a regular file (a device, socket or pipe)")
+    with os.fdopen(fd, "rb") as fh:
+        try:
+            return read_bounded(fh, what, limit, error, fix)
+        except OSError as exc:
+            raise fault(f"cannot be read ({exc.strerror or exc})") from None
+
+
+def _size(n: int) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:g} {unit}"
+    return f"{n} bytes"
 
 
 # ------------------------------------------------------------------------------------------------ writing
@@ -114,7 +173,7 @@ def open_sealed(path: str | os.PathLike, decode: Callable[[bytes], T]) -> T:
 
     path = Path(path)
     try:
-        return decode(unsealed(path.read_bytes()))
+        return decode(unsealed(read_file(path, f"The cache file {path}", CACHE_BYTES, ValueError)))
     except FileNotFoundError:
         raise
     except Exception as exc:  # OS, checksum, zip, json, key and value errors all mean one thing: recompute
@@ -147,12 +206,25 @@ def fsync_dir(path: str | os.PathLike) -> None:
 def file_lock(path: str | os.PathLike) -> Iterator[None]:
     """An exclusive flock on `path` (created if missing) for the body: excludes other processes, and other
     threads of this one (each opens the file itself). The kernel releases it if the process dies."""
-    with open(path, "w") as f:
+    with os.fdopen(open_own(path), "w") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def open_own(path: str | os.PathLike, append: bool = False) -> int:
+    """A descriptor for writing the lock or log file `path` (appending with `append`), created if missing; never
+    truncated, and never through a symbolic link (a link there would make the write land in whatever file it
+    names)."""
+    try:
+        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_APPEND if append else 0), 0o644)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise OSError(errno.ELOOP, "it is a symbolic link where longviz keeps a file of its own; remove the "
+                                       "link", str(path)) from None
+        raise
 
 
 # ------------------------------------------------------------------------------------------------ hashes

@@ -353,3 +353,7 @@ def main(argv=None) -> int:
     except OSError as exc:  # a path the command was given: unreadable, a folder for a file, a full disk
         print(f"error: {exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else ""), file=sys.stderr)
         return 2
+    except MemoryError:  # every file longviz parses is read within a bound; this is a model or run too large
+        print("error: out of memory: this machine's memory does not hold the model, document or run asked for; "
+              "use a smaller --max-tokens or --limit, or a machine with more memory.", file=sys.stderr)
+        return 2

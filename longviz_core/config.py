@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from ._disk import METADATA_BYTES, read_file
 from .errors import LongvizError
 
 ENV_VAR = "LONGVIZ_CONFIG"
@@ -125,10 +126,11 @@ def from_argv_or_env(argv: Sequence[str], environ: Mapping[str, str]) -> HostCon
 def load_config(path: str | os.PathLike) -> HostConfig:
     """Read and validate a hosting configuration; every problem is a ConfigError naming the key."""
     p = Path(path).expanduser()
-    if not p.is_file():
-        raise ConfigError(f"No configuration file at '{p}'.")
     try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
+        data = tomllib.loads(read_file(p, f"The configuration '{p}'", METADATA_BYTES, ConfigError,
+                                       fix="give --config a TOML file").decode("utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"No configuration file at '{p}'.") from None
     except UnicodeDecodeError as exc:
         raise ConfigError(f"'{p}' is not UTF-8 text.") from exc
     except tomllib.TOMLDecodeError as exc:

@@ -2,7 +2,6 @@
 dataset.store)."""
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import asdict
 from pathlib import Path
@@ -11,7 +10,7 @@ from ..progress import Progress, report
 from .kinds import KINDS, Settings, resolve_kinds
 from .folders import check_store_target
 from .run import RunSummary, precompute, shard_rows, tqdm_bar
-from .store import scan_units
+from .store import read_manifest, scan_units
 
 
 def run_on_ray(
@@ -54,7 +53,7 @@ def run_on_ray(
     ray.get(task.remote(dict(args, what=list(kinds), shard=(0, 1), limit=0)))  # manifest + dataset-level units
     pending = [task.remote(dict(args, what=list(kinds), shard=(i, workers))) for i in range(workers)]
     doc_kinds = [k for k in kinds if not KINDS[k].dataset_level]
-    n_docs = json.loads((Path(out) / "manifest.json").read_text())["dataset"]["n_documents"]
+    n_docs = read_manifest(out)["dataset"]["n_documents"]  # written by the first task
     total = len(shard_rows(n_docs, (0, 1), limit)) * len(doc_kinds)
     bar = tqdm_bar(total, f"ray x{workers}: {','.join(doc_kinds)}") if show_bar else None
     results = []

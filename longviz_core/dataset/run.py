@@ -17,12 +17,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
 import pandas as pd
 
-from .._disk import file_lock, package_versions
+from .._disk import METADATA_BYTES, file_lock, open_own, package_versions, read_file
 from .._version import __version__
 from ..attribution.explainers import EXPLAINERS
-from ..errors import DatasetError, whole_number
+from ..errors import DatasetError, SelectionError, SettingsError, StoreError, whole_number
 from ..model.encoding import DEFAULT_MAX_TOKENS
 from ..model.loading import LoadedModel, dataset_fingerprint
 from ..progress import Progress, format_seconds, report
@@ -31,6 +32,7 @@ from . import leaderboard as lb
 from .folders import check_store_target
 from .kinds import KINDS, Doc, Job, Settings, kind_names, resolve_kinds
 from .store import ResultStore, StoreWriter, open_manifest
+from .store.units import LOG, is_link, link_problem
 
 _DEFAULT_PACKAGES = ("torch", "transformers", "captum", "numpy", "pandas", "pyarrow", "scipy", "rbo", "nltk")
 
@@ -113,12 +115,15 @@ def precompute(
     use_cache / cache_dir: see kinds.Job (in-process runs)."""
     if "text" not in df:
         raise ValueError("the dataset needs a 'text' column (load it with load_dataset)")
+    # every setting is checked before the first byte is written: a refused run leaves no manifest behind that
+    # would refuse the corrected command into the same folder
     kinds = run_kinds(df, what, settings)
     settings = clamped(model, settings)
-    shard_rows(len(df), shard, limit)  # its arguments checked before anything is written
+    shard_rows(len(df), shard, limit)
+    check_settings(model, settings, kinds)
+    manifest = build_manifest(model, df, settings, kinds, model_source, dataset_source)  # the kinds' own checks
     out = check_store_target(out)
-    open_manifest(out, build_manifest(model, df, settings, kinds, model_source, dataset_source),
-                  allow_version_change)
+    open_manifest(out, manifest, allow_version_change)
     i, n = shard
     rows = shard_rows(len(df), shard, limit)
     started = time.monotonic()
@@ -143,7 +148,7 @@ def precompute(
                 t_doc = time.monotonic()
                 did = False
                 for k in doc_kinds:
-                    if writer.exists(doc.doc_id, k):
+                    if writer.holds(doc.doc_id, k, doc.text):  # this store's unit of this text (not a copy)
                         if not writer.indexed(doc.doc_id, k):  # its writer died between rename and index
                             writer.index_from_files(doc.doc_id, k)
                         skipped[k] += 1
@@ -151,7 +156,7 @@ def precompute(
                     t0 = time.monotonic()
                     record = KINDS[k].compute(job, doc)
                     did = True
-                    if writer.commit(doc.doc_id, k, record):
+                    if writer.commit(doc.doc_id, k, record, doc.text):
                         computed[k] += 1
                         log.write(doc.doc_id, k, time.monotonic() - t0)
                 if did:
@@ -164,6 +169,33 @@ def precompute(
             if bar is not None:
                 bar.close()
     return RunSummary(out, kinds, shard, len(rows), computed, skipped, time.monotonic() - started)
+
+
+def check_settings(model: LoadedModel, settings: Settings, kinds) -> None:
+    """The settings of a run of `kinds` that depend on the model, checked against it (SettingsError or
+    SelectionError naming the setting and what this model accepts). With Settings' own checks and the kinds'
+    (build_manifest), every setting is checked before precompute writes anything."""
+    if {"attribution", "leaderboard"} & set(kinds) and str(settings.target).isdigit():
+        whole_number(int(settings.target), f"target (--target: the class explained; this model has "
+                     f"{model.num_labels})", lo=0, hi=model.num_labels - 1)
+    n = model.num_layers
+    layers = {"agreement": ("layer_range", settings.layer_range, "--layer-range"),
+              "faithfulness": ("faithfulness_layers", settings.faithfulness_layers, "--faithfulness-layers")}
+    for kind, (name, chosen, option) in layers.items():
+        if kind in kinds and chosen is not None and not all(0 <= int(layer) < n for layer in chosen):
+            raise SelectionError(f"{name} {tuple(chosen)} (0-based; {option} counts from 1) reaches past this "
+                                 f"model's {n} layers: choose layers 0..{n - 1} ({option} 1-{n}).")
+    if {"faithfulness", "leaderboard"} & set(kinds):
+        from ..evaluation.deletion_engine import replacements_for
+
+        if settings.replacement not in replacements_for(model):
+            raise SettingsError(f"replacement '{settings.replacement}' needs a token this model's tokenizer lacks; "
+                                f"choose one of {', '.join(replacements_for(model))}.")
+    if "head-importance" in kinds and settings.importance_values is not None:
+        shape = np.shape(settings.importance_values)
+        if shape != (model.num_layers, model.num_heads):
+            raise SettingsError(f"The head importance given has shape {shape}; this model has {model.num_layers} "
+                                f"layers x {model.num_heads} heads.")
 
 
 def run_kinds(df: pd.DataFrame, what, settings: Settings) -> tuple[str, ...]:
@@ -213,33 +245,44 @@ class _Timer:
 
 def _dataset_unit(job: Job, writer: StoreWriter, kind: str, progress) -> bool:
     """Compute a dataset-level kind once: the first shard to get the lock does it, the others then find it."""
-    if writer.exists(None, kind):
+    if writer.holds(None, kind):
         return False
     with file_lock(writer.root / f".{kind}.lock"):
-        if writer.exists(None, kind):
+        if writer.holds(None, kind):
             return False
         return writer.commit(None, kind, KINDS[kind].compute(job, progress))
 
 
 class _Log:
     """Append-only record of every unit this writer computed (log/<writer>.jsonl): seconds per unit for
-    throughput figures, and the evidence that a resumed run recomputed nothing."""
+    throughput figures, and the evidence that a resumed run recomputed nothing. Never written through a link."""
 
     def __init__(self, root: Path, writer: str):
-        (root / "log").mkdir(exist_ok=True)
-        self.path = root / "log" / f"{writer}.jsonl"
+        if is_link(root / LOG):
+            raise StoreError(link_problem(root / LOG) + ".")
+        (root / LOG).mkdir(exist_ok=True)
+        self.path = root / LOG / f"{writer}.jsonl"
 
     def write(self, doc_id: str, kind: str, seconds: float) -> None:
         line = json.dumps({"doc_id": doc_id, "kind": kind, "seconds": round(seconds, 4), "pid": os.getpid()})
-        with open(self.path, "a") as f:
+        with os.fdopen(open_own(self.path, append=True), "a") as f:  # created if missing, never through a link
             f.write(line + "\n")
 
 
+_LOG_BYTES = 64 * METADATA_BYTES  # a writer's log: a line of some 80 bytes per unit, millions of units
+
+
 def read_logs(root) -> pd.DataFrame:
-    """Every writer's log lines (doc_id, kind, seconds, pid, writer)."""
+    """Every writer's log lines (doc_id, kind, seconds, pid, writer); a log that is a link, too large or damaged
+    is left out (it only times the units)."""
     frames = []
-    for p in sorted((Path(root) / "log").glob("*.jsonl")):
-        lines = [json.loads(s) for s in p.read_text().splitlines() if s.strip()]
+    folder = Path(root) / LOG
+    for p in [] if is_link(folder) else sorted(folder.glob("*.jsonl")):
+        try:
+            text = read_file(p, str(p), _LOG_BYTES, ValueError, links=False).decode()
+            lines = [json.loads(s) for s in text.splitlines() if s.strip()]
+        except (OSError, ValueError):
+            continue
         if lines:
             frames.append(pd.DataFrame(lines).assign(writer=p.stem))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["doc_id", "kind", "seconds",
@@ -284,5 +327,5 @@ def leaderboard_settings(
                     flip_bound=flip_bound, explainers=tuple(methods), rank_by=rank_by, explainer_options=others or None)
 
 
-__all__ = ["RunSummary", "Settings", "build_manifest", "clamped", "documents_done", "leaderboard_settings", "manifest_versions", "parse_shard",
+__all__ = ["RunSummary", "Settings", "build_manifest", "check_settings", "clamped", "documents_done", "leaderboard_settings", "manifest_versions", "parse_shard",
            "precompute", "read_logs", "run_kinds", "shard_rows", "tqdm_bar"]

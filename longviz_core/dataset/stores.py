@@ -16,15 +16,16 @@ from ..progress import Progress
 from .folders import deletable_stores
 from .kinds import ALL_KINDS, KINDS, Settings, resolve_kinds
 from .run import RunSummary, clamped, precompute, read_logs
-from .store import ResultStore
+from .store import FORMAT, ResultStore
 
 def local_store_dir(model: LoadedModel, df: pd.DataFrame, settings: Settings = Settings(), cache_dir=None) -> Path:
     """Where in-process runs (the app, the Python API) keep the store for this model, dataset and settings: a
     folder under the cache root named by the model and dataset fingerprints and every kind's manifest settings
-    (so settings that give the same numbers share one store, however they were written)."""
+    (so settings that give the same numbers share one store, however they were written), and by the store format
+    (a store of an earlier format is refused, so a new format starts a new folder)."""
     settings = clamped(model, settings)
     key = digest([model.fingerprint, dataset_fingerprint(df), settings.max_tokens,
-                  {k: _key_settings(k, settings) for k in ALL_KINDS}], digest_size=10)
+                  {k: _key_settings(k, settings) for k in ALL_KINDS}, FORMAT], digest_size=10)
     return _disk.cache_folder("stores", cache_dir) / key
 
 

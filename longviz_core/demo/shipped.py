@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .._disk import atomic_write, bytes_digest, cache_root, file_lock
+from .._disk import METADATA_BYTES, atomic_write, bytes_digest, cache_root, file_lock, open_own, read_file
 from ..config import DEMO_MODELS as DEMOS
 from ..progress import Progress
 from .corpus import generate_corpus
@@ -76,7 +76,7 @@ def _load_complete(root: Path) -> DemoPaths | None:
     if not marker.is_file():
         return None
     try:
-        recorded = json.loads(marker.read_text())["files"]
+        recorded = _read_json(marker)["files"]
     except (OSError, ValueError, KeyError, TypeError):  # unreadable: the demo is restored
         return None
     try:
@@ -89,8 +89,13 @@ def _load_complete(root: Path) -> DemoPaths | None:
         log.warning("The demo in %s is damaged (%s differ from the checksums recorded when it was made); "
                     "restoring it.", root, ", ".join(damaged))
         return None
-    metrics = json.loads((root / "metrics.json").read_text())
+    metrics = _read_json(root / "metrics.json")
     return DemoPaths(root=root, model_dir=root / "model", dataset_path=root / "dataset.parquet", metrics=metrics)
+
+
+def _read_json(path: Path):
+    """A JSON file of the demo, read within the bound of every metadata file (ValueError when it is not one)."""
+    return json.loads(read_file(path, str(path), METADATA_BYTES, ValueError))
 
 
 def _marker(folder: str, files: dict[str, str]) -> bytes:
@@ -101,7 +106,7 @@ def _shipped_checksums(shipped: Path) -> dict[str, str] | None:
     """The shipped files' checksums when every shipped file matches them; None when the package carries no
     trained demo there or it is damaged."""
     try:
-        expected = json.loads((shipped / _SHIPPED_SUMS).read_text())
+        expected = _read_json(shipped / _SHIPPED_SUMS)
         found = file_checksums(shipped, skip=(_SHIPPED_SUMS, "__pycache__"))
     except (OSError, ValueError):
         return None
@@ -126,7 +131,7 @@ def restore_shipped(out_dir: str | os.PathLike, progress: Progress | None = None
     report(0.5, "Writing the demo corpus")
     generate_corpus(seed=SEED).to_parquet(out / "dataset.parquet", index=False)
     report(1.0, "Demo ready")
-    metrics = json.loads((out / "metrics.json").read_text())
+    metrics = _read_json(out / "metrics.json")
     return DemoPaths(root=out, model_dir=out / "model", dataset_path=out / "dataset.parquet", metrics=metrics)
 
 
@@ -144,7 +149,7 @@ def _remove_abandoned_builds(base: Path, folder: str, lock_held: bool) -> None:
         for p in folders:
             shutil.rmtree(p, ignore_errors=True)
         return
-    with open(base / f"{folder}.lock", "w") as f:
+    with os.fdopen(open_own(base / f"{folder}.lock"), "w") as f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:  # a build is running: its folder is in use

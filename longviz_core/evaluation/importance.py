@@ -50,7 +50,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .._disk import cache_folder, read_sealed, write_sealed
+from .._disk import METADATA_BYTES, cache_folder, read_file, read_sealed, write_sealed
 from ..errors import LongvizError
 from ..model.encoding import DEFAULT_MAX_TOKENS
 from ..model.families import FamilyLayoutError, HeadParameters
@@ -183,9 +183,12 @@ def load_head_importance(source, num_layers: int | None = None, num_heads: int |
         data, name = bytes(source), (filename or "")
     else:
         path = Path(source).expanduser()
-        if not path.is_file():
-            raise HeadImportanceError(f"No head-importance file at '{source}'.")
-        data, name = path.read_bytes(), filename or path.name
+        try:
+            data = read_file(path, f"The head-importance file '{source}'", METADATA_BYTES, HeadImportanceError,
+                             fix="give a .npy or .pt/.pth file of (layers, heads) values")
+        except FileNotFoundError:
+            raise HeadImportanceError(f"No head-importance file at '{source}'.") from None
+        name = filename or path.name
     name = name.lower()
     try:
         if name.endswith(".npy") or data[:6] == b"\x93NUMPY":

@@ -2,43 +2,35 @@
 check for NUL bytes in texts that names the row."""
 from __future__ import annotations
 
-import stat
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from .. import _disk
+from .._disk import read_file
 from ..errors import DatasetError
 
 MAX_DATASET_BYTES = 4 * 2**30  # a dataset file read into memory; larger ones go through `longviz precompute` shards
+_FILES = ("give a CSV, TSV, Parquet or JSONL file (over 4 GiB: split it, or compute it with `longviz precompute`, "
+          "docs/dataset-scale.md)")
+_TOO_LARGE = "split it, or compute it with `longviz precompute` (docs/dataset-scale.md)"
 
 
 def read_dataset_file(path: Path, limit: int = MAX_DATASET_BYTES) -> bytes:
     """The bytes of the dataset file at `path`: a regular file of at most `limit` bytes, else DatasetError. The one
-    reader of dataset paths, so a folder, a device such as /dev/zero, a FIFO or an endless stream is refused
-    by name instead of failing deep inside (IsADirectoryError) or reading until memory runs out."""
+    reader of dataset paths (by _disk.read_file's policy), so a folder, a device such as /dev/zero, a FIFO or an
+    endless stream is refused by name instead of failing deep inside (IsADirectoryError) or reading until memory
+    runs out."""
     try:
-        info = path.stat()
-    except OSError as exc:
-        raise DatasetError(f"Cannot open the dataset '{path}': {exc.strerror or exc}.") from None
-    if stat.S_ISDIR(info.st_mode):
-        raise DatasetError(f"'{path}' is a folder, not a dataset file: give a CSV, TSV, Parquet or JSONL file in it.")
-    if not stat.S_ISREG(info.st_mode):
-        raise DatasetError(f"'{path}' is not a regular file (a device, socket or pipe): give a CSV, TSV, Parquet "
-                           "or JSONL file.")
-    try:
-        with open(path, "rb") as fh:
-            return read_bounded(fh, f"The dataset '{path}'", limit)
-    except OSError as exc:
-        raise DatasetError(f"Cannot read the dataset '{path}': {exc.strerror or exc}.") from None
+        return read_file(path, f"The dataset '{path}'", limit, DatasetError, fix=_FILES)
+    except FileNotFoundError:
+        raise DatasetError(f"Cannot open the dataset '{path}': no such file.") from None
 
 
 def read_bounded(stream, what: str, limit: int = MAX_DATASET_BYTES) -> bytes:
-    data = stream.read(limit + 1)
-    if len(data) > limit:
-        raise DatasetError(f"{what} is larger than {limit / 2**30:g} GiB: split it, or compute it with "
-                           "`longviz precompute` (docs/dataset-scale.md).")
-    return data
+    """At most `limit` bytes of an uploaded dataset (_disk.read_bounded), else DatasetError naming `what`."""
+    return _disk.read_bounded(stream, what, limit, DatasetError, _TOO_LARGE)
 
 
 def check_no_nul(texts: pd.Series, column: str) -> None:

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .._disk import texts_hasher
+from .._disk import METADATA_BYTES, read_file, texts_hasher
 from ..config import DEMO, DEMO_MODELS
 from ..errors import (
     DatasetError,
@@ -174,8 +174,9 @@ def _check_tokenizer_files(path: str, config, source: str) -> None:
         return
     name = None
     try:
-        name = json.loads((folder / "tokenizer_config.json").read_text()).get("tokenizer_class")
-    except (OSError, ValueError, AttributeError):
+        name = json.loads(read_file(folder / "tokenizer_config.json", f"The tokenizer_config.json of '{source}'",
+                                    METADATA_BYTES, ModelLoadError)).get("tokenizer_class")
+    except (FileNotFoundError, ValueError, AttributeError):  # no or no usable class named: the model type's
         pass
     name = name or TOKENIZER_MAPPING_NAMES.get(config.model_type)
     cls = tokenizer_class_from_name(name.removesuffix("Fast")) if name else None
@@ -197,8 +198,9 @@ def _first_line(exc: Exception) -> str:
 def _resolve_path(source: str) -> str:
     p = Path(source).expanduser()
     if p.exists():
-        if not (p / "config.json").is_file():
+        if not (p / "config.json").exists():
             raise ModelNotFoundError(f"'{source}' exists but has no config.json: it is not a saved checkpoint.")
+        _check_regular_files(p, source)
         return str(p)
     looks_like_path = source.startswith((".", "/", "~")) or os.sep in source.strip("/").split("/", 1)[-1] or (
         not _HUB_ID.match(source)
@@ -206,6 +208,19 @@ def _resolve_path(source: str) -> str:
     if looks_like_path:
         raise ModelNotFoundError(f"No model directory at '{source}'. Check the path (it must contain config.json).")
     return source  # a Hub id
+
+
+def _check_regular_files(folder: Path, source: str) -> None:
+    """Every file of a local checkpoint is a regular file, and each JSON file transformers parses whole (config,
+    tokenizer config, special tokens) is within the bound of every metadata file: a file linked to /dev/zero, a
+    pipe or a runaway file is refused by name before transformers reads it without end."""
+    fix = "copy the checkpoint's own files in its place (save_pretrained)"
+    for entry in sorted(folder.iterdir()):
+        if entry.name.endswith(".json") and entry.name != _TOKENIZER_JSON and not entry.is_dir():
+            read_file(entry, f"The {entry.name} of '{source}'", METADATA_BYTES, ModelLoadError, fix=fix)
+        elif entry.exists() and not (entry.is_file() or entry.is_dir()):
+            raise ModelLoadError(f"The {entry.name} of '{source}' is not a regular file (a device, socket or pipe); "
+                                 f"{fix}.")
 
 
 def _check_no_custom_code(config, source: str) -> None:

@@ -58,7 +58,7 @@ def pool_attention(bands: AttentionBands, grid: int = DEFAULT_GRID) -> PooledAtt
     if not isinstance(bands, (AttentionBands, LayeredAttention)):
         raise PoolingError(f"Expected AttentionBands, got {type(bands).__name__}: pass an analysis's attention "
                            "(analyze(model, text).attention).")
-    grid = _check_grid(grid)
+    grid = check_grid(grid)
     n = bands.n
     block = -(-n // grid)
     g = -(-n // block)
@@ -82,7 +82,7 @@ def pool_dataset(
     """Average of the documents' pooled maps on a common grid of relative positions.
 
     `documents` may be a generator (each analysis is pooled then dropped); `total` is only used for progress."""
-    grid = _check_grid(grid)
+    grid = check_grid(grid)
     acc = None
     count = 0
     for bands in documents:
@@ -163,7 +163,8 @@ def _block_sums(local, global_cols, global_rows, gidx, w: int, block: int, g: in
     return sums
 
 
-def _check_grid(grid) -> int:
+def check_grid(grid) -> int:
+    """`grid` (cells per axis) as an int, else PoolingError: checked before anything is pooled or stored."""
     if isinstance(grid, bool) or not isinstance(grid, (int, np.integer)) or not 1 <= grid <= 1024:
         raise PoolingError(f"grid (cells per axis) must be an integer in 1..1024, e.g. {DEFAULT_GRID}; got {grid!r}.")
     return int(grid)

@@ -91,7 +91,7 @@ def test_pickle_never_reaches_the_disk(store_dir):
     with StoreWriter(store_dir, "w") as w:
         with pytest.raises(ValueError):
             w.commit("0000000", "attribution", Record(arrays={"bad": np.array([{"a": 1}], dtype=object)}))
-        assert not w.exists("0000000", "attribution")
+        assert not w.holds("0000000", "attribution")
     assert ResultStore(store_dir).count("attribution") == 0
     assert not (store_dir / "tmp" / "w").exists()  # the half-staged unit went with the writer
 

@@ -10,7 +10,7 @@ import pandas as pd
 from ...errors import StoreError
 from ..store.units import Record, table_name
 from .job import Doc, Job, Kind
-from .settings import mask_rule
+from .settings import Settings, mask_rule
 
 # The token counts the attention kind stores: the Token counts page's dataset scope shows them at these settings,
 # grouped by each of `groups` (table "counts" by token type, "word_counts" by word).
@@ -62,10 +62,14 @@ def _counts(analysis) -> dict[str, pd.DataFrame]:
             for group, tables in parts.items()}
 
 
-KIND = Kind("attention", (),
-            lambda s: {"grid": s.grid, "pooling": "relative", "counts": {**COUNTS, "groups": list(COUNTS["groups"])},
-                      "mask_rule": mask_rule()},
-            _attention)
+def _attention_settings(s: Settings) -> dict:
+    from ...views.pooling import check_grid
+
+    return {"grid": check_grid(s.grid), "pooling": "relative",
+            "counts": {**COUNTS, "groups": list(COUNTS["groups"])}, "mask_rule": mask_rule()}
+
+
+KIND = Kind("attention", (), _attention_settings, _attention)
 
 
 class AttentionQueries:

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...errors import StoreError
 from ...progress import Progress
 from ..store.units import Record
 from .job import Job, Kind
@@ -13,11 +12,8 @@ from .settings import Settings
 def _head_importance(job: Job, progress: Progress | None) -> Record:
     from ...evaluation.importance import cached_raw_head_importance, normalise_importance, raw_head_importance
 
-    if job.settings.importance_values is not None:
+    if job.settings.importance_values is not None:  # its shape checked before the run (run.check_settings)
         given = np.asarray(job.settings.importance_values, dtype=np.float64)  # (layers, heads)
-        if given.shape != (job.model.num_layers, job.model.num_heads):
-            raise StoreError(f"The head importance given has shape {given.shape}; this model has "
-                             f"{job.model.num_layers} layers x {job.model.num_heads} heads.")
         return Record(arrays={"raw": given, "importance": given})
     cfg = _importance_settings(job.settings)
     args = (job.model, job.df, job.settings.max_tokens, cfg["examples"])

@@ -18,7 +18,14 @@ with a warning and its units are indexed from their files too; the writer that o
 
 Every file's size and BLAKE2b are recorded in its unit's meta.json and checked whenever the file is read (a
 store is a lab's shared truth: it must never serve flipped numbers); the manifest carries its own checksum.
-A write that fails (a full disk) leaves nothing of its unit behind and is a StoreError saying so.
+Every unit's meta.json also records the identity of the store it was computed in (the model's and the dataset's
+fingerprints, max_tokens, a digest of each kind's settings; manifest.unit_identity) and the digest of its
+document's text, and so does every index entry: a unit or an index copied in from another store is never
+served, and a run computes the unit again in its place. A store reads only its own files: symbolic links inside
+it are never followed (unit discovery lists them as problems), and every metadata file is read within a bound.
+A unit folder that is not the store's own (damaged meta.json, another store's unit, a link) is replaced by the
+next run that computes it. A write that fails (a full disk) leaves nothing of its unit behind and is a
+StoreError saying so.
 
 Why one SQLite file per writer rather than one shared file: shards never contend for a lock, shards on
 different machines can write into one shared directory (SQLite's locking and WAL are unsafe on network
@@ -35,8 +42,8 @@ some bring torch (through the views' definitions), and reading a store (`store-i
 Modules: units.py (the layout, a unit's checked files), manifest.py, writer.py, index.py (SQLite), reader.py
 (ResultStore); each result kind's queries live beside the kind, in dataset/kinds/.
 """
-from .manifest import MANIFEST, NUMERIC_PACKAGES, manifest_conflicts, open_manifest, read_manifest
-from .units import FORMAT, Record, doc_id_of, load_unit, scan_units, table_name
+from .manifest import FORMAT, MANIFEST, NUMERIC_PACKAGES, manifest_conflicts, open_manifest, read_manifest
+from .units import Record, doc_id_of, load_unit, scan_units, table_name
 from .writer import StoreWriter
 
 __all__ = ["FORMAT", "MANIFEST", "NUMERIC_PACKAGES", "Record", "ResultStore", "StoreWriter", "doc_id_of", "load_unit",

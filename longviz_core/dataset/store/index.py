@@ -1,5 +1,5 @@
-"""The store's SQLite index: one WAL database per writer mirroring every unit's tables, opened for writing or
-reading, its damage told apart from a bad query."""
+"""The store's SQLite index: one WAL database per writer mirroring every unit's tables and identity, opened for
+writing or reading, its damage told apart from a bad query."""
 from __future__ import annotations
 
 import json
@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .units import table_name
+from .manifest import identity_fault
+from .units import is_link, table_name
 
 log = logging.getLogger("longviz_core.dataset.store")
 
@@ -33,13 +34,19 @@ def is_damage(exc: Exception) -> bool:
 def open_writer_index(path: Path) -> sqlite3.Connection:
     """The writer's own index, schema ready. A damaged one (truncated, overwritten) is removed with a warning
     and started afresh: the unit files are the truth; the run re-indexes the units of its rows as it passes
-    them, and readers index any other unit from its files."""
+    them, and readers index any other unit from its files. A link in its place is removed (written through, the
+    index would be another store's) and the index started afresh the same way."""
+    if is_link(path):
+        log.warning("The store index %s is a symbolic link; replacing it by an index of this store's own.", path)
+        path.unlink()
     conn = None
     try:
         conn = _connect(path)
         init_schema(conn)
         if conn.execute("PRAGMA quick_check(1)").fetchone()[0] != "ok":
             raise sqlite3.DatabaseError("database disk image is malformed (quick_check)")
+        if "identity" not in {r[1] for r in conn.execute("PRAGMA table_info(entries)")}:
+            raise sqlite3.DatabaseError("its entries record no identity (an index of another store format)")
         return conn
     except sqlite3.DatabaseError as exc:
         if not is_damage(exc):
@@ -77,7 +84,7 @@ def connect_read(path: Path) -> sqlite3.Connection:
 def init_schema(conn: sqlite3.Connection) -> None:
     with conn:
         conn.execute("CREATE TABLE IF NOT EXISTS entries(doc_id TEXT NOT NULL, kind TEXT NOT NULL, scalars TEXT, "
-                      "PRIMARY KEY (doc_id, kind))")
+                      "identity TEXT, PRIMARY KEY (doc_id, kind))")
         conn.execute("CREATE TABLE IF NOT EXISTS _columns(tbl TEXT NOT NULL, col TEXT NOT NULL, dtype TEXT NOT NULL, "
                       "PRIMARY KEY (tbl, col))")
 
@@ -98,7 +105,33 @@ def index_unit(conn: sqlite3.Connection, doc_id: str, kind: str, meta: dict, tab
                 rows = [(doc_id, i, *(_py(v) for v in row)) for i, row in enumerate(values)]
                 names = ", ".join(f'"{c}"' for c in ["doc_id", "_i", *cols])
                 conn.executemany(f'INSERT INTO "{t}" ({names}) VALUES ({", ".join("?" * (len(cols) + 2))})', rows)
-        conn.execute("INSERT OR REPLACE INTO entries VALUES (?, ?, ?)", (doc_id, kind, json.dumps(meta["scalars"])))
+        conn.execute("INSERT OR REPLACE INTO entries VALUES (?, ?, ?, ?)",
+                     (doc_id, kind, json.dumps(meta["scalars"]), json.dumps(meta.get("identity"), sort_keys=True)))
+
+
+class IdentityCheck:
+    """identity_fault of an index entry's recorded identity (JSON text), remembered per text: an index holds few
+    distinct identities (one per state of the manifest's kinds), and a store checks every entry it opens."""
+
+    def __init__(self, expected: dict):
+        self.expected = expected
+        self._seen: dict = {}
+
+    def __call__(self, text) -> bool:
+        """Whether an entry recording `text` was indexed in the store of identity `expected`."""
+        if text not in self._seen:
+            try:
+                recorded = json.loads(text) if isinstance(text, str) else None
+            except ValueError:
+                recorded = None
+            self._seen[text] = identity_fault(recorded, self.expected) is None
+        return self._seen[text]
+
+
+def indexed_identity(conn: sqlite3.Connection, doc_id: str, kind: str, expected: dict) -> bool:
+    """Whether the index holds the unit, indexed in the store of identity `expected`."""
+    row = conn.execute("SELECT identity FROM entries WHERE doc_id=? AND kind=?", (doc_id, kind)).fetchone()
+    return row is not None and IdentityCheck(expected)(row[0])
 
 
 def _ensure_table(conn: sqlite3.Connection, t: str, df: pd.DataFrame) -> None:

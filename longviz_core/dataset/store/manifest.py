@@ -1,14 +1,18 @@
 """The store's manifest: what a store holds (model, dataset, settings per kind, package versions), sealed with
-its own checksum, and the check that refuses to mix results made under other ones."""
+its own checksum, the check that refuses to mix results made under other ones, and the identity every unit
+records of the store it was computed in."""
 from __future__ import annotations
 
+import errno
 import json
 from pathlib import Path
 
-from ..._disk import atomic_write, bytes_digest, file_lock
-from ...errors import CacheCorruptError, ManifestMismatchError
-from .units import FORMAT, write_error
+from ..._disk import METADATA_BYTES, atomic_write, bytes_digest, digest, file_lock, read_file
+from ...errors import CacheCorruptError, ManifestMismatchError, StoreError
 
+# 2: manifests sealed by their checksum, token counts by type and by word, exact flip scans; 3: every unit records
+# the identity of the store it was computed in (unit_identity)
+FORMAT = 3
 MANIFEST = "manifest.json"
 _CHECKSUM = "checksum"  # the manifest's own BLAKE2b, over its other keys
 # Version keys whose change may change the numbers; a mismatch refuses unless explicitly allowed.
@@ -20,7 +24,8 @@ def read_manifest(root) -> dict | None:
     from must not have changed since it was written (a flipped digit could make a store claim other settings)."""
     path = Path(root) / MANIFEST
     try:
-        manifest = json.loads(path.read_text())
+        # bounded, and never through a link: a manifest linked to /dev/zero or to another store's is refused
+        manifest = json.loads(read_file(path, "it", METADATA_BYTES, ValueError, links=False))
         recorded = manifest.pop(_CHECKSUM, None) if isinstance(manifest, dict) else None
         if not isinstance(manifest, dict):
             raise ValueError("not a JSON object")
@@ -29,12 +34,67 @@ def read_manifest(root) -> dict | None:
         if manifest.get("format") != FORMAT:
             raise ManifestMismatchError(f"{root} is a store of format {manifest.get('format')}; this longviz reads "
                                         f"format {FORMAT}. Precompute into a new --out directory.")
+        _check_shape(manifest)
         return manifest
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as exc:
-        raise CacheCorruptError(f"The store manifest {path} is unreadable or damaged ({exc}); it cannot be trusted. "
+    except (OSError, ValueError, RecursionError) as exc:
+        raise CacheCorruptError(f"The store manifest {path} is unreadable or damaged ({str(exc).rstrip('.')}); it "
+                                "cannot be trusted. "
                                 f"Restore it from a backup, or precompute into a new --out directory.") from exc
+
+
+def _check_shape(manifest: dict) -> None:
+    """ValueError unless the manifest holds what every reader of it takes for granted (the checksum proves only
+    that it is unchanged since written, not what wrote it)."""
+    model, dataset = manifest.get("model"), manifest.get("dataset")
+    if not (isinstance(model, dict) and isinstance(model.get("fingerprint"), str)):
+        raise ValueError("it names no model fingerprint")
+    if not (isinstance(dataset, dict) and isinstance(dataset.get("fingerprint"), str)
+            and type(dataset.get("n_documents")) is int and dataset["n_documents"] >= 0):
+        raise ValueError("it names no dataset fingerprint and size")
+    if type(manifest.get("max_tokens")) is not int:
+        raise ValueError("it records no max_tokens")
+    kinds = manifest.get("kinds", {})
+    if not (isinstance(kinds, dict) and all(isinstance(v, dict) for v in kinds.values())):
+        raise ValueError("its settings per kind are not a table")
+
+
+def unit_identity(manifest: dict) -> dict:
+    """What every unit records of the store it is computed in: the model's and the dataset's fingerprints,
+    max_tokens, and a digest of each kind's settings in the manifest. A kind's settings never change in a store
+    (open_manifest refuses), kinds are only added: so a unit of this store records a subset of this identity's
+    settings, and one computed elsewhere (another model, dataset, max_tokens or settings) differs somewhere."""
+    return {"model": manifest["model"]["fingerprint"], "dataset": manifest["dataset"]["fingerprint"],
+            "max_tokens": manifest["max_tokens"],
+            "settings": {kind: digest(s) for kind, s in manifest.get("kinds", {}).items()}}
+
+
+def identity_fault(recorded, expected: dict) -> str | None:
+    """Why a unit recording `recorded` was not computed in the store of identity `expected` (unit_identity), or
+    None when it was."""
+    if not isinstance(recorded, dict) or not isinstance(recorded.get("settings"), dict):
+        return "it records no identity of the model, data and settings it was computed with"
+    for key, what in (("model", "model"), ("dataset", "dataset"), ("max_tokens", "max_tokens")):
+        if recorded.get(key) != expected[key]:
+            return (f"it was computed with another {what} ({recorded.get(key)!r}; this store's is "
+                    f"{expected[key]!r})")
+    for kind, d in sorted(recorded["settings"].items()):
+        if kind not in expected["settings"]:
+            return f"it was computed in a store holding '{kind}' results, which this store has no settings for"
+        if d != expected["settings"][kind]:
+            return f"it was computed with other settings of '{kind}' than this store's"
+    return None
+
+
+def write_error(root: Path, what: str, exc: OSError) -> StoreError:
+    """A failed write as a StoreError saying what the store holds now and what to do."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        cause = f"the disk holding {root} is full (or the quota is used up)"
+    else:
+        cause = f"{exc.strerror or exc} ({getattr(exc, 'filename', None) or root})"
+    return StoreError(f"Could not write {what} into the store {root}: {cause}. Everything written before is intact; "
+                      "free space (or fix the cause) and run the same command again: it resumes where it stopped.")
 
 
 def _manifest_checksum(manifest: dict) -> str:

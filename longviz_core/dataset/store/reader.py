@@ -1,5 +1,6 @@
-"""Reading a store: the units on disk, the indexes that own them (damaged ones set aside), SQL over every index,
-and the result kinds' dataset-wide queries (each beside its kind, in dataset.kinds)."""
+"""Reading a store: the units on disk (links never followed), the indexes that own them (damaged ones set aside,
+entries of another store ignored), SQL over every index, and the result kinds' dataset-wide queries (each beside
+its kind, in dataset.kinds)."""
 from __future__ import annotations
 
 import hashlib
@@ -12,27 +13,28 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ...errors import CacheCorruptError, StoreError
+from ...errors import LongvizError, StoreError
 from ..kinds.agreement import AgreementQueries
 from ..kinds.attention import AttentionQueries
 from ..kinds.attribution import AttributionQueries
 from ..kinds.faithfulness import FaithfulnessQueries
 from ..kinds.head_importance import HeadImportanceQueries
 from ..kinds.leaderboard import LeaderboardQueries
-from .index import DamagedIndex, connect_read, index_unit, init_schema, is_damage, restore_dtypes
-from .manifest import MANIFEST, read_manifest
+from .index import DamagedIndex, IdentityCheck, connect_read, index_unit, init_schema, is_damage, restore_dtypes
+from .manifest import MANIFEST, read_manifest, unit_identity
 from .units import (
-    DATASET,
     INDEX,
-    META,
     Record,
+    is_link,
+    link_problem,
     load_npy,
     load_unit,
     read_meta,
     read_unit_tables,
-    scan_units,
+    scan_store,
     table_name,
     unit_dir,
+    unit_present,
 )
 
 log = logging.getLogger("longviz_core.dataset.store")
@@ -111,12 +113,21 @@ class ResultStore(AttentionQueries, AttributionQueries, HeadImportanceQueries, A
     def _refresh(self) -> "ResultStore":
         self.close()
         self.manifest = read_manifest(self.root) or self.manifest
-        on_disk = scan_units(self.root)  # {(doc_id, kind)}
+        self.identity = unit_identity(self.manifest)
+        on_disk, self._dataset_units, self._problems = scan_store(self.root)  # {(doc_id, kind)}, kinds, problems
         if self.limit is not None:
             on_disk = {(d, k) for d, k in on_disk if int(d) < self.limit}
         owner: dict[tuple[str, str], int] = {}
-        for path in sorted((self.root / INDEX).glob("*.sqlite")):
+        ours = IdentityCheck(self.identity)
+        index = self.root / INDEX
+        linked = is_link(index)
+        if linked:
+            self._problems.append(link_problem(index))
+        for path in [] if linked else sorted(index.glob("*.sqlite")):
             if path.stem in self._damaged:
+                continue
+            if is_link(path):  # another store's index, say: its entries are not this store's
+                self._problems.append(link_problem(path))
                 continue
             try:
                 conn = connect_read(path)
@@ -124,7 +135,7 @@ class ResultStore(AttentionQueries, AttributionQueries, HeadImportanceQueries, A
                 self._index_damaged(path.stem, exc)
                 continue
             try:
-                rows = conn.execute("SELECT doc_id, kind FROM entries").fetchall()
+                rows = conn.execute("SELECT doc_id, kind, identity FROM entries").fetchall()
             except sqlite3.OperationalError:  # a writer has created the file but not its tables yet
                 conn.close()
                 continue
@@ -133,19 +144,24 @@ class ResultStore(AttentionQueries, AttributionQueries, HeadImportanceQueries, A
                 self._index_damaged(path.stem, exc)
                 continue
             self._conns.append((path.stem, conn))
-            for doc_id, kind in rows:
-                if (doc_id, kind) in on_disk:
+            for doc_id, kind, identity in rows:
+                if (doc_id, kind) in on_disk and ours(identity):
                     owner.setdefault((doc_id, kind), len(self._conns) - 1)
         orphans = sorted(on_disk - set(owner))
         if orphans:  # units whose writer died before indexing them: index them here, in memory
             mem = sqlite3.connect(":memory:", check_same_thread=False)
             init_schema(mem)
             for doc_id, kind in orphans:
-                meta, tables = read_unit_tables(self.root, doc_id, kind)
+                try:
+                    meta, tables = read_unit_tables(self.root, doc_id, kind, self.identity)
+                except LongvizError as exc:  # damaged, or another store's: not served, and verify says so
+                    log.warning("%s", exc)
+                    self._problems.append(str(exc))
+                    on_disk.discard((doc_id, kind))
+                    continue
                 index_unit(mem, doc_id, kind, meta, tables)
+                owner[(doc_id, kind)] = len(self._conns)
             self._conns.append(("(files)", mem))
-            for key in orphans:
-                owner[key] = len(self._conns) - 1
         self._owner = owner
         self._units = on_disk
         return self
@@ -169,8 +185,8 @@ class ResultStore(AttentionQueries, AttributionQueries, HeadImportanceQueries, A
         return sum(1 for _, k in self._units if k == kind)
 
     def has(self, kind: str) -> bool:
-        """Whether any result of `kind` is stored (a dataset-level kind: whether it is)."""
-        return self.count(kind) > 0 or (unit_dir(self.root, None, kind) / META).is_file()
+        """Whether any result of `kind` is stored (a dataset-level kind: whether it is, on disk now)."""
+        return self.count(kind) > 0 or unit_present(self.root, None, kind)
 
     def complete(self, kind: str) -> bool:
         """Whether every document (of the first `limit`, when given) has `kind`."""
@@ -183,32 +199,34 @@ class ResultStore(AttentionQueries, AttributionQueries, HeadImportanceQueries, A
         h.update(json.dumps(self.manifest, sort_keys=True).encode())
         for doc_id, kind in sorted(self._units):
             h.update(f"{doc_id}/{kind};".encode())
-        for kind in sorted(p.name for p in (self.root / DATASET).glob("*") if (p / META).is_file()):
+        for kind in sorted(self._dataset_units):
             h.update(f"dataset/{kind};".encode())
         return h.hexdigest()
 
     # ---- units
     def load(self, doc_id: str | None, kind: str) -> Record:
         """One unit's arrays, tables and scalars (doc_id None: the dataset-level unit of `kind`), checksums
-        checked; see load_unit."""
-        return load_unit(self.root, doc_id, kind)
+        checked, and the unit checked to be this store's; see load_unit."""
+        return load_unit(self.root, doc_id, kind, self.identity)
 
     def array(self, doc_id: str | None, kind: str, name: str) -> np.ndarray:
-        unit = unit_dir(self.root, doc_id, kind)
-        meta = read_meta(unit) if (unit / META).is_file() else None
+        try:
+            meta = read_meta(self.root, doc_id, kind, self.identity)
+        except StoreError:
+            meta = None
         if meta is None or name not in meta["arrays"]:
             raise StoreError(f"The store has no array '{name}' of '{kind}' for {doc_id or 'the dataset'}.")
-        return load_npy(unit / f"{name}.npy", meta["arrays"][name])
+        return load_npy(self.root, unit_dir(self.root, doc_id, kind) / f"{name}.npy", meta["arrays"][name])
 
     def verify(self) -> list[str]:
-        """Check every unit's files against their recorded sizes and hashes; returns the problems found."""
-        problems = []
-        keys = sorted(self._units) + [(None, p.name) for p in sorted((self.root / DATASET).glob("*"))
-                                      if (p / META).is_file()]
-        for doc_id, kind in keys:
+        """Every problem of the store as it was opened (refresh() to look again): each entry it cannot read as a
+        unit of its own (a link, a file, a folder without a readable meta.json, a unit of another store), and each
+        unit whose files differ from their recorded sizes and hashes. Each names the path and its fix."""
+        problems = list(self._problems)
+        for doc_id, kind in sorted(self._units) + [(None, k) for k in sorted(self._dataset_units)]:
             try:
                 self.load(doc_id, kind)
-            except (CacheCorruptError, StoreError) as exc:
+            except LongvizError as exc:
                 problems.append(str(exc))
         return problems
 
