@@ -26,6 +26,8 @@ from ..errors import (
     ModelNotFoundError,
     NoAttentionError,
     NotAClassifierError,
+    SelectionError,
+    whole_number,
 )
 from ..progress import Progress, report
 from ..runtime import usable_device
@@ -66,7 +68,9 @@ class LoadedModel:
         return len(self.id2label)
 
     def label_name(self, i: int) -> str:
-        return str(self.id2label.get(int(i), i))
+        """Class `i`'s name (a number outside id2label as itself); SelectionError unless `i` is a whole number."""
+        i = whole_number(i, "class index", error=SelectionError)
+        return str(self.id2label.get(i, i))
 
     def encode(self, text: str, max_tokens: int) -> Encoded:
         """`text` as this model's input (encoding.encode with its position table, offset and template)."""

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import LongvizError, SelectionError
+from ..errors import LongvizError, SelectionError, whole_number
 from ..model import _kernels
 from ..model.bands import AttentionBands, by_layers
 from ..model.layered import LayeredAttention
@@ -58,7 +58,7 @@ def pool_attention(bands: AttentionBands, grid: int = DEFAULT_GRID) -> PooledAtt
     if not isinstance(bands, (AttentionBands, LayeredAttention)):
         raise PoolingError(f"Expected AttentionBands, got {type(bands).__name__}: pass an analysis's attention "
                            "(analyze(model, text).attention).")
-    grid = _check_grid(grid)
+    grid = check_grid(grid)
     n = bands.n
     block = -(-n // grid)
     g = -(-n // block)
@@ -82,7 +82,9 @@ def pool_dataset(
     """Average of the documents' pooled maps on a common grid of relative positions.
 
     `documents` may be a generator (each analysis is pooled then dropped); `total` is only used for progress."""
-    grid = _check_grid(grid)
+    grid = check_grid(grid)
+    if total is not None:
+        total = whole_number(total, "total (documents, for progress)", lo=0, error=PoolingError)
     acc = None
     count = 0
     for bands in documents:
@@ -163,7 +165,6 @@ def _block_sums(local, global_cols, global_rows, gidx, w: int, block: int, g: in
     return sums
 
 
-def _check_grid(grid) -> int:
-    if isinstance(grid, bool) or not isinstance(grid, (int, np.integer)) or not 1 <= grid <= 1024:
-        raise PoolingError(f"grid (cells per axis) must be an integer in 1..1024, e.g. {DEFAULT_GRID}; got {grid!r}.")
-    return int(grid)
+def check_grid(grid) -> int:
+    """The pooled maps' cells per axis as an int in 1..1024, else PoolingError."""
+    return whole_number(grid, f"grid (cells per axis, e.g. {DEFAULT_GRID})", 1, 1024, error=PoolingError)
