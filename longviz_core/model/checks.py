@@ -56,7 +56,10 @@ def value_bytes(config, device: torch.device) -> int:
 def weight_bytes(config, device: torch.device) -> int:
     """A lower bound on the bytes of the weights config.json describes (checked by check_config): each layer's
     query, key, value and output projections and its two feed-forward matrices, and the token table; biases,
-    norms, the position table and a third (gated) feed-forward matrix come on top."""
+    norms, the position table and a third (gated) feed-forward matrix come on top. 0 for a config without the
+    sizes (a composite model's): nothing to refuse it on."""
+    if getattr(config, "hidden_size", None) is None or getattr(config, "num_hidden_layers", None) is None:
+        return 0
     h = int(config.hidden_size)
     heads = int(getattr(config, "num_attention_heads", None) or 1)
     head_dim = int(getattr(config, "head_dim", None) or h // heads)
@@ -74,16 +77,21 @@ def memory_bytes(device: torch.device) -> int:
     return int(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
 
 
-def too_big(source: str, config, device: torch.device, where: str = "this machine") -> ModelLoadError:
+def too_big(source: str, config, device: torch.device, where: str = "this machine",
+            failed: BaseException | None = None) -> ModelLoadError:
     """The one message of a model that does not fit in memory: what its config needs (as loaded for `device`),
-    what `where` (this machine, or the GPU) has."""
+    what `where` (this machine, or the GPU) has in all, and the allocation that `failed` when it did."""
     need = weight_bytes(config, device)
     have = memory_bytes(device if where == "the GPU" else torch.device("cpu"))
-    return ModelLoadError(
-        f"The model '{source}' does not fit in memory: its config.json describes weights of at least "
-        f"{need / 2**30:,.1f} GiB ({value_bytes(config, device) * 8}-bit) and {where} has {have / 2**30:,.1f} GiB. "
-        "Load it on a machine with more memory, or check the sizes in config.json (hidden_size, "
-        "num_hidden_layers, intermediate_size, vocab_size).")
+    sizes = (f"its config.json describes weights of at least {need / 2**30:,.1f} GiB "
+             f"({value_bytes(config, device) * 8}-bit) and {where} has {have / 2**30:,.1f} GiB in all")
+    if failed is None:
+        return ModelLoadError(f"The model '{source}' does not fit in memory: {sizes}. Load it on a machine with more "
+                              "memory, or check the sizes in config.json (hidden_size, num_hidden_layers, "
+                              "intermediate_size, vocab_size).")
+    return ModelLoadError(f"The model '{source}' does not fit in the memory free now: loading it ran out of memory "
+                          f"({type(failed).__name__}: {str(failed).strip()[:200] or 'no details'}); {sizes}. Free "
+                          "memory (other programs, other models loaded), or load it on a machine with more memory.")
 
 
 def check_fits(config, source: str, device: torch.device) -> None:
@@ -178,7 +186,7 @@ def weight_fault(folder: Path, exc: BaseException) -> str | None:
     """What is wrong with the weight files in a checkpoint `folder` whose loading failed with `exc`, in words with
     the fix: a safetensors file whose header cannot be read (named), a .bin that is no PyTorch file or is cut off,
     a pickle holding more than tensors (refused for safety); None when no file is at fault."""
-    tensors = sorted(folder.glob("*.safetensors"))
+    tensors = sorted(folder.glob("model*.safetensors"))  # model.safetensors, or its shards
     for f in tensors:  # transformers prefers these; opening one reads its header only
         try:
             with safe_open(str(f), "pt"):
@@ -187,7 +195,7 @@ def weight_fault(folder: Path, exc: BaseException) -> str | None:
             return f"{f.name} is damaged: {_header_fault(bad)}. Copy or download the checkpoint again."
     if tensors:
         return None
-    for f in sorted(folder.glob("*.bin")):
+    for f in sorted(folder.glob("pytorch_model*.bin")):
         with open(f, "rb") as fh:
             head = fh.read(4)
         if head[:2] != b"PK" and head[:1] != b"\x80":

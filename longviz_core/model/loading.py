@@ -157,7 +157,7 @@ def load_model(source: str, device=None, progress: Progress | None = None) -> Lo
         model.to(device).eval()
     except Exception as exc:
         if is_out_of_memory(exc):
-            raise too_big(source, config, device, "the GPU") from exc
+            raise too_big(source, config, device, "the GPU", failed=exc) from exc
         raise
     windows = family.windows
     loaded = LoadedModel(
@@ -289,7 +289,7 @@ def _weights_error(source: str, path: str, exc: Exception, config, device, local
     """A failure to build the model or read its weights, named: memory, a weight file at fault (weight_fault),
     else the library's own words."""
     if is_out_of_memory(exc):
-        return too_big(source, config, device)
+        return too_big(source, config, device, failed=exc)
     fault = weight_fault(Path(path), exc) if local else None
     if fault:
         return ModelLoadError(f"The weights of '{source}' cannot be loaded: {fault}")
@@ -330,7 +330,7 @@ def _check_attention_output(loaded: LoadedModel) -> None:
     except Exception as exc:  # a model that cannot even run a tiny input is unusable here
         if is_out_of_memory(exc):
             raise too_big(loaded.source, loaded.model.config, loaded.device,
-                          "the GPU" if loaded.device.type == "cuda" else "this machine") from exc
+                          "the GPU" if loaded.device.type == "cuda" else "this machine", failed=exc) from exc
         raise NoAttentionError(f"'{loaded.source}' failed on a probe input: {exc}") from exc
     if not getattr(out, "attentions", None):
         raise NoAttentionError(

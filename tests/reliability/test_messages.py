@@ -106,7 +106,8 @@ def test_an_allocation_that_fails_while_loading_is_named_as_memory(tiny_longform
         raise failure
 
     monkeypatch.setattr(AutoModelForSequenceClassification, "from_pretrained", fail)
-    _refused(tiny_longformer_dir, "does not fit in memory", "its config.json describes weights of at least")
+    _refused(tiny_longformer_dir, "does not fit in the memory free now", "ran out of memory",
+             "its config.json describes weights of at least", "Free memory")
 
 
 # ----------------------------------------------------------------------------------------- pickle weights
