@@ -204,6 +204,9 @@ def weight_fault(folder: Path, exc: BaseException) -> str | None:
         if head[:2] == b"PK" and not zipfile.is_zipfile(f) or "truncated" in str(exc):
             return (f"{f.name} is cut off (an interrupted copy or download): its end is missing. Copy or download "
                     "the checkpoint again.")
+        if "PytorchStreamReader" in str(exc):  # torch's reader of the zip archive
+            return (f"{f.name} is damaged: torch cannot read its archive ({_line(str(exc))}). Copy or download "
+                    "the checkpoint again.")
     if isinstance(exc, pickle.UnpicklingError):
         return ("its .bin weights are a pickle holding more than tensors, and pickle weights are not loaded for "
                 "safety (torch.load(weights_only=True) refused them). Convert the checkpoint to safetensors in a "
@@ -218,7 +221,9 @@ def _header_fault(exc: BaseException) -> str:
         return "it is shorter than its header says, cut off by an interrupted copy or download"
     if "too small" in text:
         return "it is empty or ends before its header"
-    if any(s in text for s in ("too large", "invalid JSON", "UTF-8", "utf-8")):
+    if "invalid header length" in text:
+        return "it ends inside its header, cut off by an interrupted copy or download"
+    if any(s in text for s in ("too large", "invalid JSON", "UTF-8", "utf-8", "header start", "offset")):
         return f"its header is overwritten, not the JSON a safetensors file starts with ({_line(text)})"
     return _line(text)
 
