@@ -3,6 +3,7 @@ is built), weights that fit in memory and fit config.json, a tokenizer whose ids
 names that name one class each."""
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import re
@@ -12,7 +13,8 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from ..errors import ModelLoadError, whole_number
+from ..errors import DatasetError, ModelLoadError, whole_number
+from .files import read_bounded
 
 # config.json's sizes that must be whole numbers >= 1 where a config has them (read through the config, so another
 # family's spelling, GPT-2's n_layer, is read too): a model built from 0 or -1 of them fails far from the cause
@@ -211,6 +213,26 @@ def weight_fault(folder: Path, exc: BaseException) -> str | None:
         return ("its .bin weights are a pickle holding more than tensors, and pickle weights are not loaded for "
                 "safety (torch.load(weights_only=True) refused them). Convert the checkpoint to safetensors in a "
                 "trusted environment: model.save_pretrained(<dir>, safe_serialization=True).")
+    return None
+
+
+TOKENIZER_JSON = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json")
+
+
+def tokenizer_fault(folder: Path) -> str | None:
+    """The first of a checkpoint folder's JSON tokenizer files (TOKENIZER_JSON) that is not JSON, named with the
+    parser's words; None when each present parses."""
+    for name in TOKENIZER_JSON:
+        path = folder / name
+        if not path.is_file():
+            continue
+        try:
+            with path.open("rb") as fh:
+                json.loads(read_bounded(fh, name))
+        except DatasetError as exc:  # larger than the bounded reader takes
+            return str(exc)
+        except (OSError, ValueError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+            return f"{name} is not valid JSON ({_line(str(exc))})"
     return None
 
 

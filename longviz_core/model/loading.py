@@ -33,7 +33,7 @@ from ..progress import Progress, report
 from ..runtime import usable_device
 from .checks import (
     check_complete, check_config, check_fits, check_shapes, check_vocabulary, config_error, distinct_labels, is_head,
-    is_out_of_memory, too_big, weight_fault,
+    is_out_of_memory, tokenizer_fault, too_big, weight_fault,
 )
 from .encoding import Encoded, Template, encode, special_ids
 from .capture import use_longviz_attention
@@ -123,12 +123,13 @@ def load_model(source: str, device=None, progress: Progress | None = None) -> Lo
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
     except ModelLoadError:
         raise
-    except (OSError, ValueError, KeyError) as exc:
-        raise _translate_load_error(source, exc, local=local) from exc
-    except Exception as exc:  # a tokenizer file the tokenizers library cannot parse
-        raise ModelLoadError(f"The tokenizer of '{source}' cannot be read ({type(exc).__name__}: "
-                             f"{_first_line(exc)}). Save the tokenizer the model was trained with next to it "
-                             "(tokenizer.save_pretrained(<dir>)).") from exc
+    except Exception as exc:  # a tokenizer file that is not JSON, or that the tokenizers library cannot parse
+        fault = tokenizer_fault(Path(path)) if local else None
+        if fault is None and isinstance(exc, (OSError, ValueError, KeyError)):
+            raise _translate_load_error(source, exc, local=local) from exc
+        detail = fault or f"{type(exc).__name__}: {_first_line(exc)}"
+        raise ModelLoadError(f"The tokenizer of '{source}' cannot be read: {detail}. Save the tokenizer the model was "
+                             "trained with into the checkpoint folder (tokenizer.save_pretrained(<dir>)).") from exc
     try:
         model, info = AutoModelForSequenceClassification.from_pretrained(
             path, trust_remote_code=False, attn_implementation="eager", output_loading_info=True,

@@ -46,7 +46,7 @@ LONGFORMER_CASES = {
     "empty-tokenizer-json": (dict(drop=("vocab.json", "merges.txt"), damage=("tokenizer.json", lambda b: b"")),
                              r"no complete tokenizer"),
     "garbage-tokenizer-json": (dict(damage=("tokenizer.json", lambda b: b"{not json")),
-                               r"Could not load the checkpoint .*Check its files"),
+                               r"tokenizer of .* cannot be read: tokenizer\.json is not valid JSON .*save_pretrained"),
     "weights-missing": (dict(drop=("model.safetensors",)), r"no file named model\.safetensors"),
     "weights-truncated": (dict(damage=("model.safetensors", lambda b: b[: len(b) // 2])),
                           r"model\.safetensors is damaged: it is shorter than its header says, cut off"),

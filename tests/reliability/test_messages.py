@@ -202,3 +202,11 @@ def test_a_head_for_other_classes_is_still_named_as_such(tiny_longformer_dir, tm
     names = {str(i): f"c{i}" for i in range(3)}
     _refused(_copy(tiny_longformer_dir, tmp_path / "m", id2label=names, label2id={v: int(k) for k, v in names.items()}),
              "trained for 2 classes but config.json lists 3")
+
+
+@misleading
+@pytest.mark.parametrize("name", ["tokenizer.json", "tokenizer_config.json"])
+def test_a_tokenizer_file_that_is_not_json_is_named(tiny_longformer_dir, tmp_path, name):
+    path = shutil.copytree(tiny_longformer_dir, tmp_path / "m")
+    (path / name).write_bytes(b"{not json")
+    _refused(path, "The tokenizer of", f"{name} is not valid JSON", "tokenizer.save_pretrained(<dir>)")
