@@ -154,6 +154,10 @@ COUNTS = {
                                                       Settings(max_tokens=32), shard=(0, v)), "shard"),
     "local_store limit": (lambda d, v: lv.local_store(d.model, d.df, "attention", Settings(max_tokens=32),
                                                       cache_dir=d.tmp, limit=v), "limit"),
+    "run_on_ray workers (before a cluster starts)": (lambda d, v: lv.run_on_ray(
+        "demo", "demo", _store(d, v), "attention", Settings(max_tokens=32), workers=v), "workers"),
+    "run_on_ray limit (before a cluster starts)": (lambda d, v: lv.run_on_ray(
+        "demo", "demo", _store(d, v), "attention", Settings(max_tokens=32), limit=v), "limit"),
     "ResultStore limit": (lambda d, v: lv.ResultStore(d.tmp, limit=v), "limit"),
     "BudgetLRU max_bytes": (lambda d, v: lv.BudgetLRU(v), "max_bytes"),
     "BudgetLRU max_entries": (lambda d, v: lv.BudgetLRU(100, max_entries=v), "max_entries"),
@@ -201,7 +205,7 @@ def _refused(doc, call, name: str, value) -> None:
 def test_a_count_that_is_not_a_whole_number_in_range_is_refused_by_name(doc, case, value):
     call, name = COUNTS[case]
     _refused(doc, call, name, value)
-    if case.startswith("precompute"):
+    if case.startswith(("precompute", "run_on_ray")):
         assert not _store(doc, value).exists()  # refused before anything is written
 
 
