@@ -1,4 +1,6 @@
 """Typed errors of the core. The UI catches `LongvizError` and shows its message; nothing else should leak."""
+import math
+
 import numpy as np
 
 
@@ -96,3 +98,34 @@ def whole_number(value, what: str, lo: int | None = None, hi: int | None = None,
         accepted = (f"{lo}..{hi}" if hi is not None else f"at least {lo}") if lo is not None else f"at most {hi}"
         raise error(f"{what} must be {accepted}, got {v if abs(v) < 10**18 else 'a number that large'}.")
     return v
+
+
+def real_number(value, what: str, lo: float | None = None, hi: float | None = None, *, above: bool = False,
+                below: bool = False, error: type[LongvizError] = SettingsError) -> float:
+    """`value` as a float when it is a finite number (an int or a float) in the range lo..hi, each end included
+    unless `above` (value > lo) or `below` (value < hi), else `error` naming `what` and the accepted range: the
+    front door's one check of fractions, probabilities and thresholds (NaN, infinity, True and "0.5" are refused,
+    not read)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise error(f"{what} must be a number, got {value!r} ({type(value).__name__}).")
+    try:
+        v = float(value)
+    except OverflowError:  # an int beyond float's range
+        v = math.inf
+    if not math.isfinite(v):
+        raise error(f"{what} must be a finite number, got {value!r}.")
+    if (lo is not None and (v < lo or above and v == lo)) or (hi is not None and (v > hi or below and v == hi)):
+        if lo is not None and hi is not None:
+            accepted = f"in {'(' if above else '['}{lo:g}, {hi:g}{')' if below else ']'}"
+        else:
+            accepted = f"{'>' if above else '>='} {lo:g}" if lo is not None else f"{'<' if below else '<='} {hi:g}"
+        raise error(f"{what} must be {accepted}, got {v:g}.")
+    return v
+
+
+def items(values, what: str, error: type[LongvizError] = SettingsError) -> tuple:
+    """`values` as a tuple when it is a list, tuple or 1-D array of items, else `error` naming `what` (a lone
+    number or a string where a list is expected is refused, not split into characters or read as one item)."""
+    if isinstance(values, (str, bytes, dict, set)) or not hasattr(values, "__iter__"):
+        raise error(f"{what} must be a list, got {values!r} ({type(values).__name__}).")
+    return tuple(values.tolist() if isinstance(values, np.ndarray) else values)

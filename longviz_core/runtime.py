@@ -231,7 +231,10 @@ class BudgetLRU:
     def __init__(self, max_bytes: int, max_entries: int = 64) -> None:
         from collections import OrderedDict
 
-        self.max_bytes, self.max_entries = int(max_bytes), int(max_entries)
+        from .errors import whole_number
+
+        self.max_bytes = whole_number(max_bytes, "max_bytes", lo=0)
+        self.max_entries = whole_number(max_entries, "max_entries", lo=1)
         self._items: OrderedDict = OrderedDict()  # key -> (value, nbytes)
         self._lock = threading.Lock()
         self._key_locks: dict = {}

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from .._disk import digest, read_sealed, write_sealed
-from ..errors import AttributionError
+from ..errors import AttributionError, whole_number
 from ..model.encoding import Encoded, special_ids
 from ..model.loading import LoadedModel
 from ..progress import Progress, report
@@ -112,9 +112,8 @@ def estimate_ig_seconds(
     the model's maximum; scaled linearly to n_tokens, as Longformer's cost is linear in length), cached on
     disk per model + bucket + precision, and refined by every finished run. The first call for a bucket
     runs the model (seconds at base dimensions); later calls are instant."""
-    if n_tokens < 3 or n_steps < 2:
-        raise AttributionError(f"An estimate needs n_tokens >= 3 (<s>, one token, </s>) and n_steps >= 2 (captum's "
-                               f"minimum), got {n_tokens} tokens and {n_steps} steps.")
+    n_tokens = whole_number(n_tokens, "n_tokens (<s>, one token, </s> at least)", lo=3, error=AttributionError)
+    n_steps = whole_number(n_steps, "n_steps (captum's minimum is 2)", lo=2, error=AttributionError)
     if precision not in PRECISIONS:
         raise AttributionError(f"precision must be one of {', '.join(sorted(PRECISIONS))}; got {precision!r}.")
     bucket = _bucket(model, n_tokens)

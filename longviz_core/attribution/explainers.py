@@ -48,7 +48,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from ..errors import ExplainerError, finite_vector
+from ..errors import ExplainerError, finite_vector, whole_number
 from ..model.analysis import DocumentAnalysis
 from ..model.bands import AttentionBands
 from ..model.loading import LoadedModel
@@ -325,10 +325,8 @@ def explain(model: LoadedModel, analysis: DocumentAnalysis, method: str, /, targ
         raise ExplainerError("explain needs a LoadedModel and a DocumentAnalysis (see load_model, analyze)")
     if analysis.model_fingerprint != model.fingerprint:
         raise ExplainerError("this analysis was made with another model")
-    if target is None:
-        target = analysis.predicted
-    if isinstance(target, bool) or not isinstance(target, (int, np.integer)) or not 0 <= target < model.num_labels:
-        raise ExplainerError(f"target must be a class index in [0, {model.num_labels - 1}], got {target!r}")
+    target = whole_number(analysis.predicted if target is None else target, "target (the class explained)", 0,
+                          model.num_labels - 1, error=ExplainerError)
     unknown = sorted(set(options) - set(info.options))
     if unknown:
         raise ExplainerError(f"{method} has no option(s) {unknown}; its options are {sorted(info.options) or 'none'}")

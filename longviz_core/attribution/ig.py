@@ -41,7 +41,7 @@ import numpy as np
 import torch
 
 from .._disk import bytes_digest, digest, open_sealed, read_sealed, write_sealed
-from ..errors import AttributionError
+from ..errors import AttributionError, real_number, whole_number
 from ..model.analysis import DocumentAnalysis
 from ..model.encoding import Encoded
 from ..model.heads import REGRESSION
@@ -189,7 +189,8 @@ def integrated_gradients(
     memory budget (cost.internal_batch_size_for).
     A cached result is returned at once (from_cache=True); a corrupt cache file is logged and recomputed."""
     enc, target = _resolve(model, analysis, target)
-    validate_settings(n_steps, method, precision, internal_batch_size, tolerance, max_steps)
+    n_steps, internal_batch_size, tolerance, max_steps = validate_settings(n_steps, method, precision,
+                                                                           internal_batch_size, tolerance, max_steps)
     key = _cache_key(model, enc, target, n_steps, method, precision, adaptive, tolerance, max_steps)
     path = _cache_path(cache_dir, key)
     if use_cache:
@@ -235,6 +236,7 @@ def cached_attribution(
 ) -> Attribution | None:
     """The cached result for these settings, or None (nothing computed; a corrupt file counts as none)."""
     enc, target = _resolve(model, analysis, target)
+    n_steps, _, tolerance, max_steps = validate_settings(n_steps, method, precision, None, tolerance, max_steps)
     key = _cache_key(model, enc, target, n_steps, method, precision, adaptive, tolerance, max_steps)
     return _try_read(_cache_path(cache_dir, key), key, enc.n)
 
@@ -413,25 +415,24 @@ def _resolve(model, analysis, target) -> tuple[Encoded, int]:
     else:
         raise AttributionError(f"Expected a DocumentAnalysis (from analyze) or an Encoded input, got "
                                f"{type(analysis).__name__}.")
-    if not isinstance(target, (int, np.integer)) or not 0 <= int(target) < model.num_labels:
-        raise AttributionError(f"target must be a class index in [0, {model.num_labels - 1}] (this model's "
-                               f"classes: {model.id2label}), got {target!r}.")
-    return enc, int(target)
+    target = whole_number(target, f"target (the class explained: a class index in [0, {model.num_labels - 1}]; this "
+                                  f"model's classes: {model.id2label})", 0, model.num_labels - 1,
+                          error=AttributionError)
+    return enc, target
 
 
-def validate_settings(n_steps, method, precision, batch_size, tolerance, max_steps) -> None:
-    """AttributionError naming the first setting integrated_gradients cannot run with, and what it accepts."""
-    if not isinstance(n_steps, (int, np.integer)) or n_steps < 2:
-        raise AttributionError(f"n_steps must be an integer of at least 2 (captum's minimum), got {n_steps!r}.")
+def validate_settings(n_steps, method, precision, batch_size, tolerance, max_steps) -> tuple:
+    """(n_steps, batch_size, tolerance, max_steps) checked, else AttributionError naming the first setting
+    integrated_gradients cannot run with, and what it accepts."""
+    n_steps = whole_number(n_steps, "n_steps (captum's minimum is 2)", lo=2, error=AttributionError)
     if method not in METHODS:
         raise AttributionError(f"method must be one of {', '.join(METHODS)}; got {method!r}.")
     if precision not in PRECISIONS:
         raise AttributionError(f"precision must be one of {', '.join(sorted(PRECISIONS))}; got {precision!r}.")
-    if batch_size is not None and (not isinstance(batch_size, (int, np.integer)) or batch_size < 1):
-        raise AttributionError(f"internal_batch_size must be a positive integer (or None for automatic), got "
-                               f"{batch_size!r}.")
-    if not tolerance > 0:
-        raise AttributionError(f"tolerance must be a positive number (e.g. 0.05), got {tolerance!r}.")
-    if max_steps < n_steps:
-        raise AttributionError(f"max_steps ({max_steps}) must be at least n_steps ({n_steps}): raise max_steps or "
-                               "lower n_steps.")
+    if batch_size is not None:
+        batch_size = whole_number(batch_size, "internal_batch_size (steps per batch: a positive integer, or None for automatic)", lo=1,
+                                  error=AttributionError)
+    tolerance = real_number(tolerance, "tolerance (a positive number, e.g. 0.05)", lo=0.0, above=True, error=AttributionError)
+    max_steps = whole_number(max_steps, f"max_steps (at least n_steps, {n_steps}: raise max_steps or lower "
+                                        "n_steps)", lo=n_steps, error=AttributionError)
+    return n_steps, batch_size, tolerance, max_steps

@@ -23,7 +23,7 @@ from typing import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from ..errors import StoreError
+from ..errors import StoreError, whole_number
 from ..evaluation.deletion import KS, k_label, metric_columns
 from ..views.similarity import METRICS
 
@@ -58,10 +58,8 @@ def combine_token_sums(partial: pd.DataFrame, n_documents: int, min_docs: int = 
         mean_per_occurrence = total_attribution / occurrences
     Types found in fewer than `min_docs` documents are left out (the others' means do not change). Columns
     TOKEN_TABLE_COLUMNS, sorted by mean_attribution (descending), then token."""
-    if not isinstance(n_documents, (int, np.integer)) or n_documents < 1:
-        raise ValueError(f"n_documents must be a positive integer, got {n_documents!r}")
-    if not isinstance(min_docs, (int, np.integer)) or min_docs < 1:
-        raise ValueError(f"min_docs must be a positive integer, got {min_docs!r}")
+    n_documents = whole_number(n_documents, "n_documents", lo=1)
+    min_docs = whole_number(min_docs, "min_docs", lo=1)
     if partial.empty:
         return pd.DataFrame({c: pd.Series(dtype=object if c == "token" else
                                           np.int64 if c in ("n_docs", "occurrences") else np.float64)
@@ -71,7 +69,7 @@ def combine_token_sums(partial: pd.DataFrame, n_documents: int, min_docs: int = 
     if int(out["n_docs"].max()) > n_documents:
         raise ValueError(f"a type is found in {int(out['n_docs'].max())} documents, more than the {n_documents} "
                          "averaged over")
-    out = out[out["n_docs"] >= int(min_docs)]
+    out = out[out["n_docs"] >= min_docs]
     out["mean_attribution"] = out["total_attribution"] / int(n_documents)
     out["mean_per_occurrence"] = out["total_attribution"] / out["occurrences"]
     out = out.sort_values(["mean_attribution", "token"], ascending=[False, True], kind="stable")

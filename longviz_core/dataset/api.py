@@ -2,13 +2,14 @@
 list of texts, each run by the precompute into a local store (dataset.stores) and read back from it."""
 from __future__ import annotations
 
+import inspect
 from dataclasses import replace
 from typing import Sequence
 
 import numpy as np
 import pandas as pd
 
-from ..errors import DatasetError, InputTextError
+from ..errors import DatasetError, InputTextError, whole_number
 from ..model.encoding import DEFAULT_MAX_TOKENS
 from ..model.loading import LoadedModel
 from ..progress import Progress
@@ -20,6 +21,11 @@ from .aggregate import DatasetAgreement, DatasetAttribution, DatasetFaithfulness
 from .kinds import Settings
 from .run import leaderboard_settings
 from .stores import local_run
+
+def _ig_steps(ig_steps) -> int:
+    """Integrated Gradients' steps, named as these functions take them."""
+    return whole_number(ig_steps, "ig_steps (Integrated Gradients' steps; captum's minimum is 2)", lo=2)
+
 
 def _texts_frame(texts, labels=None) -> pd.DataFrame:
     """A dataset of `texts` (and integer `labels`, all or none) as precompute takes it."""
@@ -58,14 +64,12 @@ def dataset_attributions(
     (ResultStore.dataset_attributions): per type the mean over all documents of its summed normalised scores,
     the documents containing it, its occurrences and its mean per occurrence. masked: apply the paper's mask;
     min_docs: hide types found in fewer documents (the other types' means do not change)."""
-    if not isinstance(target, (int, np.integer)) or not 0 <= int(target) < model.num_labels:
-        raise ValueError(f"target must be a class index in [0, {model.num_labels - 1}], got {target!r}")
-    if not isinstance(min_docs, (int, np.integer)) or min_docs < 1:
-        raise ValueError(f"min_docs must be a positive integer, got {min_docs!r}")
+    target = whole_number(target, "target (the class explained)", 0, model.num_labels - 1)
+    min_docs = whole_number(min_docs, "min_docs", lo=1)
     settings = Settings(max_tokens=max_tokens, n_steps=n_steps, ig_method=method, precision=precision,
-                        target=str(int(target)))
+                        target=str(target))
     store, summary = local_run(model, _texts_frame(texts), "attribution", settings, progress, cache_dir)
-    return replace(store.dataset_attributions(int(target), masked, min_docs),
+    return replace(store.dataset_attributions(target, masked, min_docs),
                    from_cache=not any(summary.computed.values()))
 
 
@@ -89,7 +93,8 @@ def dataset_agreement(
     (layers, heads) when given) into the local store for these texts and settings (resumable; a later call with
     the same texts and settings computes nothing), then the store's aggregation (ResultStore.dataset_agreement).
     `from_cache` counts the documents found in the store."""
-    settings = Settings(max_tokens=max_tokens, n_steps=ig_steps, target="predicted", importance_values=importance,
+    settings = Settings(max_tokens=max_tokens, n_steps=_ig_steps(ig_steps), target="predicted",
+                        importance_values=importance,
                         rbo_p=p, top=top, mask_kinds=tuple(mask_kinds), layer_range=layer_range)
     store, summary = local_run(model, _texts_frame(texts), "agreement", settings, progress, cache_dir)
     return replace(store.dataset_agreement(), from_cache=summary.skipped["agreement"])
@@ -121,9 +126,10 @@ def dataset_faithfulness(
     run scores copies in the view's default batches (batching changes the cost, not the numbers); `from_cache`
     counts the documents found in the store."""
     check_settings(rankings, batch_size, seeds, max_removed)
-    settings = Settings(max_tokens=max_tokens, n_steps=ig_steps, target="predicted", rankings=tuple(rankings),
-                        ks=tuple(ks), replacement=replacement, seeds=tuple(seeds), max_removed=max_removed,
-                        faithfulness_layers=None if layers is None else tuple(np.atleast_1d(layers)),
+    settings = Settings(max_tokens=max_tokens, n_steps=_ig_steps(ig_steps), target="predicted",
+                        rankings=tuple(rankings), ks=ks, replacement=replacement, seeds=seeds,
+                        max_removed=max_removed,
+                        faithfulness_layers=None if layers is None else np.atleast_1d(np.asarray(layers, dtype=object)),
                         faithfulness_scaled=scale is not None, importance_values=scale)
     df = _texts_frame(texts, labels)
     store, summary = local_run(model, df, "faithfulness", settings, progress, cache_dir)
@@ -156,8 +162,11 @@ def leaderboard_runs(
     texts = list(texts)
     if not texts:
         raise lb.LeaderboardError("No documents to score.")
-    if batch_size is not None and int(batch_size) < 1:
-        raise lb.LeaderboardError(f"batch_size must be at least 1, got {batch_size}")
+    if batch_size is not None:
+        whole_number(batch_size, "batch_size (copies per forward)", lo=1, error=lb.LeaderboardError)
+    if target is not None:
+        target = whole_number(target, "target (the class explained)", 0, model.num_labels - 1,
+                              error=lb.LeaderboardError)
     settings = leaderboard_settings(methods, target, max_tokens=max_tokens, ks=ks, seeds=seeds,
                                     replacement=replacement, max_removed=max_removed, rank_by=rank_by,
                                     options=options)
@@ -170,5 +179,10 @@ def leaderboard(model: LoadedModel, texts, methods: Sequence[str] | None = None,
     """The dataset leaderboard (leaderboard.summarise of leaderboard_runs): one row per explainer (method, aopc,
     lodds, first_flip, seconds, then the sds, flip rate, peak memory and every k), sorted by AOPC with the best
     marked; random's numbers are the mean ± sd over its seeds. Settings as leaderboard_runs."""
+    accepted = [k for k, v in inspect.signature(leaderboard_runs).parameters.items() if v.kind == v.KEYWORD_ONLY]
+    unknown = sorted(set(settings) - set(accepted))
+    if unknown:
+        raise lb.LeaderboardError(f"the dataset leaderboard has no setting(s) {unknown}; its settings are "
+                                  f"{accepted} (its flip scans are exact: no flip_bound)")
     runs, _ = leaderboard_runs(model, texts, methods, target, max_tokens=max_tokens, **settings)
     return lb.summarise(runs, settings.get("ks", KS))

@@ -32,6 +32,7 @@ Every explainer's row holds its cost: the explanation's wall time in seconds and
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Sequence
 
 import numpy as np
@@ -39,7 +40,7 @@ import pandas as pd
 import scipy.stats
 
 from ..attribution.explainers import EXPLAINERS, Explanation, explain
-from ..errors import LongvizError
+from ..errors import LongvizError, whole_number
 from ..model.analysis import DocumentAnalysis
 from ..model.loading import LoadedModel
 from ..progress import Progress, scaled
@@ -103,7 +104,16 @@ def document_leaderboard(
     methods = list(EXPLAINERS if methods is None else methods)
     check_methods(methods, rank_by, replacement, options, explanations)
     options = options or {}
-    seeds = tuple(int(s) for s in seeds) if "random" in methods else ()
+    if target is not None:
+        target = whole_number(target, "target (the class explained)", 0, model.num_labels - 1, error=LeaderboardError)
+    enc = analysis.encoded
+    # the deletion test's settings (the seeds too, used or not) are checked before any explanation is computed
+    settings = dl.DeletionSettings(ks=ks, replacement=replacement, seeds=seeds,
+                                   flip_bound=dl.scan_bound(max_removed, flip_bound, len(enc.text_positions)),
+                                   batch_size=batch_size, threshold=threshold)
+    if "random" not in methods:
+        settings = replace(settings, seeds=())
+    seeds = settings.seeds
     scored = [m for m in methods if m != "random"]
     made: dict[str, Explanation] = {}
     for i, method in enumerate(scored):
@@ -113,13 +123,8 @@ def document_leaderboard(
                         progress=scaled(progress, 0.5 * i / len(scored), 0.5 / len(scored), f"{_label(method)}: "))
         _check_explanation(e, method, analysis)
         made[method] = e
-    enc = analysis.encoded
     orders = {m: dl.removal_order(_key(e.scores, rank_by), prefix=enc.prefix, suffix=enc.suffix)
               for m, e in made.items()}
-    bounds = [b for b in (dl.bound_of(max_removed, len(enc.text_positions)), flip_bound) if b is not None]
-    settings = dl.DeletionSettings(ks=ks, replacement=replacement, seeds=seeds,
-                                   flip_bound=min(bounds) if bounds else None, batch_size=batch_size,
-                                   threshold=threshold)
     result = deletion_test(model, analysis, orders, settings, scaled(progress, 0.5 if scored else 0.0,
                            0.5 if scored else 1.0), labels={m: _label(m) for m in methods}, resume=resume,
                            cache_dir=cache_dir, stop=stop)

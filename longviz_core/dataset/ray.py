@@ -6,6 +6,7 @@ import os
 from dataclasses import asdict
 from pathlib import Path
 
+from ..errors import whole_number
 from ..progress import Progress, report
 from .kinds import KINDS, Settings, resolve_kinds
 from .folders import check_store_target
@@ -38,14 +39,14 @@ def run_on_ray(
 
     kinds = resolve_kinds(what)
     shard_rows(0, (0, 1), limit)  # the arguments checked before a cluster starts or anything is written
+    if workers is not None:
+        workers = whole_number(workers, "workers (shards run at once)", lo=1)
     check_store_target(out)
     if not ray.is_initialized():
         ray.init(address=os.environ.get("RAY_ADDRESS") or None, include_dashboard=False)
     resources = ray.cluster_resources()
     gpus, cpus = int(resources.get("GPU", 0)), int(resources.get("CPU", 1))
-    workers = int(workers or max(gpus, 1))
-    if workers < 1:
-        raise ValueError(f"workers must be >= 1, got {workers}")
+    workers = workers or max(gpus, 1)
     options = {"num_gpus": 1, "num_cpus": 1} if gpus else {"num_cpus": max(1, cpus // workers)}
     task = ray.remote(max_retries=2, runtime_env=_ray_runtime_env(), **options)(_shard_task)
     args = dict(model=model_source, dataset=dataset_source, dataset_options=dataset_options or {}, out=str(out),

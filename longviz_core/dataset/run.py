@@ -23,7 +23,7 @@ import pandas as pd
 from .._disk import METADATA_BYTES, file_lock, open_own, package_versions, read_file
 from .._version import __version__
 from ..attribution.explainers import EXPLAINERS
-from ..errors import DatasetError, SelectionError, SettingsError, StoreError, whole_number
+from ..errors import DatasetError, SelectionError, SettingsError, StoreError, items, whole_number
 from ..model.encoding import DEFAULT_MAX_TOKENS
 from ..model.loading import LoadedModel, dataset_fingerprint
 from ..progress import Progress, format_seconds, report
@@ -52,11 +52,20 @@ def parse_shard(spec: str) -> tuple[int, int]:
 def shard_rows(n_documents: int, shard: tuple[int, int] = (0, 1), limit: int | None = None) -> list[int]:
     """The dataset rows shard (i, N) computes: rows r < limit with r % N == i. Row order interleaves long and
     short documents, so shards get similar work; the split depends on nothing but (i, N, limit)."""
-    i, n = (int(v) for v in shard)
-    if not (n >= 1 and 0 <= i < n):
-        raise ValueError(f"shard must be (i, N) with 0 <= i < N, got {shard}")
+    i, n = check_shard(shard)
     stop = n_documents if limit is None else min(n_documents, whole_number(limit, "limit (documents)", lo=0))
     return list(range(i, stop, n))
+
+
+def check_shard(shard) -> tuple[int, int]:
+    """(i, N) as ints with 0 <= i < N, else SettingsError."""
+    shard = items(shard, "shard (i, N)")
+    if len(shard) != 2:
+        raise SettingsError(f"shard must be (i, N) with 0 <= i < N, got {shard}")
+    i, n = whole_number(shard[0], "shard's i", lo=0), whole_number(shard[1], "shard's N (shards)", lo=1)
+    if i >= n:
+        raise SettingsError(f"shard must be (i, N) with 0 <= i < N, got {shard}")
+    return i, n
 
 
 def build_manifest(model: LoadedModel, df: pd.DataFrame, settings: Settings, kinds, model_source: str | None = None,
@@ -124,7 +133,7 @@ def precompute(
     manifest = build_manifest(model, df, settings, kinds, model_source, dataset_source)  # the kinds' own checks
     out = check_store_target(out)
     open_manifest(out, manifest, allow_version_change)
-    i, n = shard
+    i, n = check_shard(shard)
     rows = shard_rows(len(df), shard, limit)
     started = time.monotonic()
     computed = {k: 0 for k in kinds}
@@ -321,9 +330,11 @@ def leaderboard_settings(
     if unknown:
         raise lb.LeaderboardError(f"ig has no option(s) {unknown}; its options are {sorted(EXPLAINERS['ig'].options)}")
     others = tuple((m, k, v) for m, o in sorted(options.items()) for k, v in sorted(o.items()))
-    return Settings(max_tokens=int(max_tokens), n_steps=int(ig["n_steps"]), ig_method=ig["method"],
-                    precision=ig["precision"], target="predicted" if target is None else str(int(target)),
-                    ks=tuple(ks), seeds=tuple(seeds), replacement=replacement, max_removed=float(max_removed),
+    # Settings checks every count and fraction as given (int() here would read 2.5 as 2 and fail on NaN)
+    target = "predicted" if target is None else str(whole_number(target, "target (the class explained)", lo=0))
+    return Settings(max_tokens=max_tokens, n_steps=ig["n_steps"], ig_method=ig["method"],
+                    precision=ig["precision"], target=target,
+                    ks=ks, seeds=seeds, replacement=replacement, max_removed=max_removed,
                     flip_bound=flip_bound, explainers=tuple(methods), rank_by=rank_by, explainer_options=others or None)
 
 

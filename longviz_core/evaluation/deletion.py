@@ -38,7 +38,7 @@ import pandas as pd
 import torch
 
 from ..attribution.random_order import random_order
-from ..errors import LongvizError
+from ..errors import LongvizError, items, real_number, whole_number
 from ..model.heads import REGRESSION
 from ..model.loading import LoadedModel
 
@@ -75,26 +75,30 @@ class DeletionSettings:
     threshold: float | None = None  # a regression head's decision, score >= threshold; None = no flips to find
 
     def __post_init__(self):
-        ks = tuple(float(k) for k in self.ks)
-        if not ks or any(not (0.0 < k <= 1.0) for k in ks) or list(ks) != sorted(set(ks)):
+        # every count through errors.whole_number, every fraction through errors.real_number: NaN, infinity, 2.5,
+        # True and "3" are refused by name, not rounded or read
+        ks = tuple(real_number(k, "ks (fractions of the removable tokens)", 0.0, 1.0, above=True,
+                               error=DeletionError) for k in items(self.ks, "ks", DeletionError))
+        if not ks or list(ks) != sorted(set(ks)):
             raise DeletionError(f"ks must be increasing, distinct fractions in (0, 1], got {ks}")
-        seeds = tuple(int(s) for s in self.seeds)
-        if seeds and (min(seeds) < 0 or len(set(seeds)) != len(seeds)):
+        seeds = tuple(whole_number(s, "a random seed", lo=0, error=DeletionError)
+                      for s in items(self.seeds, "seeds", DeletionError))
+        if len(set(seeds)) != len(seeds):
             raise DeletionError(f"random seeds must be distinct and >= 0, got {seeds}")
         if self.replacement not in REPLACEMENTS:
             raise DeletionError(f"replacement must be one of {REPLACEMENTS}, got {self.replacement!r}")
-        if self.flip_bound is not None and int(self.flip_bound) < 0:
-            raise DeletionError(f"flip_bound must be >= 0 tokens or None (every count), got {self.flip_bound}")
-        if self.batch_size is not None and int(self.batch_size) < 1:
-            raise DeletionError(f"batch_size must be at least 1, got {self.batch_size}")
-        if self.threshold is not None and (isinstance(self.threshold, bool) or not isinstance(
-                self.threshold, (int, float, np.integer, np.floating)) or not math.isfinite(self.threshold)):
-            raise DeletionError(f"threshold must be a finite number (a regression's score) or None, got "
-                                f"{self.threshold!r}")
+        if self.flip_bound is not None:
+            object.__setattr__(self, "flip_bound", whole_number(
+                self.flip_bound, "flip_bound (tokens the flip scan covers; None = every count)", lo=0,
+                error=DeletionError))
+        if self.batch_size is not None:
+            object.__setattr__(self, "batch_size", whole_number(self.batch_size, "batch_size (copies per forward)",
+                                                                lo=1, error=DeletionError))
+        if self.threshold is not None:
+            object.__setattr__(self, "threshold", real_number(self.threshold, "threshold (a regression's decision "
+                                                              "score)", error=DeletionError))
         object.__setattr__(self, "ks", ks)
         object.__setattr__(self, "seeds", seeds)
-        object.__setattr__(self, "flip_bound", None if self.flip_bound is None else int(self.flip_bound))
-        object.__setattr__(self, "threshold", None if self.threshold is None else float(self.threshold))
 
     def limit(self, m: int) -> int:
         """The last count the scan covers for m removable tokens."""
@@ -389,9 +393,17 @@ def removed_count(k: float, m: int) -> int:
 
 def bound_of(max_removed: float, m: int) -> int | None:
     """The flip bound in tokens for a scan limit given as a fraction of the m removable tokens (1.0: None)."""
-    if not 0.0 < float(max_removed) <= 1.0:
-        raise DeletionError(f"max_removed must be a fraction in (0, 1], got {max_removed}")
-    return None if float(max_removed) >= 1.0 else removed_count(max_removed, m)
+    max_removed = real_number(max_removed, "max_removed (a fraction of the removable tokens)", 0.0, 1.0, above=True,
+                              error=DeletionError)
+    return None if max_removed >= 1.0 else removed_count(max_removed, m)
+
+
+def scan_bound(max_removed: float, flip_bound: int | None, m: int) -> int | None:
+    """The flip scan's bound in tokens for m removable tokens: the smaller of `max_removed` (a fraction of them;
+    1.0 = all) and `flip_bound` (tokens; None = no bound), each checked first; None = every count (exact)."""
+    bounds = [bound_of(max_removed, m), DeletionSettings(seeds=(), flip_bound=flip_bound).flip_bound]
+    bounds = [b for b in bounds if b is not None]
+    return min(bounds) if bounds else None
 
 
 def default_batch_size(model: LoadedModel) -> int:
@@ -416,5 +428,5 @@ def check_vector(values, n: int | None, what: str) -> np.ndarray:
 __all__ = [
     "BATCH_SIZE", "DEFAULT_SEEDS", "DeletionError", "DeletionResult", "DeletionSettings", "FLIP_BOUND", "KS",
     "LODDS_UNDEFINED", "NO_THRESHOLD",
-    "RANDOM", "REPLACEMENTS", "RandomBaseline", "RankingCurve", "bound_of", "default_batch_size",
+    "RANDOM", "REPLACEMENTS", "RandomBaseline", "RankingCurve", "bound_of", "default_batch_size", "scan_bound",
     "k_label", "metric_columns", "random_order", "removal_order", "removed_count", "row_columns", "summarise"]

@@ -26,7 +26,7 @@ from .deletion import (
     BATCH_SIZE, DEFAULT_SEEDS, FLIP_BOUND, KS, LODDS_UNDEFINED, NO_THRESHOLD, RANDOM, REPLACEMENTS, DeletionError,
     DeletionResult, DeletionSettings,
     RandomBaseline, RankingCurve, bound_of, check_vector, default_batch_size, random_order,
-    removal_order, removed_count,
+    removal_order, removed_count, scan_bound,
 )
 from .deletion_engine import deletion_test
 
@@ -91,11 +91,10 @@ def faithfulness(
     Other options as deletion_test."""
     attribution = check_vector(attribution, analysis.n, "attribution")  # checked even when only random uses none
     seeds = check_settings(rankings, batch_size, seeds, max_removed)
-    bounds = [b for b in (bound_of(max_removed, len(analysis.encoded.text_positions)), flip_bound) if b is not None]
     settings = DeletionSettings(ks=check_ks(ks), replacement=replacement,
                                 seeds=seeds if RANDOM in rankings else (),
-                                flip_bound=min(bounds) if bounds else None, batch_size=batch_size,
-                                threshold=threshold)
+                                flip_bound=scan_bound(max_removed, flip_bound, len(analysis.encoded.text_positions)),
+                                batch_size=batch_size, threshold=threshold)
     return deletion_test(model, analysis, ranking_orders(analysis, attribution, rankings, layers, scale), settings,
                          progress, labels=RANKING_LABELS, resume=resume, cache_dir=cache_dir,
                          stop=stop)

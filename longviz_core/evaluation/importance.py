@@ -51,7 +51,7 @@ import numpy as np
 import torch
 
 from .._disk import METADATA_BYTES, cache_folder, read_file, read_sealed, write_sealed
-from ..errors import LongvizError
+from ..errors import LongvizError, whole_number
 from ..model.encoding import DEFAULT_MAX_TOKENS
 from ..model.families import FamilyLayoutError, HeadParameters
 from ..model.loading import LoadedModel, dataset_fingerprint
@@ -168,8 +168,9 @@ def cached_raw_head_importance(
 def importance_cache_path(model: LoadedModel, dataset, max_tokens, max_examples, cache_dir=None, *,
                           method: str = DEFAULT_METHOD) -> Path:
     _check_method(method)
-    n = len(dataset) if max_examples is None else min(int(max_examples), len(dataset))
-    name = f"{method}-{model.fingerprint}-{dataset_fingerprint(dataset)}-t{int(max_tokens)}-m{n}.npy.sealed"
+    max_tokens = whole_number(max_tokens, "max_tokens", lo=1, error=HeadImportanceError)
+    n = len(dataset) if max_examples is None else min(_check_examples(max_examples), len(dataset))
+    name = f"{method}-{model.fingerprint}-{dataset_fingerprint(dataset)}-t{max_tokens}-m{n}.npy.sealed"
     return cache_folder("head_importance", cache_dir) / name
 
 
@@ -179,6 +180,9 @@ def load_head_importance(source, num_layers: int | None = None, num_heads: int |
 
     Pickles are refused (allow_pickle=False / weights_only=True). A .pt may hold a tensor, an array or a dict
     with a single tensor. The shape is checked against `num_layers` x `num_heads` when given."""
+    if num_layers is not None and num_heads is not None:
+        num_layers = whole_number(num_layers, "num_layers", lo=1, error=HeadImportanceError)
+        num_heads = whole_number(num_heads, "num_heads", lo=1, error=HeadImportanceError)
     if isinstance(source, (bytes, bytearray)):
         data, name = bytes(source), (filename or "")
     else:
@@ -313,15 +317,16 @@ def _normalisation(method: str, normalise: str | None) -> str:
     return how
 
 
+def _check_examples(max_examples) -> int:
+    return whole_number(max_examples, "max_examples (documents to score heads on)", lo=1, error=HeadImportanceError)
+
+
 def _labelled(dataset, max_examples, num_labels: int) -> tuple[list[str], list[int]]:
     if dataset is None or "text" not in getattr(dataset, "columns", ()):
         raise HeadImportanceError("Head importance needs a dataset with a text column.")
     if "label" not in dataset.columns:
         raise HeadImportanceError("Head importance needs labelled documents: the dataset has no label column.")
-    if max_examples is not None and int(max_examples) < 1:
-        raise HeadImportanceError(f"max_examples (documents to score heads on) must be at least 1, got "
-                                  f"{max_examples}.")
-    rows = dataset if max_examples is None else dataset.head(int(max_examples))
+    rows = dataset if max_examples is None else dataset.head(_check_examples(max_examples))
     if len(rows) == 0:
         raise HeadImportanceError("The dataset has no documents.")
     labels = [int(v) for v in rows["label"]]

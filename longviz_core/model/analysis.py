@@ -50,7 +50,9 @@ class DocumentAnalysis:
         return f"{self.model_fingerprint}-{self.text_hash}-{self.encoded.max_tokens}"
 
     def label_name(self, i: int) -> str:
-        return str(self.id2label.get(int(i), i))
+        """Class `i`'s name (a number outside id2label as itself); SelectionError unless `i` is a whole number."""
+        i = whole_number(i, "class index", error=SelectionError)
+        return str(self.id2label.get(i, i))
 
     @property
     def predicted_set(self) -> tuple[int, ...]:
@@ -69,7 +71,9 @@ class DocumentAnalysis:
 
     def explained_name(self, target: int | None = None) -> str:
         """What an explanation of `target` (default: the predicted label) explains, in words."""
-        return self.head.explained_name(self.label_name(self.predicted if target is None else target))
+        target = self.predicted if target is None else whole_number(
+            target, "target (the class explained)", 0, len(self.probs) - 1, error=SelectionError)
+        return self.head.explained_name(self.label_name(target))
 
 
 def analyze(model: LoadedModel, text: str, max_tokens: int = DEFAULT_MAX_TOKENS) -> DocumentAnalysis:
@@ -140,6 +144,7 @@ def pick_document(probs: np.ndarray, labels, how: str, positive: int = 1, seed: 
     most confident positive is the highest score)."""
     if how not in DOCUMENT_CHOICES:
         raise SettingsError(f"Unknown document choice {how!r}: choose one of {', '.join(map(repr, DOCUMENT_CHOICES))}.")
+    seed = whole_number(seed, "seed", lo=0)
     probs = np.asarray(probs)
     fewest = 1 if head.regression else 2
     if probs.ndim != 2 or probs.shape[1] < fewest:

@@ -109,19 +109,19 @@ class AttentionBands:
 
     def layer_bands(self, layer: int) -> "AttentionBands":
         """Layer `layer` alone, as a one-layer AttentionBands (views of these arrays, at this band's window)."""
+        layer = check_index(layer, self.num_layers, "layer")
         sl = slice(layer, layer + 1)
         return AttentionBands(self.local[sl], self.global_cols[sl], self.global_rows[sl], self.global_idx,
                               self.window, (self.windows[layer],))
 
     # ---- one head -------------------------------------------------------------------------------------
-    def _check(self, layer: int, head: int) -> None:
-        if not (0 <= layer < self.num_layers and 0 <= head < self.num_heads):
-            raise SelectionError(f"Layer {layer} / head {head} is out of range: this model has layers "
-                                 f"0..{self.num_layers - 1} and heads 0..{self.num_heads - 1} (0-based).")
+    def _check(self, layer: int, head: int) -> tuple[int, int]:
+        """(layer, head) as ints when this model has them, else SelectionError naming the ranges."""
+        return check_index(layer, self.num_layers, "layer"), check_index(head, self.num_heads, "head")
 
     def dense(self, layer: int, head: int) -> np.ndarray:
         """The (n, n) attention matrix of one head (rows = queries, sum to 1)."""
-        self._check(layer, head)
+        layer, head = self._check(layer, head)
         n, w = self.n, self.window
         out = np.zeros((n, n), dtype=np.float32)  # (n, n)
         i = np.arange(n)[:, None]
@@ -138,7 +138,7 @@ class AttentionBands:
 
     def row(self, layer: int, head: int, i: int) -> np.ndarray:
         """Query i's attention over all keys, (n,)."""
-        self._check(layer, head)
+        layer, head = self._check(layer, head)
         i = self._check_position(i, "Query")
         n, w = self.n, self.window
         out = np.zeros(n, dtype=np.float32)
@@ -152,7 +152,7 @@ class AttentionBands:
 
     def column(self, layer: int, head: int, j: int) -> np.ndarray:
         """Attention every query gives key j, (n,)."""
-        self._check(layer, head)
+        layer, head = self._check(layer, head)
         j = self._check_position(j, "Key")
         n, w = self.n, self.window
         out = np.zeros(n, dtype=np.float32)
@@ -189,6 +189,8 @@ class AttentionBands:
 
 def head_weights(num_layers: int, num_heads: int, layers=None, heads=None, scale=None) -> np.ndarray:
     """(layers, heads) weights: 1 on the selected heads (times `scale`), 0 elsewhere; validated."""
+    num_layers = whole_number(num_layers, "num_layers", lo=1)
+    num_heads = whole_number(num_heads, "num_heads", lo=1)
     sel_l = selection(layers, num_layers, "layer")
     sel_h = selection(heads, num_heads, "head")
     weights = np.zeros((num_layers, num_heads), dtype=np.float64)
@@ -209,26 +211,37 @@ def selection(chosen, size: int, what: str) -> np.ndarray:
     """The chosen layer or head indices (None = all of `size`), validated; `what` names them in errors."""
     if chosen is None:
         return np.arange(size)
-    idx = np.atleast_1d(np.asarray(chosen, dtype=np.int64))
-    if idx.size == 0:
+    listed = np.atleast_1d(np.asarray(chosen, dtype=object)).ravel()  # as given: 2.5 and "3" stay what they are
+    if listed.size == 0:
         raise SelectionError(f"Select at least one {what} (or None for all {size}).")
-    if idx.min() < 0 or idx.max() >= size:
-        raise SelectionError(f"Selected {what} index out of range: this model has {what}s 0..{size - 1} "
-                             f"(0-based), got {idx.tolist()}.")
-    return idx
+    try:
+        return np.asarray([check_index(i, size, what) for i in listed], dtype=np.int64)
+    except SelectionError as exc:
+        raise SelectionError(f"Selected {what}s {listed.tolist()}: {exc}") from None
+
+
+def check_index(index, size: int, what: str) -> int:
+    """A layer or head index (0-based) as an int when the model has it, else SelectionError naming the range."""
+    return whole_number(index, f"{what} index (this model has {what}s 0..{size - 1}, 0-based)", 0, size - 1,
+                        error=SelectionError)
 
 
 def by_layers(fn, num_layers: int, workers: int | None = None) -> list:
     """[fn(layer slice), ...] over contiguous slices of the layers, on up to `workers` threads (default: up to
     2, the cores of a small machine). The passes over the bands spend their time in compiled loops that
     release the GIL (`_kernels`), so two threads work on two layers at once; results come back in layer order."""
-    workers = max(1, min(int(workers or min(2, os.cpu_count() or 1)), num_layers))
+    workers = max(1, min(default_workers(workers), num_layers))
     bounds = np.linspace(0, num_layers, workers + 1).round().astype(int)
     slices = [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
     if workers == 1:
         return [fn(slices[0])]
     with ThreadPoolExecutor(workers) as pool:
         return list(pool.map(fn, slices))
+
+
+def default_workers(workers: int | None) -> int:
+    """`workers` threads (checked: a whole number >= 1), or by default up to 2, the cores of a small machine."""
+    return min(2, os.cpu_count() or 1) if workers is None else whole_number(workers, "workers (threads)", lo=1)
 
 
 def _column_sums(local: np.ndarray, w: int) -> np.ndarray:

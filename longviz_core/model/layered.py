@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import SettingsError
-from .bands import AttentionBands, head_weights
+from .bands import AttentionBands, check_index, head_weights
 from .streamed import StreamedLayer
 
 
@@ -71,7 +71,7 @@ class LayeredAttention:
 
     # ---- one head -------------------------------------------------------------------------------------
     def _layer(self, layer: int, head: int):
-        AttentionBands._check(self, layer, head)
+        layer, _ = AttentionBands._check(self, layer, head)
         return self.layers[layer]
 
     def dense(self, layer: int, head: int) -> np.ndarray:
@@ -89,6 +89,7 @@ class LayeredAttention:
     def layer_bands(self, layer: int) -> AttentionBands:
         """Layer `layer` as a one-layer AttentionBands: a banded layer as it is; a full or block-sparse layer as a
         band of width 2n - 1 (heads x n x 2n floats: for explainers that need one layer in banded form at a time)."""
+        layer = check_index(layer, self.num_layers, "layer")
         a = self.layers[layer]
         if isinstance(a, AttentionBands):
             return a

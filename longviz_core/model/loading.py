@@ -26,10 +26,15 @@ from ..errors import (
     ModelNotFoundError,
     NoAttentionError,
     NotAClassifierError,
+    SelectionError,
+    whole_number,
 )
 from ..progress import Progress, report
 from ..runtime import usable_device
-from .checks import check_shapes, check_vocabulary, distinct_labels
+from .checks import (
+    check_complete, check_config, check_fits, check_shapes, check_vocabulary, config_error, distinct_labels, is_head,
+    is_out_of_memory, tokenizer_fault, too_big, weight_fault,
+)
 from .encoding import Encoded, Template, encode, special_ids
 from .capture import use_longviz_attention
 from .families import Family, family_of
@@ -63,7 +68,9 @@ class LoadedModel:
         return len(self.id2label)
 
     def label_name(self, i: int) -> str:
-        return str(self.id2label.get(int(i), i))
+        """Class `i`'s name (a number outside id2label as itself); SelectionError unless `i` is a whole number."""
+        i = whole_number(i, "class index", error=SelectionError)
+        return str(self.id2label.get(i, i))
 
     def encode(self, text: str, max_tokens: int) -> Encoded:
         """`text` as this model's input (encoding.encode with its position table, offset and template)."""
@@ -92,29 +99,46 @@ def load_model(source: str, device=None, progress: Progress | None = None) -> Lo
         path = _resolve_path(source)
     device = usable_device(device)
     report(progress, 0.9, "Loading the model")
+    local = Path(path).is_dir()
     try:
         config = AutoConfig.from_pretrained(path, trust_remote_code=False)
+    except (OSError, ValueError, KeyError) as exc:
+        raise _translate_load_error(source, exc, local=local) from exc
+    except Exception as exc:  # huggingface_hub's validation of the config's fields (a size written as "32")
+        raise config_error(source, " ".join(str(exc).split())) from exc
+    # what config.json says is checked before a model is built from it, so its faults are named as such
+    try:
+        check_config(config, source)
         _check_no_custom_code(config, source)
         _check_classifier(config, source)
         family = family_of(config, source)
         family.check()  # before the model asserts on its config
+        check_fits(config, source, device)
+    except ModelLoadError:
+        raise
+    except (TypeError, ValueError) as exc:  # a field of another type than its family reads (a window of "8")
+        raise config_error(source, _first_line(exc)) from exc
+    try:
         _check_tokenizer_files(path, config, source)
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
+    except ModelLoadError:
+        raise
+    except Exception as exc:  # a tokenizer file that is not JSON, or that the tokenizers library cannot parse
+        fault = tokenizer_fault(Path(path)) if local else None
+        if fault is None and isinstance(exc, (OSError, ValueError, KeyError)):
+            raise _translate_load_error(source, exc, local=local) from exc
+        detail = fault or f"{type(exc).__name__}: {_first_line(exc)}"
+        raise ModelLoadError(f"The tokenizer of '{source}' cannot be read: {detail}. Save the tokenizer the model was "
+                             "trained with into the checkpoint folder (tokenizer.save_pretrained(<dir>)).") from exc
+    try:
         model, info = AutoModelForSequenceClassification.from_pretrained(
             path, trust_remote_code=False, attn_implementation="eager", output_loading_info=True,
             # bf16 / fp16 checkpoints compute in float32 on a CPU (no fast half-precision matmul there)
             dtype=torch.float32 if device.type == "cpu" else "auto",
             ignore_mismatched_sizes=True,  # reported below by name, not as a damaged file
         )
-    except ModelLoadError:
-        raise
-    except (OSError, ValueError, KeyError) as exc:
-        raise _translate_load_error(source, exc, local=Path(path).is_dir()) from exc
-    except Exception as exc:  # safetensors' SafetensorError, torch's RuntimeError / UnpicklingError
-        raise ModelLoadError(
-            f"The weights of '{source}' cannot be read: the weight file is damaged or incomplete "
-            f"({type(exc).__name__}: {_first_line(exc)}). Copy or download the checkpoint again."
-        ) from exc
+    except Exception as exc:
+        raise _weights_error(source, path, exc, config, device, local) from exc
     if len(tokenizer) <= len(set(tokenizer.all_special_ids)):
         raise ModelLoadError(
             f"The tokenizer of '{source}' has no vocabulary beyond its {len(tokenizer)} special tokens, so every "
@@ -123,13 +147,19 @@ def load_model(source: str, device=None, progress: Progress | None = None) -> Lo
         )
     check_shapes(info, config, source)
     check_vocabulary(tokenizer, model, source)
-    missing_head = [k for k in info.get("missing_keys", []) if "classifier" in k or k.startswith("score")]
+    missing_head = sorted(k for k in info.get("missing_keys", []) if is_head(k))
     if missing_head:
         raise NotAClassifierError(
             f"'{source}' has no trained classification head (missing {missing_head[0]}); "
             "longviz explains fine-tuned sequence classifiers."
         )
-    model.to(device).eval()
+    check_complete(info, config, source)
+    try:
+        model.to(device).eval()
+    except Exception as exc:
+        if is_out_of_memory(exc):
+            raise too_big(source, config, device, "the GPU", failed=exc) from exc
+        raise
     windows = family.windows
     loaded = LoadedModel(
         model=model,
@@ -246,7 +276,16 @@ def _check_classifier(config, source: str) -> None:
 def _translate_load_error(source: str, exc: Exception, local: bool) -> ModelLoadError:
     text = str(exc)
     offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0")
-    if "Unrecognized model" in text or "does not appear to have" in text and "classification" in text:
+    if "model_type" in text and "Unrecognized model" in text:
+        return config_error(source, 'it has no model_type (the architecture, such as "longformer" or "bert")')
+    unknown = re.search(r"model type `([^`]*)` but Transformers does not recognize", text)
+    if unknown:
+        import transformers
+
+        return ModelLoadError(f"The config of '{source}' names model_type '{unknown.group(1)}', which transformers "
+                              f"{transformers.__version__} does not know. If it is a newer architecture, upgrade "
+                              "transformers (pip install -U transformers); otherwise fix model_type in config.json.")
+    if "Unrecognized" in text or "does not appear to have" in text and "classification" in text:
         return NotAClassifierError(f"'{source}' cannot be loaded as a sequence classifier: {text.splitlines()[0]}")
     if local:  # a checkpoint folder on disk: no Hub involved, whatever the error's wording
         return ModelLoadError(f"Could not load the checkpoint in '{source}': {_first_line(exc)}. Check its files "
@@ -260,6 +299,21 @@ def _translate_load_error(source: str, exc: Exception, local: bool) -> ModelLoad
     if any(s in text for s in ("not a valid model identifier", "Repository Not Found", "404", "is not a local folder")):
         return ModelNotFoundError(f"No model '{source}' on the Hub or on disk. Check the id or give a local path.")
     return ModelLoadError(f"Could not load '{source}': {text.splitlines()[0] if text else type(exc).__name__}")
+
+
+def _weights_error(source: str, path: str, exc: Exception, config, device, local: bool) -> ModelLoadError:
+    """A failure to build the model or read its weights, named: memory, a weight file at fault (weight_fault),
+    else the library's own words."""
+    if is_out_of_memory(exc):
+        return too_big(source, config, device, failed=exc)
+    fault = weight_fault(Path(path), exc) if local else None
+    if fault:
+        return ModelLoadError(f"The weights of '{source}' cannot be loaded: {fault}")
+    if isinstance(exc, (OSError, ValueError, KeyError)):
+        return _translate_load_error(source, exc, local=local)
+    return ModelLoadError(f"The model '{source}' cannot be built from its files ({type(exc).__name__}: "
+                          f"{_first_line(exc)}). Check that config.json describes the weights, or copy or "
+                          "download the checkpoint again.")
 
 
 def _fingerprint(source: str, config, model: torch.nn.Module) -> str:
@@ -290,6 +344,9 @@ def _check_attention_output(loaded: LoadedModel) -> None:
         with torch.no_grad():
             out = loaded(**loaded.family.inputs(probe, loaded.device), output_attentions=True)
     except Exception as exc:  # a model that cannot even run a tiny input is unusable here
+        if is_out_of_memory(exc):
+            raise too_big(loaded.source, loaded.model.config, loaded.device,
+                          "the GPU" if loaded.device.type == "cuda" else "this machine", failed=exc) from exc
         raise NoAttentionError(f"'{loaded.source}' failed on a probe input: {exc}") from exc
     if not getattr(out, "attentions", None):
         raise NoAttentionError(

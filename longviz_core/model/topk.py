@@ -9,7 +9,6 @@ built and the band is never transposed or copied ("attending" reads each key's c
 over these lists are views.counts."""
 from __future__ import annotations
 
-import os
 import queue
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -17,9 +16,9 @@ from typing import Literal
 
 import numpy as np
 
-from ..errors import LongvizError
+from ..errors import LongvizError, whole_number
 from . import _kernels
-from .bands import AttentionBands
+from .bands import AttentionBands, default_workers
 from .layered import LayeredAttention
 from ..progress import Progress, report
 
@@ -76,7 +75,7 @@ def topk_indices(
     # for k = 8-64 so; head-major (each owner's lists 0.5 MB apart) 19-25 ms up to k = 16, 70-105 ms from k = 20
     attended = np.moveaxis(np.full((n, L, H, k), -1, dtype=dtype), 0, 2)  # (layers, heads, n, k)
     attending = np.moveaxis(np.full((n, L, H, k), -1, dtype=dtype), 0, 2)  # (layers, heads, n, k)
-    workers = max(1, min(int(workers or min(2, os.cpu_count() or 1)), L * H))
+    workers = max(1, min(default_workers(workers), L * H))
     buffers = queue.SimpleQueue()
     for _ in range(workers):
         buffers.put(_Buffers(n, bands.local.shape[-1], k))
@@ -224,9 +223,7 @@ def _topk_exact(values: np.ndarray, positions: np.ndarray, k: int) -> np.ndarray
 
 # ---------------------------------------------------------------------------------------------- checks
 def check_k(k) -> int:
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-        raise CountsError(f"k must be a positive integer, got {k!r}")
-    return int(k)
+    return whole_number(k, "k", lo=1, error=CountsError)
 
 
 TOPK_BYTES = 8 * 2**30  # the two lists' ceiling: k = 64 at 4,096 tokens, 12 x 12 heads takes 145 MB

@@ -23,7 +23,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from ..errors import SelectionError
+from ..errors import SelectionError, items, whole_number
 from ..model.analysis import DocumentAnalysis
 from ..tokens import token_label
 from .masking import build_mask
@@ -32,6 +32,8 @@ from .similarity import (
     DEFAULT_TOP,
     METRICS,
     SimilarityError,
+    check_p,
+    check_top,
     compare,
     compare_many,
     minmax,
@@ -60,7 +62,8 @@ def attention_sources(num_layers: int, layer_range: tuple[int, int] | None = Non
     out = [AttentionSource(f"layer {num_layers} (final)", (num_layers - 1,)),
            AttentionSource("all layers", tuple(range(num_layers)))]
     if layer_range is not None:
-        lo, hi = (int(v) for v in layer_range)
+        lo, hi = (whole_number(v, "the layer range's ends (0-based layers)", error=SelectionError)
+                  for v in items(layer_range, "the layer range (lo, hi)", SelectionError))
         if not (0 <= lo <= hi < num_layers):
             raise SelectionError(f"The layer range must satisfy 0 <= lo <= hi < {num_layers} (0-based, inclusive), "
                                  f"got ({lo}, {hi}).")
@@ -99,6 +102,8 @@ def agreement_table(
     masked, or None (then only unmasked rows). A configuration where a metric is undefined (e.g. constant
     attention) gets NaN metrics and the reason in `note`."""
     attribution = _attribution(attribution, analysis.n)
+    check_p(p)  # checked here: a setting that fits no configuration is not a note on every row
+    check_top(top)
     bands = analysis.attention
     rows = []
     for source in attention_sources(bands.num_layers, layer_range):

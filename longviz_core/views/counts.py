@@ -49,6 +49,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
+from ..errors import whole_number
 from ..model import _kernels
 from ..model.bands import selection
 from ..model.topk import DIRECTIONS, CountsError, Direction, TopK, check_choice, check_k, topk_indices
@@ -290,9 +291,7 @@ def count_intersection(attended: pd.DataFrame, attending: pd.DataFrame, top_n: i
     """Tokens (or words, or positions) in both the top-`top_n` attended and the top-`top_n` attending (paper
     Fig. 7): columns token [position] (word, for tables by word), count_attended, count_attending, in the attended
     table's order. Both tables must come from the same counting rule."""
-    top_n = int(top_n)
-    if top_n < 1:
-        raise CountsError(f"top_n must be at least 1, got {top_n}")
+    top_n = whole_number(top_n, "top_n", lo=1, error=CountsError)
     key = next(c for c in ("position", "word", "token") if c in attended.columns)
     if key not in attending.columns or ("word" in attending.columns) != ("word" in attended.columns):
         raise CountsError("both tables must count by the same thing (type, word or position)")

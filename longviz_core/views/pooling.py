@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import LongvizError, SelectionError
+from ..errors import LongvizError, SelectionError, whole_number
 from ..model import _kernels
 from ..model.bands import AttentionBands, by_layers
 from ..model.layered import LayeredAttention
@@ -83,6 +83,8 @@ def pool_dataset(
 
     `documents` may be a generator (each analysis is pooled then dropped); `total` is only used for progress."""
     grid = check_grid(grid)
+    if total is not None:
+        total = whole_number(total, "total (documents, for progress)", lo=0, error=PoolingError)
     acc = None
     count = 0
     for bands in documents:
@@ -164,7 +166,5 @@ def _block_sums(local, global_cols, global_rows, gidx, w: int, block: int, g: in
 
 
 def check_grid(grid) -> int:
-    """`grid` (cells per axis) as an int, else PoolingError: checked before anything is pooled or stored."""
-    if isinstance(grid, bool) or not isinstance(grid, (int, np.integer)) or not 1 <= grid <= 1024:
-        raise PoolingError(f"grid (cells per axis) must be an integer in 1..1024, e.g. {DEFAULT_GRID}; got {grid!r}.")
-    return int(grid)
+    """The pooled maps' cells per axis as an int in 1..1024, else PoolingError."""
+    return whole_number(grid, f"grid (cells per axis, e.g. {DEFAULT_GRID})", 1, 1024, error=PoolingError)

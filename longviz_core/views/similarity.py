@@ -13,7 +13,7 @@ from typing import Callable, Literal
 import numpy as np
 import scipy.stats
 
-from ..errors import LongvizError, MissingDependencyError, finite_vector
+from ..errors import LongvizError, MissingDependencyError, finite_vector, real_number
 from ..progress import Progress, report
 
 Mode = Literal["zero", "drop"]
@@ -103,7 +103,7 @@ def top_set(values, top: float = DEFAULT_TOP, exclude=None) -> set[int]:
     `exclude` (bool array): positions never returned (masked tokens in 'zero' mode); the quantile is still taken
     over all of `values`, as the notebook did."""
     v = _vector(values, "values", min_size=1)
-    _check_top(top)
+    check_top(top)
     excluded = None if exclude is None else _mask(exclude, v.size)
     return _top_set(v, top, excluded)
 
@@ -112,7 +112,7 @@ def rbo_top_weight(p: float, d: int) -> float:
     """Share of RBO's total weight carried by the top `d` ranks (Webber et al. 2010, eq. 21):
     1 - p^(d-1) + (1-p)/p * d * (ln(1/(1-p)) - sum_{i=1}^{d-1} p^i / i).
     rbo_top_weight(0.9, 10) = 0.856; rbo_top_weight(0.99, 102) = 0.856."""
-    _check_p(p)
+    check_p(p)
     if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 1:
         raise SimilarityError(f"d must be a positive integer depth, got {d!r}")
     i = np.arange(1, int(d), dtype=np.float64)
@@ -145,8 +145,8 @@ def compare(
     differ, fewer than 2 tokens (after dropping), NaN/inf values, negative attention in 'zero' mode, or a vector
     that is constant after masking (min-max normalisation divides by zero).
     """
-    _check_p(p)
-    _check_top(top)
+    check_p(p)
+    check_top(top)
     attention = _vector(attention, "attention")
     attribution = _vector(attribution, "attribution")
     if attention.size != attribution.size:
@@ -177,8 +177,8 @@ def compare_many(
     every other degenerate input raises SimilarityError as in `compare`."""
     if metric not in _METRIC_FNS:
         raise SimilarityError(f"unknown metric {metric!r}; choose one of {sorted(_METRIC_FNS)}")
-    _check_p(p)
-    _check_top(top)
+    check_p(p)
+    check_top(top)
     heads = np.asarray(attention_per_head)
     if heads.ndim != 3:
         raise SimilarityError(f"attention_per_head must be (layers, heads, n), got shape {heads.shape}")
@@ -298,14 +298,14 @@ def _below_zeroed(v: np.ndarray, threshold: float) -> np.ndarray:
     return np.where(v < threshold, 0.0, v)
 
 
-def _check_p(p: float) -> None:
-    if not (isinstance(p, (int, float, np.floating)) and 0.0 < p < 1.0):
-        raise SimilarityError(f"RBO persistence p must be in (0, 1), got {p!r}")
+def check_p(p: float) -> None:
+    """SimilarityError unless p is a finite number in (0, 1)."""
+    real_number(p, "RBO persistence p", 0.0, 1.0, above=True, below=True, error=SimilarityError)
 
 
-def _check_top(top: float) -> None:
-    if not (isinstance(top, (int, float, np.floating)) and 0.0 < top <= 1.0):
-        raise SimilarityError(f"top must be a share of tokens in (0, 1], got {top!r}")
+def check_top(top: float) -> None:
+    """SimilarityError unless top is a finite number in (0, 1]."""
+    real_number(top, "top", 0.0, 1.0, above=True, error=SimilarityError)  # a share of the tokens
 
 
 def _m_cosine(att: _Side, attr: _Side, excluded, p, top) -> float:

@@ -42,7 +42,7 @@ def test_checkpoints_without_tokenizer_or_with_damaged_weights(app, tiny_longfor
 
     cases = {
         "no-tokenizer": (dict(drop=("tokenizer.json", "vocab.json", "merges.txt")), "no complete tokenizer"),
-        "damaged-weights": (dict(damage="model.safetensors"), "weight file is damaged"),
+        "damaged-weights": (dict(damage="model.safetensors"), "model.safetensors is damaged"),
     }
     for name, (kwargs, message) in cases.items():
         path = _variant(tiny_longformer_dir, tmp_path / name, **kwargs)

@@ -76,7 +76,8 @@ def test_time_estimates(tiny_longformer):
     limit = tiny_longformer.max_tokens
     _raises(lv.AttributionError, f"ask for at most {limit} tokens", lv.estimate_ig_seconds, tiny_longformer,
             limit + 1, 8)
-    _raises(lv.AttributionError, "n_steps >= 2", lv.estimate_ig_seconds, tiny_longformer, 100, 1)
+    _raises(lv.AttributionError, "n_steps (captum's minimum is 2) must be at least 2", lv.estimate_ig_seconds,
+            tiny_longformer, 100, 1)
     _raises(lv.AttributionError, "precision must be one of", lv.estimate_ig_seconds, tiny_longformer, 100, 8, "fp8")
 
 

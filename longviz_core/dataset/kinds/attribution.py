@@ -6,7 +6,7 @@ import warnings
 
 import pandas as pd
 
-from ...errors import StoreError
+from ...errors import StoreError, whole_number
 from ..store.units import Record, table_name
 from .job import Doc, Job, Kind, target_class
 from .settings import Settings, mask_rule
@@ -56,6 +56,8 @@ class AttributionQueries:
         types found in fewer documents."""
         from ..aggregate import combine_token_sums
 
+        if target is not None:
+            target = whole_number(target, "target (the class explained)", lo=0)
         value, count = ("attribution_unmasked", "count_unmasked") if masked else ("attribution", "count")
         t, s = table_name("attribution", "by_token"), table_name("attribution", "summary")
         params: tuple = ()

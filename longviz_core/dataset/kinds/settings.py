@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...errors import whole_number
+from ...errors import SettingsError, items, real_number, whole_number
 
-_SEQUENCES = {"importance_values": lambda row: tuple(float(x) for x in row), "mask_kinds": str, "layer_range": int,
-              "rankings": str, "ks": float, "seeds": int, "faithfulness_layers": int, "explainers": str,
-              "explainer_options": lambda t: (str(t[0]), str(t[1]), t[2])}
+# lists and how each item is read: INDEX a whole number >= 0 (a layer, a seed), FRACTION a number in (0, 1],
+# anything else a converter (TypeError / ValueError: not a list of those)
+INDEX, FRACTION = "a whole number >= 0", "a fraction in (0, 1]"
+_SEQUENCES = {"importance_values": lambda row: tuple(float(x) for x in row), "mask_kinds": str,
+              "layer_range": INDEX, "rankings": str, "ks": FRACTION, "seeds": INDEX, "faithfulness_layers": INDEX,
+              "explainers": str, "explainer_options": lambda t: (str(t[0]), str(t[1]), t[2])}
 
 
 @dataclass(frozen=True)
@@ -53,34 +56,48 @@ class Settings:
         for name, item in _SEQUENCES.items():  # lists (a command line, JSON, an array) kept as tuples: hashable
             value = getattr(self, name)
             if value is not None:
-                try:
-                    object.__setattr__(self, name, tuple(item(v) for v in value))
-                except (TypeError, ValueError):
-                    raise ValueError(f"{name} must be a sequence" + (" of rows (layers x heads)" if name ==
-                                     "importance_values" else "") + f", got {value!r}") from None
-        whole_number(self.max_tokens, "max_tokens", lo=3)
-        whole_number(self.n_steps, "n_steps (captum's minimum is 2)", lo=2)
+                object.__setattr__(self, name, tuple(_read(item, v, name) for v in items(value, name)))
+        # counts through errors.whole_number, fractions through errors.real_number: NaN, infinity, 2.5, True and
+        # "3" are refused by name, not rounded or read (the store's manifest records what was checked here)
+        object.__setattr__(self, "max_tokens", whole_number(self.max_tokens, "max_tokens", lo=3))
+        object.__setattr__(self, "n_steps", whole_number(self.n_steps, "n_steps (captum's minimum is 2)", lo=2))
+        from ...views.pooling import check_grid  # lazily, as below: it imports the compiled kernels
+
+        object.__setattr__(self, "grid", check_grid(self.grid))
         if not (self.target in ("positive", "predicted") or str(self.target).isascii() and str(self.target).isdigit()):
-            raise ValueError(f"target must be 'positive', 'predicted' or a class index, got {self.target!r}")
+            raise SettingsError(f"target must be 'positive', 'predicted' or a class index, got {self.target!r}")
         if self.importance_docs is not None:
-            whole_number(self.importance_docs, "importance_docs", lo=1)
+            object.__setattr__(self, "importance_docs", whole_number(self.importance_docs, "importance_docs", lo=1))
         if self.importance_method not in ("t3vis", "michel"):
-            raise ValueError(f"importance_method must be 't3vis' or 'michel', got {self.importance_method!r}")
-        if self.rbo_p is not None and not 0 < float(self.rbo_p) < 1:
-            raise ValueError(f"rbo_p must be in (0, 1), got {self.rbo_p}")
-        if self.top is not None and not 0 < float(self.top) <= 1:
-            raise ValueError(f"top must be in (0, 1], got {self.top}")
-        if self.layer_range is not None and (len(self.layer_range) != 2 or not 0 <= self.layer_range[0]
-                                             <= self.layer_range[1]):
-            raise ValueError(f"layer_range must be (lo, hi) with 0 <= lo <= hi, got {self.layer_range}")
+            raise SettingsError(f"importance_method must be 't3vis' or 'michel', got {self.importance_method!r}")
+        if self.rbo_p is not None:
+            object.__setattr__(self, "rbo_p", real_number(self.rbo_p, "rbo_p", 0, 1, above=True, below=True))
+        if self.top is not None:
+            object.__setattr__(self, "top", real_number(self.top, "top", 0, 1, above=True))
+        if self.layer_range is not None and (len(self.layer_range) != 2 or self.layer_range[0] > self.layer_range[1]):
+            raise SettingsError(f"layer_range must be (lo, hi) with 0 <= lo <= hi, got {self.layer_range}")
         from ...evaluation.deletion import REPLACEMENTS  # lazily: it imports torch
 
         if self.replacement not in REPLACEMENTS:
-            raise ValueError(f"replacement must be one of {REPLACEMENTS}, got {self.replacement!r}")
-        if not 0 < float(self.max_removed) <= 1:
-            raise ValueError(f"max_removed must be a fraction in (0, 1], got {self.max_removed}")
+            raise SettingsError(f"replacement must be one of {REPLACEMENTS}, got {self.replacement!r}")
+        object.__setattr__(self, "max_removed", real_number(self.max_removed, "max_removed (a fraction of the "
+                                                            "removable tokens)", 0, 1, above=True))
         if self.flip_bound is not None:
-            whole_number(self.flip_bound, "flip_bound (the flip scan's limit in tokens)", lo=1)
+            object.__setattr__(self, "flip_bound", whole_number(
+                self.flip_bound, "flip_bound (the flip scan's limit in tokens)", lo=1))
+
+
+def _read(item, value, name: str):
+    """One item of the list setting `name`, read as _SEQUENCES says."""
+    if item == INDEX:
+        return whole_number(value, f"every value of {name}", lo=0)
+    if item == FRACTION:
+        return real_number(value, f"every value of {name}", 0, 1, above=True)
+    try:
+        return item(value)
+    except (TypeError, ValueError, IndexError):
+        raise SettingsError(f"{name} must be a list" + (" of rows (layers x heads)" if name == "importance_values"
+                            else "") + f", got an item {value!r}") from None
 
 
 def mask_rule() -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ...errors import LongvizError, StoreError
+from ...errors import LongvizError, StoreError, whole_number
 from ..kinds.agreement import AgreementQueries
 from ..kinds.attention import AttentionQueries
 from ..kinds.attribution import AttributionQueries
@@ -50,7 +50,7 @@ class ResultStore(AttentionQueries, AttributionQueries, HeadImportanceQueries, A
 
     def __init__(self, path, limit: int | None = None):
         self.root = Path(path)
-        self.limit = None if limit is None else int(limit)
+        self.limit = None if limit is None else whole_number(limit, "limit (documents)", lo=0)
         manifest = read_manifest(self.root)
         if manifest is None:
             raise StoreError(f"{self.root} is not a longviz result store (no {MANIFEST}).")
