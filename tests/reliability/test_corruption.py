@@ -181,7 +181,9 @@ INDEX_DAMAGE = {**DAMAGE, "zeroed-tail": lambda b: b[:4096] + b"\x00" * (len(b) 
 @wrong
 @pytest.mark.parametrize("how", list(INDEX_DAMAGE))
 def test_a_damaged_index_is_rebuilt_from_the_unit_files(store_root, how, caplog):
-    expected = st.ResultStore(store_root).documents()
+    intact = st.ResultStore(store_root)
+    expected = intact.documents()
+    intact.close()  # an open WAL reader keeps its shared lock on the file the damage below rewrites in place
     db = store_root / "index" / "w.sqlite"
     for extra in ("-wal", "-shm"):
         (store_root / "index" / f"w.sqlite{extra}").unlink(missing_ok=True)

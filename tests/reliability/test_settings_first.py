@@ -32,7 +32,7 @@ BAD = {
     "mask-kind-unknown": (["--what", "agreement", "--mask", "numbers"], "unknown mask kind"),
     "rbo-p-one": (["--what", "agreement", "--rbo-p", "1"], "rbo_p must be in"),
     "top-zero": (["--what", "agreement", "--top", "0"], "top must be in"),
-    "max-removed-two": (["--what", "faithfulness", "--max-removed", "2"], "max_removed must be"),
+    "max-removed-two": (["--what", "faithfulness", "--max-removed", "2"], "max_removed .*must be"),
     "explainer-unknown": (["--what", "leaderboard", "--explainers", "lime"], "unknown explainer"),
     "kind-unknown": (["--what", "attentions"], "unknown kind"),
     "shard-past-the-shards": (["--shard", "2/2"], "need 0 <= i < N"),
