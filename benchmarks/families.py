@@ -137,7 +137,8 @@ def one(path: Path, n: int, route: str, family: str = "modernbert", layers: int 
     model = _build(family, path, layers)
     text = text_of(n + 200)
     warm = lv.analyze(model, text_of(300), max_tokens=256)  # imports, numba's cached loops, first calls
-    tally(topk_indices(warm.attention, 8), warm.tokens)
+    for direction in ("attended", "attending"):  # the count tables' loop too: its first call loads it
+        token_counts(warm, 8, direction, "type", tallies=tally(topk_indices(warm.attention, 8), warm.tokens))
     pool_attention(warm.attention, 64)
     enc = model.encode(text, n)
     ids = torch.as_tensor(enc.input_ids)[None]

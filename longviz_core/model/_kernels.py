@@ -28,6 +28,7 @@ import numpy as np
 from .._disk import cache_folder
 
 _MAX_BITS = 0x7FFFFFFF
+_LAST = np.iinfo(np.int64).max  # a sort key after every candidate's
 
 
 # ------------------------------------------------------------------------------- compiled on first use
@@ -153,10 +154,11 @@ def collect(band, bits, maxima, threshold, col_bits, keys, counts):
 
 
 @_loop(boundscheck=False)
-def first_k(keys, counts, col_bits, w, extra, extra_bits, extra_pos, out):
-    """out[i] = row i's first k band candidates (`keys` sorted) merged with its `extra` entries (value
-    extra[i, e], float bits extra_bits[i, e], at position extra_pos[e]) by value descending, then position
-    ascending; positive values only; -1 after the last. Band column c of row i is position i - w + c."""
+def first_k(keys, counts, stride, col_bits, w, extra, extra_bits, extra_pos, out):
+    """out[i] = row i's first k band candidates (`keys` sorted; row i's counts[i] of them from i * stride, or
+    after the previous row's when stride is 0) merged with its `extra` entries (value extra[i, e], float bits
+    extra_bits[i, e], at position extra_pos[e]) by value descending, then position ascending; positive values
+    only; -1 after the last. Band column c of row i is position i - w + c."""
     n, k = out.shape
     g = extra.shape[1]
     col_mask = (np.int64(1) << col_bits) - 1
@@ -173,6 +175,8 @@ def first_k(keys, counts, col_bits, w, extra, extra_bits, extra_pos, out):
                     j -= 1
                 order[j], inverted[j] = e, inv
                 s += 1
+        if stride:
+            start = i * stride
         a, b, stop = start, 0, start + counts[i]
         for r in range(k):
             in_band, in_extra = a < stop, b < s
@@ -252,6 +256,38 @@ def collect_keys(band, bits, blocks, block, w, threshold, col_bits, keys, counts
 
 
 @_loop(boundscheck=False)
+def row_keys(band, bits, col_bits, keys, counts):
+    """keys[i] = sort keys (2^31 - 1 - value bits) << col_bits | column of every positive entry of band row i,
+    then the largest int64 (sorted last); counts[i] = how many are positive. For a band whose rows' top-k
+    hold a third of it or more: every entry a candidate, each row sorted on its own (`topk._Buffers`)."""
+    n, width = band.shape
+    for i in range(n):
+        s = 0
+        for c in range(width):
+            positive = band[i, c] > 0
+            keys[i, c] = ((_MAX_BITS - np.int64(bits[i, c])) << col_bits) | c if positive else _LAST
+            s += positive
+        counts[i] = s
+    return n
+
+
+@_loop(boundscheck=False)
+def column_keys(band, bits, w, col_bits, keys, counts):
+    """`row_keys` for the band's columns, read in place: keys[j, u] for query i = j - w + u, the entry band[i,
+    2w - u] (the column field is u: query j - w + u, as `collect_keys` writes it)."""
+    n, width = band.shape
+    for j in range(n):
+        s = 0
+        for u in range(width):
+            i = j - w + u
+            positive = 0 <= i < n and band[i, width - 1 - u] > 0
+            keys[j, u] = ((_MAX_BITS - np.int64(bits[i, width - 1 - u])) << col_bits) | u if positive else _LAST
+            s += positive
+        counts[j] = s
+    return n
+
+
+@_loop(boundscheck=False)
 def count_sets(lists, layers, heads, k, owners, pos_bin, type_bin, per_head, lo, hi, positions, types):
     """Algorithm 2 for the owners lo <= i < hi with owners[i] true: positions[p] += 1 for every owner whose
     lists[i, layers[a], heads[b]] (owner-major: (n, layers, heads, k)), first k entries, contain p, and
@@ -283,3 +319,134 @@ def count_sets(lists, layers, heads, k, owners, pos_bin, type_bin, per_head, lo,
                     t = type_bin[p]
                     types[t] += type_stamp[t] != stamp
                     type_stamp[t] = stamp
+
+
+# ------------------------------------------------------------------ a streamed layer's band of query rows
+_POSITION = 0xFFFFFFFF  # the low 32 bits of a key's list entry: its query's position
+
+
+@_loop(boundscheck=False)
+def stream_rows(p, bits, row0, key0, block, acc, received, sums, maxima, key_maxima, t0, band, band_key0):
+    """One head's chunk of exact softmax rows p (rows, m) (float bits `bits`: values >= 0 order as their bits),
+    queries row0 + t over keys key0 + x, rows t0 + t of the current band of rows (`streamed.StreamedLayer`),
+    read once while in cache:
+    - received attention and block sums: with `block`, each row is added into acc (n,), the column sums of the
+      current query block, which go into received (n,) and sums (g, g) when that block ends (float64);
+    - maxima (rows, chunks) int32: each row's maxima of its interleaved column chunks (columns c, c + chunks,
+      ...), for the row's threshold (`band_candidates`);
+    - key_maxima (chunks', band keys) int32: each key's maxima over the band's interleaved row chunks (rows
+      c, c + chunks', ...), for the key's threshold (`band_candidates`);
+    - band (band rows, band keys) float32: where the band is not p itself (a causal layer's rows reach fewer
+      keys than the band's), the rows are copied into it at key0 - band_key0 (the band holds zeros elsewhere)."""
+    c, m = p.shape
+    n = received.shape[0]
+    chunks, key_chunks = maxima.shape[1], key_maxima.shape[0]
+    into = acc[key0 : key0 + m] if block else received[key0 : key0 + m]
+    copy = band.shape[1] > 0
+    for t in range(c):
+        i = row0 + t
+        row, rbits = p[t], bits[t]
+        for x in range(m):
+            into[x] += row[x]
+        if block and ((i + 1) % block == 0 or i == n - 1):
+            a = i // block
+            for b in range(sums.shape[1]):
+                total = 0.0
+                for j in range(b * block, min(n, b * block + block)):
+                    total += acc[j]
+                    received[j] += acc[j]
+                    acc[j] = 0.0
+                sums[a, b] += total
+        if chunks == 0:
+            continue
+        mx = maxima[t]
+        for x in range(min(chunks, m)):
+            mx[x] = rbits[x]
+        for x in range(m, chunks):
+            mx[x] = 0
+        start = chunks
+        while start + chunks <= m:
+            for x in range(chunks):
+                mx[x] = max(mx[x], rbits[start + x])
+            start += chunks
+        for x in range(max(0, m - start)):
+            mx[x] = max(mx[x], rbits[start + x])
+        if key_chunks:
+            km = key_maxima[(t0 + t) % key_chunks, key0 - band_key0 : key0 - band_key0 + m]
+            for x in range(m):
+                km[x] = max(km[x], rbits[x])
+        if copy:
+            into_band = band[t0 + t, key0 - band_key0 : key0 - band_key0 + m]
+            for x in range(m):
+                into_band[x] = row[x]
+
+
+@_loop(boundscheck=False)
+def band_candidates(bits, key0, t, row_threshold, key_threshold, col_bits, row_bits, rows_found, row_counts, found):
+    """From band row t on, the candidates of the band's rows and keys (float bits (rows, keys), key key0 + x),
+    each an entry at or above its row's (key's) threshold, as sort keys: t << (31 + col_bits) | (2^31 - 1 - value
+    bits) << col_bits | key into rows_found, row_counts[t] of them; key << (31 + row_bits) | (2^31 - 1 - value
+    bits) << row_bits | t into found. Stops before a row that might not fit; returns (rows' and keys' candidates,
+    the row reached)."""
+    rows, m = bits.shape
+    r = s = 0
+    while t < rows and r + m <= rows_found.shape[0] and s + m <= found.shape[0]:
+        rbits, thr, first = bits[t], row_threshold[t], r
+        row_key, query = np.int64(t) << (31 + col_bits), np.int64(t)
+        for x in range(m):
+            v = rbits[x]
+            if v >= thr:  # about kk + 20 of a row's entries
+                rows_found[r] = row_key | ((_MAX_BITS - np.int64(v)) << col_bits) | (key0 + x)
+                r += 1
+            if v >= key_threshold[x]:  # and of a key's in the band
+                found[s] = (np.int64(key0 + x) << (31 + row_bits)) | ((_MAX_BITS - np.int64(v)) << row_bits) | query
+                s += 1
+        row_counts[t] = r - first
+        t += 1
+    return r, s, t
+
+
+@_loop(boundscheck=False)
+def first_of_rows(keys, counts, col_bits, out):
+    """out[t, :min(k, counts[t])] = the positions in row t's sorted keys (`band_candidates`), best first."""
+    c, k = out.shape
+    mask = (np.int64(1) << col_bits) - 1
+    start = 0
+    for t in range(c):
+        for r in range(min(k, counts[t])):
+            out[t, r] = keys[start + r] & mask
+        start += counts[t]
+
+
+@_loop(boundscheck=False)
+def merge_keys(found, s, base, row_bits, kept, count, floor, scratch):
+    """Each key's candidates (`band_candidates`' found[:s], sorted: by key, then value descending, then row
+    base + row) merged into its best queries so far, kept (n, kk) int64 entries (2^31 - 1 - value bits) << 32 |
+    query, best first, count (n,) of them; the key's floor becomes its kk-th best's value bits."""
+    n, kk = kept.shape
+    row_mask = (np.int64(1) << row_bits) - 1
+    a = 0
+    while a < s:
+        j = found[a] >> (31 + row_bits)
+        b = a
+        while b < s and (found[b] >> (31 + row_bits)) == j:
+            b += 1
+        old, lst = count[j], kept[j]
+        u, v, r = 0, a, 0
+        while r < kk and (u < old or v < b):
+            if v < b:
+                new = (((found[v] >> row_bits) & _MAX_BITS) << 32) | (base + (found[v] & row_mask))
+                if u >= old or new < lst[u]:
+                    scratch[r] = new
+                    v += 1
+                    r += 1
+                    continue
+            scratch[r] = lst[u]
+            u += 1
+            r += 1
+        for e in range(r):
+            lst[e] = scratch[e]
+        count[j] = r
+        if r == kk:
+            floor[j] = _MAX_BITS - (lst[kk - 1] >> 32)
+        a = b

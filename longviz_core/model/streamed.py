@@ -26,12 +26,20 @@ tied positions; with float32 softmax values such ties have probability ~0 except
 """
 from __future__ import annotations
 
+import math
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
-_CHUNK_BYTES = 48 << 20  # one chunk's (heads, rows, n) float32 probabilities
+from . import _kernels
+
+_CHUNK_BYTES = 48 << 20  # one chunk's (heads, rows, n) float32 probabilities (rows, columns, dense heads)
+_CHUNK_ROWS = 256  # rows of one head's Q K^T at a time in the views' pass (fewer: MKL's matmul is 25 % slower)
+_CHUNK_ROWS_BYTES = 8 << 20  # ... at most this many bytes of them
+_BAND_BYTES = 48 << 20  # one head's band of rows in the views' pass: its keys' candidates are read at its end
 DEFAULT_K = 64  # the app's top-k lists (views.counts.TOPK_MAX)
 DEFAULT_GRID = 64  # the heatmap grid's cells per axis (views.pooling.DEFAULT_GRID)
 
@@ -136,12 +144,6 @@ class StreamedLayer(RowStreamed):
             return slice(0, self.n)
         return slice(max(0, rows.start - self.reach) if self.reach else 0, rows.stop)
 
-    def _queries_of(self, keys: slice) -> slice:
-        """The queries that can attend to the keys in `keys`."""
-        if not self.causal:
-            return slice(0, self.n)
-        return slice(keys.start, min(self.n, keys.stop + self.reach) if self.reach else self.n)
-
     def _allowed(self, rows: slice, keys: slice) -> torch.Tensor | None:
         """(rows, keys) bool: which pairs the layer allows (None: all)."""
         if not self.causal:
@@ -151,25 +153,32 @@ class StreamedLayer(RowStreamed):
         ok = j <= i
         return ok & (j >= i - self.reach) if self.reach else ok
 
-    def _scores(self, rows: slice, keys: slice, heads=None, transpose: bool = False) -> torch.Tensor:
+    def _scores(self, rows: slice, keys: slice, heads=None, out: torch.Tensor | None = None) -> torch.Tensor:
         """Scaled (capped) scores of queries `rows` against keys `keys`, (heads, rows, keys) float32, -inf where the
-        layer does not allow the pair; (heads, keys, rows) with `transpose`. `heads`: a list of query heads or None."""
-        if heads is None:
+        layer does not allow the pair. `heads`: a list of query heads, or None (all), or one head as an int: then
+        (rows, keys), into `out` where given."""
+        if isinstance(heads, int) and math.frexp(self.scaling)[0] == 0.5:  # a power of two: exact in the product
+            s = torch.addmm(out, self.query[heads, rows], self.key[heads // self.group, keys].T, beta=0,
+                            alpha=self.scaling, out=out)
+        elif isinstance(heads, int):
+            s = torch.matmul(self.query[heads, rows], self.key[heads // self.group, keys].T, out=out)
+        elif heads is None:
             kv, g = self.key.shape[0], self.group
             q = self.query[:, rows].reshape(kv, g, -1, self.query.shape[-1])  # (kv, g, rows, d)
             k = self.key[:, keys].unsqueeze(1)  # (kv, 1, keys, d)
-            s = (torch.matmul(k, q.transpose(-1, -2)) if transpose else torch.matmul(q, k.transpose(-1, -2)))
-            s = s.reshape(self.num_heads, *s.shape[2:])  # (heads, rows, keys) or (heads, keys, rows)
+            s = torch.matmul(q, k.transpose(-1, -2))
+            s = s.reshape(self.num_heads, *s.shape[2:])  # (heads, rows, keys)
         else:
             q = self.query[heads, rows]
             k = self.key[[h // self.group for h in heads], keys]
-            s = torch.matmul(k, q.transpose(-1, -2)) if transpose else torch.matmul(q, k.transpose(-1, -2))
-        s.mul_(self.scaling)  # in place: at 32,768 tokens each copy of a chunk is 48 MiB
+            s = torch.matmul(q, k.transpose(-1, -2))
+        if not isinstance(heads, int) or math.frexp(self.scaling)[0] != 0.5:
+            s.mul_(self.scaling)  # in place: at 32,768 tokens each copy of a chunk is 48 MiB
         if self.softcap is not None:
             s.div_(self.softcap).tanh_().mul_(self.softcap)
         ok = self._allowed(rows, keys)
         if ok is not None:
-            s.masked_fill_(~(ok.T if transpose else ok), float("-inf"))
+            s.masked_fill_(~ok, float("-inf"))
         return s
 
     def probs(self, rows: slice, heads=None) -> torch.Tensor:
@@ -185,47 +194,140 @@ class StreamedLayer(RowStreamed):
 
     def _pass(self, k: int, block: int) -> Summary:
         H, n = self.num_heads, self.n
-        kk = min(k, n)
-        received = torch.zeros((H, n), dtype=torch.float64)
-        lse = torch.empty((H, n)) if kk else None  # each query's log-sum-exp of its scores, for the key side
-        cls_row = None
         g = -(-n // block) if block else 0
-        sums = torch.zeros((H, g, g), dtype=torch.float64) if block else None
         dtype = np.int16 if n <= np.iinfo(np.int16).max else np.int32  # positions and -1, as views.counts
-        attended = np.full((H, n, k), -1, dtype=dtype) if k else None
-        for rows in self._chunks(H, multiple=max(block, 1)):
-            keys = self._keys_of(rows)
-            p = self._scores(rows, keys)  # (H, c, m) scores
-            top = p.amax(dim=-1, keepdim=True)
-            z = p.sub_(top).exp_().sum(dim=-1, keepdim=True)
-            p.div_(z)  # the softmax, in place; its log-sum-exp is top + log z
-            c, m = p.shape[1], p.shape[2]
-            received[:, keys] += p.sum(dim=1)  # float32 over the chunk's rows, float64 across chunks
-            if rows.start == 0:
-                cls_row = np.zeros((H, n), dtype=np.float32)
-                cls_row[:, keys] = p[:, 0].numpy()
+        out = _Out(received=np.zeros((H, n)), sums=np.zeros((H, g, g)), cls_row=np.zeros((H, n), dtype=np.float32),
+                   attended=np.full((H, n, k), -1, dtype=dtype), attending=np.full((H, n, k), -1, dtype=dtype))
+        heads = iter(range(H))
+        lock = threading.Lock()
+
+        def work():
+            torch.set_num_threads(1)  # this thread's own setting: the workers take the cores instead
+            state = _HeadState(n, min(k, n), *self._rows_per_chunk())
+            while True:
+                with lock:
+                    h = next(heads, None)
+                if h is None:
+                    return
+                self._head_pass(h, block, state, out)
+
+        workers = max(1, min(torch.get_num_threads(), H))
+        with ThreadPoolExecutor(workers) as pool:
+            for done in [pool.submit(work) for _ in range(workers)]:
+                done.result()
+        return Summary(out.received.astype(np.float32), out.cls_row, out.attended if k else None,
+                       out.attending if k else None, block, out.sums if block else None)
+
+    def _rows_per_chunk(self) -> tuple[int, int]:
+        """Rows per chunk and per band (a multiple of the chunk's)."""
+        rows = min(self.n, _CHUNK_ROWS, max(1, _CHUNK_ROWS_BYTES // (4 * self.n)))
+        return rows, min(-(-self.n // rows), max(1, _BAND_BYTES // (4 * self.n * rows))) * rows
+
+    def _head_pass(self, h: int, block: int, state: "_HeadState", out: "_Out") -> None:
+        """One head's rows, band after band (`_BAND_BYTES` of probabilities), each band in chunks of rows
+        (`_HEAD_CHUNK_BYTES`, cached while read): `_kernels.stream_rows` reads each chunk for the received
+        attention, the block sums, the rows' chunk maxima and the keys' maxima over the band; at the band's end
+        one more read finds the candidates of its rows (at or above the kk-th largest of the row's chunk
+        maxima) and of its keys (at or above the kk-th largest of the key's maxima over the band, and above its
+        kk-th best of the earlier bands), which are sorted into the rows' lists and merged into the keys'."""
+        n, kk = self.n, state.kk
+        state.reset()
+        for band_start in range(0, n, state.band_rows):
+            band_rows = slice(band_start, min(band_start + state.band_rows, n))
+            band_keys = self._keys_of(band_rows)
+            R, M = band_rows.stop - band_rows.start, band_keys.stop - band_keys.start
+            band = state.band[: R * M].view(R, M)
+            if self.causal:  # rows reach fewer keys than the band: the rest of each row is zero
+                band.zero_()
+            # a key's threshold over the band: in the first two bands; later its kk-th best so far (the floor)
+            # is about as high as the band's kk-th largest maximum, and the maxima and partition cost more
+            key_chunks = min(2 * kk, R) if kk and band_start < 2 * state.band_rows else 0
+            key_maxima = state.key_maxima[: key_chunks * M].reshape(key_chunks, M)
+            key_maxima[:] = 0
+            for start in range(band_start, band_rows.stop, state.rows):
+                rows = slice(start, min(start + state.rows, band_rows.stop))
+                keys = self._keys_of(rows)
+                c, m = rows.stop - rows.start, keys.stop - keys.start
+                t0 = rows.start - band_start
+                into = band[t0 : t0 + c] if m == M else state.scores[: c * m].view(c, m)
+                s = self._scores(rows, keys, h, out=into)
+                p = torch.ops.aten._softmax.out(s, -1, False, out=s).numpy()
+                if start == 0:
+                    out.cls_row[h, keys] = p[0]
+                chunks = 2 * kk  # a row's threshold: the kk-th largest maximum of 2 kk chunks
+                maxima = state.maxima[: c * chunks].reshape(c, chunks)
+                _kernels.stream_rows(p, p.view(np.int32), rows.start, keys.start, block, state.acc, out.received[h],
+                                     out.sums[h], maxima, key_maxima, t0, band.numpy() if m != M else state.no_band,
+                                     band_keys.start)
+                if kk:
+                    state.row_threshold[t0 : t0 + c] = np.partition(maxima, chunks - kk, axis=1)[:, chunks - kk]
             if kk:
-                lse[:, rows] = (top + torch.log(z))[..., 0]
-                v, i = torch.topk(p, min(kk, m), dim=-1)  # (H, c, <= kk)
-                attended[:, rows, : i.shape[-1]] = ordered_topk(v, i + keys.start).numpy()
-            if block:
-                a0, rb = rows.start // block, -(-c // block)
-                if c % block or m != g * block:  # the last rows, or keys short of whole blocks: pad
-                    padded = p.new_zeros((H, rb * block, g * block))
-                    padded[:, :c, keys] = p
-                    p = padded
-                sums[:, a0 : a0 + rb] += p.view(H, rb, block, g, block).sum(dim=(2, 4))
-        attending = None
-        if kk:  # a second pass over chunks of keys: column j of the attention is exp(score - lse) of its queries
-            attending = np.full((H, n, k), -1, dtype=dtype)
-            for keys in self._chunks(H):
-                queries = self._queries_of(keys)
-                # (H, keys, queries): key j's attention from each query
-                pt = self._scores(queries, keys, transpose=True).sub_(lse[:, None, queries]).exp_()
-                v, i = torch.topk(pt, min(kk, pt.shape[-1]), dim=-1)
-                attending[:, keys, : i.shape[-1]] = ordered_topk(v, i + queries.start).numpy()
-        return Summary(received.float().numpy(), cls_row, attended, attending, block,
-                       None if sums is None else sums.numpy())
+                self._band_lists(band.numpy().view(np.int32), band_start, band_keys.start, key_maxima, state,
+                                 out.attended[h, band_rows])
+        if kk:
+            listed = np.arange(kk) < state.count[:, None]
+            out.attending[h, :, :kk] = np.where(listed, state.kept & _kernels._POSITION, -1)
+
+    def _band_lists(self, bits: np.ndarray, band_start: int, key0: int, key_maxima: np.ndarray, state: "_HeadState",
+                    attended: np.ndarray) -> None:
+        """The band's rows' lists into `attended`, and its keys' candidates merged into their best queries."""
+        kk, chunks, (R, M) = state.kk, key_maxima.shape[0], bits.shape
+        row_threshold = np.maximum(state.row_threshold[:R], 1)  # float bits: 1 = positive values only
+        key_threshold = np.maximum(state.floor[key0 : key0 + M] + 1, 1)  # above the kk-th best of earlier bands
+        if chunks >= kk:
+            np.maximum(key_threshold, np.partition(key_maxima.T, chunks - kk, axis=1)[:, chunks - kk], out=key_threshold)
+        col_bits = max(1, (self.n - 1).bit_length())
+        row_bits = max(1, (R - 1).bit_length())
+        t = 0
+        while t < R:  # the buffers hold a band's candidates but for ties: then in parts, each exact
+            first = t
+            listed, found, t = _kernels.band_candidates(bits, key0, t, row_threshold, key_threshold, col_bits, row_bits,
+                                                        state.keys, state.counts, state.found)
+            state.keys[:listed].sort()  # by row, value descending, position
+            _kernels.first_of_rows(state.keys, state.counts[first:t], col_bits, attended[first:t])
+            state.found[:found].sort()  # by key, value descending, query
+            _kernels.merge_keys(state.found, found, band_start, row_bits, state.kept, state.count, state.floor,
+                                state.scratch)
+            np.maximum(key_threshold, state.floor[key0 : key0 + M] + 1, out=key_threshold)
+
+
+@dataclass
+class _Out:
+    """What a pass fills, every head."""
+
+    received: np.ndarray  # (heads, n) float64
+    sums: np.ndarray  # (heads, g, g) float64
+    cls_row: np.ndarray  # (heads, n) float32
+    attended: np.ndarray  # (heads, n, k)
+    attending: np.ndarray  # (heads, n, k)
+
+
+class _HeadState:
+    """One worker's buffers for a head's pass: a band of probabilities, computed in chunks of rows, with its
+    rows' thresholds and its keys' maxima; the current query block's column sums; each key's best queries so
+    far and their floor; a band's candidates, rows' and keys'."""
+
+    def __init__(self, n: int, kk: int, rows: int, band_rows: int):
+        self.kk, self.rows, self.band_rows = kk, rows, band_rows
+        self.band = torch.empty(band_rows * n)
+        self.scores = torch.empty(rows * n)
+        self.no_band = np.empty((0, 0), dtype=np.float32)
+        self.acc = np.zeros(n)
+        self.kept = np.zeros((n, kk), dtype=np.int64)
+        self.count = np.zeros(n, dtype=np.int64)
+        self.floor = np.zeros(n, dtype=np.int32)
+        self.scratch = np.empty(kk, dtype=np.int64)
+        room = (kk + 32) * max(band_rows, n) if kk else 0  # a band's candidates, but for ties
+        self.keys, self.found = np.empty(room, dtype=np.int64), np.empty(room, dtype=np.int64)
+        self.counts = np.empty(band_rows, dtype=np.int64)
+        self.maxima = np.empty(rows * 2 * kk, dtype=np.int32)
+        self.row_threshold = np.empty(band_rows, dtype=np.int32)
+        self.key_maxima = np.empty(2 * kk * n, dtype=np.int32)
+
+    def reset(self) -> None:
+        self.acc[:] = 0.0
+        self.count[:] = 0
+        self.floor[:] = 0
 
 
 def ordered_topk(values: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
