@@ -1,5 +1,6 @@
-"""Compiled loops over one head's attention band (numba: no Python objects, the GIL released, so two threads
-work on two heads at once). Band row i, column c = attention of query i to key i - w + c.
+"""Compiled loops over one head's attention: its band, or a streamed layer's rows (numba: no Python objects,
+the GIL released, so two threads work on two heads at once). Band row i, column c = attention of query i to key
+i - w + c.
 
 - Received attention and pooled block sums (`bands.received_per_head`, `views.pooling`): one pass over the
   band adding whole rows into a shifted accumulator.
@@ -9,6 +10,13 @@ work on two heads at once). Band row i, column c = attention of query i to key i
   visits only the chunks whose maximum reaches its threshold, and the band is never copied.
   Each row's threshold (numpy's SIMD partition) and the sort of the candidate keys (numpy's SIMD sort) stay
   in numpy: both are faster than anything written here.
+- A band as wide as three k or less (ModernBERT's 129 columns at k = 64): every entry is a candidate, each row's
+  (`row_keys`) or column's (`column_keys`) keys sorted on their own by numpy.
+- A full layer's views (`streamed.StreamedLayer.summary`) in one pass over its rows: each chunk of exact softmax
+  rows read once for the sums and the rows' and keys' chunk maxima (`stream_rows`), then the entries at or above
+  the thresholds (`band_candidates`), sorted, into the rows' lists (`first_of_rows`) and merged into each key's
+  best so far (`merge_keys`); a block-sparse layer's sums (`grouped_sums`) and lists (`row_maxima`,
+  `row_candidates`).
 - Counts (`views.counts`, Algorithm 2): one pass over the owners' lists with a stamp per position and per
   type, so that each owner counts a position or type once over all the selected heads, without building any
   per-owner set or per-type table.
@@ -359,18 +367,7 @@ def stream_rows(p, bits, row0, key0, block, acc, received, sums, maxima, key_max
                 sums[a, b] += total
         if chunks == 0:
             continue
-        mx = maxima[t]
-        for x in range(min(chunks, m)):
-            mx[x] = rbits[x]
-        for x in range(m, chunks):
-            mx[x] = 0
-        start = chunks
-        while start + chunks <= m:
-            for x in range(chunks):
-                mx[x] = max(mx[x], rbits[start + x])
-            start += chunks
-        for x in range(max(0, m - start)):
-            mx[x] = max(mx[x], rbits[start + x])
+        _chunk_maxima(rbits, maxima[t])
         if key_chunks:
             km = key_maxima[(t0 + t) % key_chunks, key0 - band_key0 : key0 - band_key0 + m]
             for x in range(m):
@@ -379,6 +376,72 @@ def stream_rows(p, bits, row0, key0, block, acc, received, sums, maxima, key_max
             into_band = band[t0 + t, key0 - band_key0 : key0 - band_key0 + m]
             for x in range(m):
                 into_band[x] = row[x]
+
+
+@_loop(inline="always")
+def _chunk_maxima(rbits, mx):
+    """mx[c] = the maximum of rbits[c::len(mx)] (float bits), 0 where the chunk is empty."""
+    m, chunks = rbits.shape[0], mx.shape[0]
+    for x in range(min(chunks, m)):
+        mx[x] = rbits[x]
+    for x in range(m, chunks):
+        mx[x] = 0
+    start = chunks
+    while start + chunks <= m:
+        for x in range(chunks):
+            mx[x] = max(mx[x], rbits[start + x])
+        start += chunks
+    for x in range(max(0, m - start)):
+        mx[x] = max(mx[x], rbits[start + x])
+
+
+@_loop(boundscheck=False)
+def row_maxima(bits, maxima):
+    """maxima[r] = `_chunk_maxima` of row r of bits (rows, m) (`streamed.rows_topk`)."""
+    for r in range(bits.shape[0]):
+        _chunk_maxima(bits[r], maxima[r])
+
+
+@_loop(boundscheck=False)
+def grouped_sums(values, positions, group, query0, block, acc, received, sums):
+    """Rows r of values (rows, width) float32, queries query0 + r, entry x at key positions[r // group, x] (a
+    key >= n holds 0 and is skipped): each key's received attention into received (n,), and with `block`,
+    query block a to key block c into sums (g, g) (float64). Rows of one group and one query block are added
+    into acc (width,) first, then spread over their keys (`block_sparse.BlockSparseLayer`)."""
+    rows, width = values.shape
+    n = received.shape[0]
+    acc[:] = 0.0
+    for r in range(rows):
+        row = values[r]
+        for x in range(width):
+            acc[x] += row[x]
+        i = query0 + r
+        if r + 1 == rows or (r + 1) // group != r // group or (block and (i + 1) // block != i // block):
+            where = positions[r // group]
+            for x in range(width):
+                j = where[x]
+                if j < n:
+                    received[j] += acc[x]
+                    if block:
+                        sums[i // block, j // block] += acc[x]
+                acc[x] = 0.0
+
+
+@_loop(boundscheck=False)
+def row_candidates(bits, threshold, positions, group, pos_bits, keys, counts):
+    """Sort keys r << (31 + pos_bits) | (2^31 - 1 - value bits) << pos_bits | position of every entry of row r at
+    or above its threshold (float bits), its position positions[r // group, x], into keys[:s]; counts[r] = row
+    r's; returns s (`streamed.rows_topk`)."""
+    rows, m = bits.shape
+    s = 0
+    for r in range(rows):
+        rbits, thr, first, row_key, where = bits[r], threshold[r], s, np.int64(r) << (31 + pos_bits), positions[r // group]
+        for x in range(m):
+            if rbits[x] >= thr:
+                keys[s] = row_key | ((_MAX_BITS - np.int64(rbits[x])) << pos_bits) | where[x]
+                s += 1
+        counts[r] = s - first
+    return s
 
 
 @_loop(boundscheck=False)

@@ -1,28 +1,47 @@
-"""A full-attention layer kept as its queries and keys; every view streamed from them in chunks of query rows.
+"""A full-attention layer kept as its queries and keys; every view streamed from them in one pass over its rows.
 
 A full layer's attention is softmax(Q K^T * scaling) row by row over all n keys (`capture` takes Q and K after
 RoPE from the model's own attention call). Storing it would take heads x n x n floats per layer (22 x 12 x
 8,192^2 x 4 B = 71 GB for ModernBERT-base at 8,192 tokens), so this layer keeps Q and K, (heads, n, d), and
-computes what the views read in passes over chunks of query rows: each chunk's scores are a (heads, rows, n)
-matrix whose exact float32 softmax (max subtracted, as eager attention computes it) lives only while the chunk
-is read. One pass (`summary`) gives per head the attention every key receives (column sums), the CLS row,
-each query's top-k keys and the block sums the heatmap grid pools; each key's top-k queries (Algorithm 3
-needs them beside Algorithm 1's) come from a second pass over chunks of keys, K Q^T with each query's
-log-sum-exp from the first, so that a key's column is contiguous (exp(score - lse): the same softmax, rounded
-in another order, to a few ulp); any single row, column or dense head is computed on demand. Memory: Q and K plus
-O(heads * n * k) for the lists, and one chunk. Rows, columns and dense heads on demand and the cached summary
-(`RowStreamed`) serve BigBird's block-sparse layers too (`block_sparse.BlockSparseLayer`, with a pass of its own).
+computes what the views read from chunks of query rows: each chunk's scores are computed and soft-maxed (exact
+float32, torch's own softmax, as eager attention computes it) and read while they are in cache.
+
+One pass (`summary`) gives, per head, everything the pages show by default: the attention every key receives
+(column sums), the CLS row, the block sums the heatmap grid pools, each query's top-k keys (Algorithm 1) and each
+key's top-k queries (Algorithm 3). A head's rows go in bands (`_BAND_BYTES` of probabilities: the whole head up
+to about 3,500 tokens), a band in chunks of 256 rows (Q K^T by one matmul, its softmax in place), and worker
+threads take the heads. `_kernels.stream_rows` reads each chunk once: the column sums of the current query
+block (into the received attention and the block sums, float64), each row's maxima over 2 k interleaved chunks
+of its columns, and (in the first two bands) each key's maxima over 2 k interleaved chunks of the band's rows.
+A row's threshold is the k-th largest of its chunk maxima (numpy's partition, a chunk's rows at once): k
+distinct entries reach it, so every top-k entry does, and about k + 20 entries do. A key's threshold is the
+k-th largest of its maxima over the band, and above its floor, the k-th best value of the earlier bands (from
+the third band on, the floor alone: it is about as high). At the band's end `_kernels.band_candidates` reads
+the band again for the entries at or above their row's or their key's threshold, as sort keys (row or key,
+value bits inverted, position); numpy sorts them; a row's first k are its list, and each key's candidates are
+merged into its best k so far (`_kernels.merge_keys`), which sets its floor. Exact: the candidates hold every
+top-k entry, ties included, and the sort orders them by the views' rule. Where the time goes is in
+docs/benchmarks.md (Q K^T and the softmax are about 40 % of it).
+
+The key side reads the very values of the row side, those of `dense`. (Before, each key's top-k came from a
+second pass over chunks of keys, K Q^T with each query's log-sum-exp from the first: exp(score - lse), the same
+softmax rounded in another order, a few ulp apart, so that two near-equal entries of a column could be ordered
+unlike the column's own values; the row side divided by the sum where torch's softmax multiplies by its
+inverse. Both now match a whole-head torch.softmax entry for entry.) Memory: Q and K, the lists O(heads * n *
+k), and per worker a band, its candidates and each key's best k (about 130 MiB at 8,192 tokens).
+
+Rows, columns and dense heads on demand and the cached summary (`RowStreamed`) serve BigBird's block-sparse
+layers too (`block_sparse.BlockSparseLayer`, whose pass reads its stored blocks through `rows_topk`).
 
 A decoder's layer (`causal`) is the same with query i over keys j <= i (and j >= i - reach for a sliding layer):
-each chunk of rows scores only the keys its rows reach and the rest is zero, so a causal pass costs half a full
-one and a sliding pass a band's. Grouped-query attention keeps the keys as they come, (key/value heads, n, d):
-query head h scores against key head h // (heads / key/value heads) through a broadcast matmul, never a copy of K
-per query head. A soft-capped layer (Gemma 2) caps the scaled scores, cap * tanh(s / cap), before the mask and
-the softmax, as the model's attention does.
+each chunk of rows scores only the keys its rows reach (the band holds zeros beyond), so a causal pass costs
+about half a full one and a sliding pass a band's. Grouped-query attention keeps the keys as they come,
+(key/value heads, n, d): query head h scores against key head h // (heads / key/value heads) through a broadcast
+matmul, never a copy of K per query head. A soft-capped layer (Gemma 2) caps the scaled scores, cap * tanh(s /
+cap), before the mask and the softmax, as the model's attention does.
 
 Top-k order is the views' (`views.counts`): value descending, ties to the lower position, positive values
-only, -1 padded. A tie exactly at the k-th place is resolved by `torch.topk`, which may keep either of the
-tied positions; with float32 softmax values such ties have probability ~0 except for exact zeros (excluded).
+only, -1 padded.
 """
 from __future__ import annotations
 
@@ -40,6 +59,7 @@ _CHUNK_BYTES = 48 << 20  # one chunk's (heads, rows, n) float32 probabilities (r
 _CHUNK_ROWS = 256  # rows of one head's Q K^T at a time in the views' pass (fewer: MKL's matmul is 25 % slower)
 _CHUNK_ROWS_BYTES = 8 << 20  # ... at most this many bytes of them
 _BAND_BYTES = 48 << 20  # one head's band of rows in the views' pass: its keys' candidates are read at its end
+_WORKERS = 8  # threads of the views' pass at most (each holds a band)
 DEFAULT_K = 64  # the app's top-k lists (views.counts.TOPK_MAX)
 DEFAULT_GRID = 64  # the heatmap grid's cells per axis (views.pooling.DEFAULT_GRID)
 
@@ -85,8 +105,8 @@ class RowStreamed:
     def summary(self, k: int = 0, block: int = 0) -> Summary:
         """Received and the CLS row always; top-k lists for k > 0 (prefixes of a longer cached list serve a
         smaller k); block sums for `block` > 0 tokens per block. The first pass computes what the app's views
-        ask by default too (k = DEFAULT_K, the DEFAULT_GRID grid's blocks), so that one row pass and one key
-        pass serve every view of a document; other k or grids take passes of their own. Cached."""
+        ask by default too (k = DEFAULT_K, the DEFAULT_GRID grid's blocks), so that one pass serves every view of
+        a document; other k or grids take passes of their own. Cached."""
         for (ck, cb), s in self._cache.items():
             if ck >= k and (block == 0 or cb == block):
                 return s if ck == k or k == 0 else _prefix(s, k)
@@ -94,9 +114,9 @@ class RowStreamed:
         self._cache[want] = self._pass(*want)
         return self.summary(k, block)
 
-    def _chunks(self, heads: int, multiple: int = 1):
-        """Slices of query rows, each about _CHUNK_BYTES of (heads, rows, n) float32, a multiple of `multiple`."""
-        rows = max(1, _CHUNK_BYTES // (4 * heads * self.n) // multiple) * multiple
+    def _chunks(self, heads: int):
+        """Slices of query rows, each about _CHUNK_BYTES of (heads, rows, n) float32."""
+        rows = max(1, _CHUNK_BYTES // (4 * heads * self.n))
         for start in range(0, self.n, rows):
             yield slice(start, min(start + rows, self.n))
 
@@ -193,6 +213,9 @@ class StreamedLayer(RowStreamed):
         return out
 
     def _pass(self, k: int, block: int) -> Summary:
+        """The heads shared among worker threads (as many as torch's threads, at most _WORKERS), each with one
+        torch thread and its own buffers (`_HeadState`, about 130 MiB at 8,192 tokens); numba's loops release
+        the GIL."""
         H, n = self.num_heads, self.n
         g = -(-n // block) if block else 0
         dtype = np.int16 if n <= np.iinfo(np.int16).max else np.int32  # positions and -1, as views.counts
@@ -211,7 +234,7 @@ class StreamedLayer(RowStreamed):
                     return
                 self._head_pass(h, block, state, out)
 
-        workers = max(1, min(torch.get_num_threads(), H))
+        workers = max(1, min(torch.get_num_threads(), H, _WORKERS))
         with ThreadPoolExecutor(workers) as pool:
             for done in [pool.submit(work) for _ in range(workers)]:
                 done.result()
@@ -224,12 +247,7 @@ class StreamedLayer(RowStreamed):
         return rows, min(-(-self.n // rows), max(1, _BAND_BYTES // (4 * self.n * rows))) * rows
 
     def _head_pass(self, h: int, block: int, state: "_HeadState", out: "_Out") -> None:
-        """One head's rows, band after band (`_BAND_BYTES` of probabilities), each band in chunks of rows
-        (`_HEAD_CHUNK_BYTES`, cached while read): `_kernels.stream_rows` reads each chunk for the received
-        attention, the block sums, the rows' chunk maxima and the keys' maxima over the band; at the band's end
-        one more read finds the candidates of its rows (at or above the kk-th largest of the row's chunk
-        maxima) and of its keys (at or above the kk-th largest of the key's maxima over the band, and above its
-        kk-th best of the earlier bands), which are sorted into the rows' lists and merged into the keys'."""
+        """One head's rows, band after band (module docstring)."""
         n, kk = self.n, state.kk
         state.reset()
         for band_start in range(0, n, state.band_rows):
@@ -275,7 +293,8 @@ class StreamedLayer(RowStreamed):
         row_threshold = np.maximum(state.row_threshold[:R], 1)  # float bits: 1 = positive values only
         key_threshold = np.maximum(state.floor[key0 : key0 + M] + 1, 1)  # above the kk-th best of earlier bands
         if chunks >= kk:
-            np.maximum(key_threshold, np.partition(key_maxima.T, chunks - kk, axis=1)[:, chunks - kk], out=key_threshold)
+            by_key = np.ascontiguousarray(key_maxima.T)  # (keys, chunks): numpy partitions a contiguous row faster
+            np.maximum(key_threshold, np.partition(by_key, chunks - kk, axis=1)[:, chunks - kk], out=key_threshold)
         col_bits = max(1, (self.n - 1).bit_length())
         row_bits = max(1, (R - 1).bit_length())
         t = 0
@@ -330,13 +349,33 @@ class _HeadState:
         self.floor[:] = 0
 
 
-def ordered_topk(values: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-    """(..., k) positions by value descending then position ascending; -1 where the value is not positive."""
-    idx_sorted, order = torch.sort(idx, dim=-1, stable=True)
-    vals = torch.gather(values, -1, order)
-    _, order = torch.sort(-vals, dim=-1, stable=True)
-    idx_sorted, vals = torch.gather(idx_sorted, -1, order), torch.gather(vals, -1, order)
-    return torch.where(vals > 0, idx_sorted, -1).to(torch.int32)
+def rows_topk(values: np.ndarray, positions: np.ndarray, group: int, n: int, out: np.ndarray) -> None:
+    """out[r, :kk] = the positions of row r's kk = min(k, width) largest positive entries of values (rows, width)
+    float32, by value descending then position ascending (the views' order; out (rows, k) holds -1 beyond);
+    entry x of row r is at position positions[r // group, x] (< n). Each row's threshold is the kk-th largest
+    maximum of 2 kk interleaved chunks (every top-kk entry reaches it, and about kk + 20 entries do); those
+    entries are sorted by key (row, value bits inverted, position), rows in batches."""
+    R, W = values.shape
+    kk = min(out.shape[1], W)
+    if not (R and kk):
+        return
+    bits = values.view(np.int32)
+    chunks = 2 * kk
+    pos_bits = max(1, (n - 1).bit_length())
+    # rows per batch: a multiple of the group, the keys of 4 M entries at most, the row's field within 63 bits
+    step = max(group, min((1 << 22) // W, 1 << (32 - pos_bits)) // group * group)
+    keys, counts = np.empty(min(step, R) * W, dtype=np.int64), np.empty(min(step, R), dtype=np.int64)
+    for r0 in range(0, R, step):
+        part = bits[r0 : r0 + step]
+        if W > chunks:
+            maxima = np.empty((len(part), chunks), dtype=np.int32)
+            _kernels.row_maxima(part, maxima)
+            threshold = np.maximum(np.partition(maxima, chunks - kk, axis=1)[:, chunks - kk], 1)
+        else:  # every positive entry is a candidate
+            threshold = np.ones(len(part), dtype=np.int32)
+        found = _kernels.row_candidates(part, threshold, positions[r0 // group :], group, pos_bits, keys, counts)
+        keys[:found].sort()
+        _kernels.first_of_rows(keys, counts[: len(part)], pos_bits, out[r0 : r0 + step])
 
 
 def _prefix(s: Summary, k: int) -> Summary:
