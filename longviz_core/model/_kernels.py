@@ -165,7 +165,7 @@ def collect(band, bits, maxima, threshold, col_bits, keys, counts):
 def first_k(keys, counts, stride, col_bits, w, extra, extra_bits, extra_pos, out):
     """out[i] = row i's first k band candidates (`keys` sorted; row i's counts[i] of them from i * stride, or
     after the previous row's when stride is 0) merged with its `extra` entries (value extra[i, e], float bits
-    extra_bits[i, e], at position extra_pos[e]) by value descending, then position ascending; positive values
+    extra_bits[i, e], at position extra_pos[i, e]) by value descending, then position ascending; positive values
     only; -1 after the last. Band column c of row i is position i - w + c."""
     n, k = out.shape
     g = extra.shape[1]
@@ -178,7 +178,7 @@ def first_k(keys, counts, stride, col_bits, w, extra, extra_bits, extra_pos, out
         for e in range(g):
             if extra[i, e] > 0:
                 inv, j = _MAX_BITS - np.int64(extra_bits[i, e]), s
-                while j > 0 and _before(inv, extra_pos[e], inverted[j - 1], extra_pos[order[j - 1]]):
+                while j > 0 and _before(inv, extra_pos[i, e], inverted[j - 1], extra_pos[i, order[j - 1]]):
                     order[j], inverted[j] = order[j - 1], inverted[j - 1]
                     j -= 1
                 order[j], inverted[j] = e, inv
@@ -191,8 +191,8 @@ def first_k(keys, counts, stride, col_bits, w, extra, extra_bits, extra_pos, out
             if in_band:
                 key = keys[a]
                 band_inverted, pos = (key >> col_bits) & _MAX_BITS, i - w + (key & col_mask)
-            if in_extra and (not in_band or _before(inverted[b], extra_pos[order[b]], band_inverted, pos)):
-                out[i, r] = extra_pos[order[b]]
+            if in_extra and (not in_band or _before(inverted[b], extra_pos[i, order[b]], band_inverted, pos)):
+                out[i, r] = extra_pos[i, order[b]]
                 b += 1
             elif in_band:
                 out[i, r] = pos
@@ -265,10 +265,11 @@ def collect_keys(band, bits, blocks, block, w, threshold, col_bits, keys, counts
 
 @_loop(boundscheck=False)
 def row_keys(band, bits, col_bits, keys, counts):
-    """keys[i] = sort keys (2^31 - 1 - value bits) << col_bits | column of every positive entry of band row i,
-    then the largest int64 (sorted last); counts[i] = how many are positive. For a band whose rows' top-k
-    hold a third of it or more: every entry a candidate, each row sorted on its own (`topk._Buffers`)."""
-    n, width = band.shape
+    """keys[i] = sort keys (2^31 - 1 - value bits) << col_bits | column c of band row i's entries c < len(keys[i])
+    (`topk._first_k`: the last column, if left out, merged apart), the largest int64 (sorted last) where not
+    positive; counts[i] = how many are positive. For a band whose rows' top-k hold a third of it or more: every
+    entry a candidate, each row sorted on its own (`topk._Buffers`)."""
+    n, width = keys.shape
     for i in range(n):
         s = 0
         for c in range(width):
@@ -282,14 +283,14 @@ def row_keys(band, bits, col_bits, keys, counts):
 @_loop(boundscheck=False)
 def column_keys(band, bits, w, col_bits, keys, counts):
     """`row_keys` for the band's columns, read in place: keys[j, u] for query i = j - w + u, the entry band[i,
-    2w - u] (the column field is u: query j - w + u, as `collect_keys` writes it)."""
-    n, width = band.shape
+    2w - u] (the column field is u: query j - w + u, as `collect_keys` writes it), u < len(keys[j])."""
+    n, width = keys.shape
     for j in range(n):
         s = 0
         for u in range(width):
             i = j - w + u
-            positive = 0 <= i < n and band[i, width - 1 - u] > 0
-            keys[j, u] = ((_MAX_BITS - np.int64(bits[i, width - 1 - u])) << col_bits) | u if positive else _LAST
+            positive = 0 <= i < n and band[i, 2 * w - u] > 0
+            keys[j, u] = ((_MAX_BITS - np.int64(bits[i, 2 * w - u])) << col_bits) | u if positive else _LAST
             s += positive
         counts[j] = s
     return n
@@ -513,3 +514,11 @@ def merge_keys(found, s, base, row_bits, kept, count, floor, scratch):
         if r == kk:
             floor[j] = _MAX_BITS - (lst[kk - 1] >> 32)
         a = b
+
+
+@_loop(boundscheck=False)
+def key_lists(kept, count, out):
+    """out[j, :count[j]] = the queries of key j's best kept (`merge_keys`), best first."""
+    for j in range(kept.shape[0]):
+        for r in range(count[j]):
+            out[j, r] = kept[j, r] & _POSITION

@@ -110,7 +110,7 @@ class BlockSparseLayer(RowStreamed):
         received = np.zeros((H, n))
         g = -(-n // block) if block else 0
         sums = np.zeros((H, g, g))
-        every = np.arange(n)[None]
+        every = np.arange(n)[None]  # the whole rows' keys
         acc = np.empty(max(n, width))
         for h in range(H):  # received attention and block sums: the whole rows, then the middle blocks' rows
             for part, query0 in ((self.full[h, :b], 0), (self.full[h, b:], (nb - 1) * b)):
@@ -121,7 +121,6 @@ class BlockSparseLayer(RowStreamed):
         attended = attending = None
         if k:
             attended = np.full((H, n, k), -1, dtype=dtype)
-            every = np.arange(n)[None]
             for h in range(H):  # the whole rows over every key; a middle row over its slots' keys (empty: 0)
                 rows_topk(self.full[h, :b].numpy(), every, b, n, attended[h, :b])
                 rows_topk(self.full[h, b:].numpy(), every, b, n, attended[h, (nb - 1) * b : n])

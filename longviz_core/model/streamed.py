@@ -21,7 +21,7 @@ the band again for the entries at or above their row's or their key's threshold,
 value bits inverted, position); numpy sorts them; a row's first k are its list, and each key's candidates are
 merged into its best k so far (`_kernels.merge_keys`), which sets its floor. Exact: the candidates hold every
 top-k entry, ties included, and the sort orders them by the views' rule. Where the time goes is in
-docs/benchmarks.md (Q K^T and the softmax are about 40 % of it).
+docs/benchmarks.md (Q K^T and the softmax are 40-50 % of it).
 
 The key side reads the very values of the row side, those of `dense`. (Before, each key's top-k came from a
 second pass over chunks of keys, K Q^T with each query's log-sum-exp from the first: exp(score - lse), the same
@@ -283,8 +283,7 @@ class StreamedLayer(RowStreamed):
                 self._band_lists(band.numpy().view(np.int32), band_start, band_keys.start, key_maxima, state,
                                  out.attended[h, band_rows])
         if kk:
-            listed = np.arange(kk) < state.count[:, None]
-            out.attending[h, :, :kk] = np.where(listed, state.kept & _kernels._POSITION, -1)
+            _kernels.key_lists(state.kept, state.count, out.attending[h])
 
     def _band_lists(self, bits: np.ndarray, band_start: int, key0: int, key_maxima: np.ndarray, state: "_HeadState",
                     attended: np.ndarray) -> None:
