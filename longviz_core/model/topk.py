@@ -137,16 +137,16 @@ class _Buffers:
         self.counts = np.empty(n, dtype=np.int64)  # (n,)
         # k a third of the band or more (ModernBERT's 129 columns at k = 64): a threshold keeps half the entries
         # or more, so every entry is a candidate and each row of keys is sorted on its own (numpy sorts a short
-        # row in a few SIMD steps): 5 instead of 13 ms a head at 2,048 tokens, both directions. All but the last
-        # column: numpy sorts 128 int64 by a sorting network (0.8 ms for 2,048 rows), 129 another way (1.5 ms),
-        # and the last is merged like a global token's entry (`_first_k`)
+        # row in a few SIMD steps): 4.4 instead of 10 ms a head at 2,048 tokens, both directions. All but the
+        # last column: numpy sorts 128 int64 by a sorting network (0.8 ms for 2,048 rows), 129 another way
+        # (1.5 ms), and the last is merged like a global token's entry (`_first_k`)
         self.dense = 3 * kk >= width
 
 
 def _attended_head(bands: AttentionBands, layer: int, head: int, k: int, work: _Buffers) -> np.ndarray:
     """(n, k) for one head, Algorithm 1: each query's band row plus its attention to the global keys; a global
     query's row is taken whole from the bands. Each row's threshold is the k-th largest maximum of its
-    interleaved column chunks (columns c, c + chunks, c + 2 chunks, ...)."""
+    interleaved column chunks (columns c, c + chunks, c + 2 chunks, ...); a dense band's rows have none."""
     band = _float32(bands.local[layer, head])
     col_bits = _col_bits(band)
     if work.dense:
@@ -165,7 +165,8 @@ def _attending_head(bands: AttentionBands, layer: int, head: int, k: int, work: 
     """(n, k) for one head, Algorithm 3: each key's column of the band (query i <-> band[i, j - i + w]) plus
     the global queries' attention to it; a global key's column is taken whole from the bands. The band is read
     in place, never transposed: a key's threshold is the k-th largest maximum over its column's blocks of 4
-    consecutive queries, which are diagonals of 4 band rows (`_kernels.block_maxima`)."""
+    consecutive queries, which are diagonals of 4 band rows (`_kernels.block_maxima`); a dense band's keys have
+    none."""
     band = _float32(bands.local[layer, head])
     col_bits = _col_bits(band)
     if work.dense:
@@ -177,7 +178,7 @@ def _attending_head(bands: AttentionBands, layer: int, head: int, k: int, work: 
         _kernels.collect_keys(band, band.view(np.int32), work.blocks, work.block, bands.window, threshold,
                               col_bits, work.keys, work.counts)
     w = bands.window  # key j's last column: query j + w, band[j + w, 0]
-    last = np.concatenate([band[w:, 0], np.zeros(min(w, bands.n), dtype=np.float32)])
+    last = np.concatenate([band[w:, 0], np.zeros(min(w, bands.n), dtype=np.float32)]) if work.dense else None
     out = _first_k(work, band, col_bits, w, bands.global_rows[layer, head].T, bands.global_idx, k, last)
     for pos in bands.global_idx:
         out[pos] = _topk_exact(bands.column(layer, head, int(pos)), np.arange(bands.n), k)
