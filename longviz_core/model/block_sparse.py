@@ -20,7 +20,9 @@ matrix, and the random blocks' probabilities overwrite the global block's (rows 
 block slots with each slot's key block (slots left empty by every head and block dropped: S = 5 in eval mode),
 and the first and last blocks' rows whole, cropped to the true length n: O(n * S * b) per head. Its one pass
 (received attention, the CLS row, top-k both ways, pooled block sums) reads those blocks, plus the whole columns
-of the two global key blocks; a row, column or dense head is made on demand (`streamed.RowStreamed`).
+of the two global key blocks: the sums in one compiled loop (`_kernels.grouped_sums`), each row's and each key's
+top-k from the few entries above a threshold (`streamed.rows_topk`, exact, ties included); a row, column or
+dense head is made on demand (`streamed.RowStreamed`).
 """
 from __future__ import annotations
 
@@ -31,8 +33,9 @@ import numpy as np
 import torch
 
 from ..errors import LongvizError
+from . import _kernels
 from .layered import LayeredAttention
-from .streamed import RowStreamed, Summary, ordered_topk
+from .streamed import RowStreamed, Summary, rows_topk
 
 PENALTY = -10000.0  # transformers' attn_mask_penalty for padding keys
 
@@ -104,35 +107,40 @@ class BlockSparseLayer(RowStreamed):
         m, width = nb - 2, self.middle.shape[-1]
         keys = (self.blocks.clamp(min=0)[..., None] * b + torch.arange(b)).view(H, m, width)  # each column's key
         rows = torch.cat([torch.arange(b), torch.arange((nb - 1) * b, n)])  # the whole rows' queries
-        received = torch.zeros((H, nb * b), dtype=torch.float64)
-        received[:, :n] = self.full.sum(dim=1, dtype=torch.float64)
-        received.scatter_add_(1, keys.view(H, -1), self.middle.sum(dim=2, dtype=torch.float64).view(H, -1))
+        received = np.zeros((H, n))
+        g = -(-n // block) if block else 0
+        sums = np.zeros((H, g, g))
+        every = np.arange(n)[None]  # the whole rows' keys
+        acc = np.empty(max(n, width))
+        for h in range(H):  # received attention and block sums: the whole rows, then the middle blocks' rows
+            for part, query0 in ((self.full[h, :b], 0), (self.full[h, b:], (nb - 1) * b)):
+                _kernels.grouped_sums(part.numpy(), every, len(part), query0, block, acc, received[h], sums[h])
+            _kernels.grouped_sums(self.middle[h].view(m * b, width).numpy(), keys[h].numpy(), b, b, block, acc,
+                                  received[h], sums[h])
         dtype = np.int16 if n <= np.iinfo(np.int16).max else np.int32  # positions and -1, as views.counts
-        attended = attending = sums = None
-        kk = min(k, n)
+        attended = attending = None
         if k:
             attended = np.full((H, n, k), -1, dtype=dtype)
-            v, i = torch.topk(self.full, kk, dim=-1)
-            attended[:, rows, :kk] = ordered_topk(v, i).numpy()
-            km = min(kk, width)  # a middle row's candidates: its slots' keys (padding and empty slots hold 0)
-            v, i = torch.topk(self.middle, km, dim=-1)  # (H, m, b, km)
-            i = torch.gather(keys[:, :, None, :].expand(-1, -1, b, -1), -1, i)
-            attended[:, b : (nb - 1) * b, :km] = ordered_topk(v, i).reshape(H, m * b, km).numpy()
-            attending = self._attending(k, kk, keys, rows, dtype)
-        if block:
-            sums = self._block_sums(block, keys, rows)
-        return Summary(received[:, :n].float().numpy(), self.full[:, 0].numpy().copy(), attended, attending, block,
-                       sums)
+            for h in range(H):  # the whole rows over every key; a middle row over its slots' keys (empty: 0)
+                rows_topk(self.full[h, :b].numpy(), every, b, n, attended[h, :b])
+                rows_topk(self.full[h, b:].numpy(), every, b, n, attended[h, (nb - 1) * b : n])
+                rows_topk(self.middle[h].view(m * b, width).numpy(), keys[h].numpy(), b, n,
+                          attended[h, b : (nb - 1) * b])
+            attending = self._attending(k, keys, rows, dtype)
+        return Summary(received.astype(np.float32), self.full[:, 0].numpy().copy(), attended, attending, block,
+                       sums if block else None)
 
-    def _attending(self, k: int, kk: int, keys: torch.Tensor, rows: torch.Tensor, dtype) -> np.ndarray:
+    def _attending(self, k: int, keys: torch.Tensor, rows: torch.Tensor, dtype) -> np.ndarray:
         """Each key's top-k queries: keys of the global blocks 0 and nb - 1 over every query (whole columns); the
         others over the whole rows' queries and the middle query blocks that list the key's block (3 sliding
         ones, and any random ones), gathered into (heads, key blocks, b, candidates)."""
         H, n, b, nb = self.num_heads, self.n, self.block_size, self.num_blocks
         out = np.full((H, n, k), -1, dtype=dtype)
+        every = np.arange(n)[None]
         for part in (slice(0, b), slice((nb - 1) * b, n)):
-            v, i = torch.topk(self._columns(part), kk, dim=-1)
-            out[:, part, :kk] = ordered_topk(v, i).numpy()
+            columns = self._columns(part).numpy()
+            for h in range(H):
+                rows_topk(columns[h], every, b, n, out[h, part])
         local = (self.blocks > 0) & (self.blocks < nb - 1)  # (H, m, S) slots of the other key blocks
         h, q, s = torch.nonzero(local, as_tuple=True)
         group = h * nb + self.blocks[h, q, s]  # (head, key block) of each reference; nonzero orders by h, q, s
@@ -149,29 +157,13 @@ class BlockSparseLayer(RowStreamed):
         cand = cand[:, 1:-1].permute(0, 1, 4, 2, 3).reshape(H, nb - 2, b, C * b)  # (H, key blocks, key, C b)
         whole = self.full[:, :, b : (nb - 1) * b].transpose(1, 2).reshape(H, nb - 2, b, -1)  # the whole rows
         values = torch.cat([cand, whole], dim=-1)  # empty references hold 0: never listed
-        km = min(kk, values.shape[-1])
-        v, i = torch.topk(values, km, dim=-1)  # (H, key blocks, key, km): candidate i's query below
-        mid = i < C * b
-        ref = torch.gather(who[:, 1:-1], -1, torch.where(mid, i // b, 0).view(H, nb - 2, -1)).view_as(i)
-        pos = torch.where(mid, ref * b + i % b, rows[(i - C * b).clamp(min=0)])
-        out[:, b : (nb - 1) * b, :km] = ordered_topk(v, pos).reshape(H, -1, km).numpy()
+        # candidate i of key block c: query who[c, i // b] * b + i % b, then the whole rows' queries
+        queries = torch.cat([(who[:, 1:-1, :, None] * b + torch.arange(b)).flatten(-2),
+                             rows.expand(H, nb - 2, -1)], dim=-1)  # (H, key blocks, C b + whole rows)
+        for h in range(H):
+            rows_topk(values[h].reshape((nb - 2) * b, -1).numpy(), queries[h].numpy(), b, n,
+                      out[h, b : (nb - 1) * b])
         return out
-
-    def _block_sums(self, block: int, keys: torch.Tensor, rows: torch.Tensor) -> np.ndarray:
-        """(heads, g, g) float64 attention from query block a to key block c (blocks of `block` tokens)."""
-        H, n, b, nb = self.num_heads, self.n, self.block_size, self.num_blocks
-        g = -(-n // block)
-        per_row = torch.zeros((H, nb * b, g), dtype=torch.float64)  # each query's attention per key block
-        whole = self.full.new_zeros((H, self.full.shape[1], g * block))
-        whole[..., :n] = self.full
-        per_row[:, rows] = whole.view(H, -1, g, block).sum(dim=-1, dtype=torch.float64)
-        bins = (keys // block).clamp(max=g - 1)[:, :, None, :].expand(-1, -1, b, -1)  # keys past n hold 0
-        middle = torch.zeros((H, nb - 2, b, g), dtype=torch.float64)
-        middle.scatter_add_(-1, bins, self.middle.double())
-        per_row[:, b : (nb - 1) * b] = middle.view(H, -1, g)
-        out = torch.zeros((H, g * block, g), dtype=torch.float64)
-        out[:, :n] = per_row[:, :n]
-        return out.view(H, g, block, g).sum(dim=2).numpy()
 
     def _columns(self, keys: slice) -> torch.Tensor:
         """(heads, keys, n): the attention every query gives the keys in `keys`, whole columns."""

@@ -1,37 +1,65 @@
-"""A full-attention layer kept as its queries and keys; every view streamed from them in chunks of query rows.
+"""A full-attention layer kept as its queries and keys; every view streamed from them in one pass over its rows.
 
 A full layer's attention is softmax(Q K^T * scaling) row by row over all n keys (`capture` takes Q and K after
 RoPE from the model's own attention call). Storing it would take heads x n x n floats per layer (22 x 12 x
 8,192^2 x 4 B = 71 GB for ModernBERT-base at 8,192 tokens), so this layer keeps Q and K, (heads, n, d), and
-computes what the views read in passes over chunks of query rows: each chunk's scores are a (heads, rows, n)
-matrix whose exact float32 softmax (max subtracted, as eager attention computes it) lives only while the chunk
-is read. One pass (`summary`) gives per head the attention every key receives (column sums), the CLS row,
-each query's top-k keys and the block sums the heatmap grid pools; each key's top-k queries (Algorithm 3
-needs them beside Algorithm 1's) come from a second pass over chunks of keys, K Q^T with each query's
-log-sum-exp from the first, so that a key's column is contiguous (exp(score - lse): the same softmax, rounded
-in another order, to a few ulp); any single row, column or dense head is computed on demand. Memory: Q and K plus
-O(heads * n * k) for the lists, and one chunk. Rows, columns and dense heads on demand and the cached summary
-(`RowStreamed`) serve BigBird's block-sparse layers too (`block_sparse.BlockSparseLayer`, with a pass of its own).
+computes what the views read from chunks of query rows: each chunk's scores are computed and soft-maxed (exact
+float32, torch's own softmax, as eager attention computes it) and read while they are in cache.
+
+One pass (`summary`) gives, per head, everything the pages show by default: the attention every key receives
+(column sums), the CLS row, the block sums the heatmap grid pools, each query's top-k keys (Algorithm 1) and each
+key's top-k queries (Algorithm 3). A head's rows go in bands (`_BAND_BYTES` of probabilities: the whole head up
+to about 3,500 tokens), a band in chunks of 256 rows (Q K^T by one matmul, its softmax in place), and worker
+threads take the heads. `_kernels.stream_rows` reads each chunk once: the column sums of the current query
+block (into the received attention and the block sums, float64), each row's maxima over 2 k interleaved chunks
+of its columns, and (in the first two bands) each key's maxima over 2 k interleaved chunks of the band's rows.
+A row's threshold is the k-th largest of its chunk maxima (numpy's partition, a chunk's rows at once): k
+distinct entries reach it, so every top-k entry does, and about k + 20 entries do. A key's threshold is the
+k-th largest of its maxima over the band, and above its floor, the k-th best value of the earlier bands (from
+the third band on, the floor alone: it is about as high). At the band's end `_kernels.band_candidates` reads
+the band again for the entries at or above their row's or their key's threshold, as sort keys (row or key,
+value bits inverted, position); numpy sorts them; a row's first k are its list, and each key's candidates are
+merged into its best k so far (`_kernels.merge_keys`), which sets its floor. Exact: the candidates hold every
+top-k entry, ties included, and the sort orders them by the views' rule. Where the time goes is in
+docs/benchmarks.md (Q K^T and the softmax are 40-50 % of it).
+
+The key side reads the very values of the row side, those of `dense`. (Before, each key's top-k came from a
+second pass over chunks of keys, K Q^T with each query's log-sum-exp from the first: exp(score - lse), the same
+softmax rounded in another order, a few ulp apart, so that two near-equal entries of a column could be ordered
+unlike the column's own values; the row side divided by the sum where torch's softmax multiplies by its
+inverse. Both now match a whole-head torch.softmax entry for entry.) Memory: Q and K, the lists O(heads * n *
+k), and per worker a band, its candidates and each key's best k (about 130 MiB at 8,192 tokens).
+
+Rows, columns and dense heads on demand and the cached summary (`RowStreamed`) serve BigBird's block-sparse
+layers too (`block_sparse.BlockSparseLayer`, whose pass reads its stored blocks through `rows_topk`).
 
 A decoder's layer (`causal`) is the same with query i over keys j <= i (and j >= i - reach for a sliding layer):
-each chunk of rows scores only the keys its rows reach and the rest is zero, so a causal pass costs half a full
-one and a sliding pass a band's. Grouped-query attention keeps the keys as they come, (key/value heads, n, d):
-query head h scores against key head h // (heads / key/value heads) through a broadcast matmul, never a copy of K
-per query head. A soft-capped layer (Gemma 2) caps the scaled scores, cap * tanh(s / cap), before the mask and
-the softmax, as the model's attention does.
+each chunk of rows scores only the keys its rows reach (the band holds zeros beyond), so a causal pass costs
+about half a full one and a sliding pass a band's. Grouped-query attention keeps the keys as they come,
+(key/value heads, n, d): query head h scores against key head h // (heads / key/value heads) through a broadcast
+matmul, never a copy of K per query head. A soft-capped layer (Gemma 2) caps the scaled scores, cap * tanh(s /
+cap), before the mask and the softmax, as the model's attention does.
 
 Top-k order is the views' (`views.counts`): value descending, ties to the lower position, positive values
-only, -1 padded. A tie exactly at the k-th place is resolved by `torch.topk`, which may keep either of the
-tied positions; with float32 softmax values such ties have probability ~0 except for exact zeros (excluded).
+only, -1 padded.
 """
 from __future__ import annotations
 
+import math
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
-_CHUNK_BYTES = 48 << 20  # one chunk's (heads, rows, n) float32 probabilities
+from . import _kernels
+
+_CHUNK_BYTES = 48 << 20  # one chunk's (heads, rows, n) float32 probabilities (rows, columns, dense heads)
+_CHUNK_ROWS = 256  # rows of one head's Q K^T at a time in the views' pass (fewer: MKL's matmul is 25 % slower)
+_CHUNK_ROWS_BYTES = 8 << 20  # ... at most this many bytes of them
+_BAND_BYTES = 48 << 20  # one head's band of rows in the views' pass: its keys' candidates are read at its end
+_WORKERS = 8  # threads of the views' pass at most (each holds a band)
 DEFAULT_K = 64  # the app's top-k lists (views.counts.TOPK_MAX)
 DEFAULT_GRID = 64  # the heatmap grid's cells per axis (views.pooling.DEFAULT_GRID)
 
@@ -77,8 +105,8 @@ class RowStreamed:
     def summary(self, k: int = 0, block: int = 0) -> Summary:
         """Received and the CLS row always; top-k lists for k > 0 (prefixes of a longer cached list serve a
         smaller k); block sums for `block` > 0 tokens per block. The first pass computes what the app's views
-        ask by default too (k = DEFAULT_K, the DEFAULT_GRID grid's blocks), so that one row pass and one key
-        pass serve every view of a document; other k or grids take passes of their own. Cached."""
+        ask by default too (k = DEFAULT_K, the DEFAULT_GRID grid's blocks), so that one pass serves every view of
+        a document; other k or grids take passes of their own. Cached."""
         for (ck, cb), s in self._cache.items():
             if ck >= k and (block == 0 or cb == block):
                 return s if ck == k or k == 0 else _prefix(s, k)
@@ -86,9 +114,9 @@ class RowStreamed:
         self._cache[want] = self._pass(*want)
         return self.summary(k, block)
 
-    def _chunks(self, heads: int, multiple: int = 1):
-        """Slices of query rows, each about _CHUNK_BYTES of (heads, rows, n) float32, a multiple of `multiple`."""
-        rows = max(1, _CHUNK_BYTES // (4 * heads * self.n) // multiple) * multiple
+    def _chunks(self, heads: int):
+        """Slices of query rows, each about _CHUNK_BYTES of (heads, rows, n) float32."""
+        rows = max(1, _CHUNK_BYTES // (4 * heads * self.n))
         for start in range(0, self.n, rows):
             yield slice(start, min(start + rows, self.n))
 
@@ -136,12 +164,6 @@ class StreamedLayer(RowStreamed):
             return slice(0, self.n)
         return slice(max(0, rows.start - self.reach) if self.reach else 0, rows.stop)
 
-    def _queries_of(self, keys: slice) -> slice:
-        """The queries that can attend to the keys in `keys`."""
-        if not self.causal:
-            return slice(0, self.n)
-        return slice(keys.start, min(self.n, keys.stop + self.reach) if self.reach else self.n)
-
     def _allowed(self, rows: slice, keys: slice) -> torch.Tensor | None:
         """(rows, keys) bool: which pairs the layer allows (None: all)."""
         if not self.causal:
@@ -151,25 +173,32 @@ class StreamedLayer(RowStreamed):
         ok = j <= i
         return ok & (j >= i - self.reach) if self.reach else ok
 
-    def _scores(self, rows: slice, keys: slice, heads=None, transpose: bool = False) -> torch.Tensor:
+    def _scores(self, rows: slice, keys: slice, heads=None, out: torch.Tensor | None = None) -> torch.Tensor:
         """Scaled (capped) scores of queries `rows` against keys `keys`, (heads, rows, keys) float32, -inf where the
-        layer does not allow the pair; (heads, keys, rows) with `transpose`. `heads`: a list of query heads or None."""
-        if heads is None:
+        layer does not allow the pair. `heads`: a list of query heads, or None (all), or one head as an int: then
+        (rows, keys), into `out` where given."""
+        if isinstance(heads, int) and math.frexp(self.scaling)[0] == 0.5:  # a power of two: exact in the product
+            s = torch.addmm(out, self.query[heads, rows], self.key[heads // self.group, keys].T, beta=0,
+                            alpha=self.scaling, out=out)
+        elif isinstance(heads, int):
+            s = torch.matmul(self.query[heads, rows], self.key[heads // self.group, keys].T, out=out)
+        elif heads is None:
             kv, g = self.key.shape[0], self.group
             q = self.query[:, rows].reshape(kv, g, -1, self.query.shape[-1])  # (kv, g, rows, d)
             k = self.key[:, keys].unsqueeze(1)  # (kv, 1, keys, d)
-            s = (torch.matmul(k, q.transpose(-1, -2)) if transpose else torch.matmul(q, k.transpose(-1, -2)))
-            s = s.reshape(self.num_heads, *s.shape[2:])  # (heads, rows, keys) or (heads, keys, rows)
+            s = torch.matmul(q, k.transpose(-1, -2))
+            s = s.reshape(self.num_heads, *s.shape[2:])  # (heads, rows, keys)
         else:
             q = self.query[heads, rows]
             k = self.key[[h // self.group for h in heads], keys]
-            s = torch.matmul(k, q.transpose(-1, -2)) if transpose else torch.matmul(q, k.transpose(-1, -2))
-        s.mul_(self.scaling)  # in place: at 32,768 tokens each copy of a chunk is 48 MiB
+            s = torch.matmul(q, k.transpose(-1, -2))
+        if not isinstance(heads, int) or math.frexp(self.scaling)[0] != 0.5:
+            s.mul_(self.scaling)  # in place: at 32,768 tokens each copy of a chunk is 48 MiB
         if self.softcap is not None:
             s.div_(self.softcap).tanh_().mul_(self.softcap)
         ok = self._allowed(rows, keys)
         if ok is not None:
-            s.masked_fill_(~(ok.T if transpose else ok), float("-inf"))
+            s.masked_fill_(~ok, float("-inf"))
         return s
 
     def probs(self, rows: slice, heads=None) -> torch.Tensor:
@@ -184,57 +213,168 @@ class StreamedLayer(RowStreamed):
         return out
 
     def _pass(self, k: int, block: int) -> Summary:
+        """The heads shared among worker threads (as many as torch's threads, at most _WORKERS), each with one
+        torch thread and its own buffers (`_HeadState`, about 130 MiB at 8,192 tokens); numba's loops release
+        the GIL."""
         H, n = self.num_heads, self.n
-        kk = min(k, n)
-        received = torch.zeros((H, n), dtype=torch.float64)
-        lse = torch.empty((H, n)) if kk else None  # each query's log-sum-exp of its scores, for the key side
-        cls_row = None
         g = -(-n // block) if block else 0
-        sums = torch.zeros((H, g, g), dtype=torch.float64) if block else None
         dtype = np.int16 if n <= np.iinfo(np.int16).max else np.int32  # positions and -1, as views.counts
-        attended = np.full((H, n, k), -1, dtype=dtype) if k else None
-        for rows in self._chunks(H, multiple=max(block, 1)):
-            keys = self._keys_of(rows)
-            p = self._scores(rows, keys)  # (H, c, m) scores
-            top = p.amax(dim=-1, keepdim=True)
-            z = p.sub_(top).exp_().sum(dim=-1, keepdim=True)
-            p.div_(z)  # the softmax, in place; its log-sum-exp is top + log z
-            c, m = p.shape[1], p.shape[2]
-            received[:, keys] += p.sum(dim=1)  # float32 over the chunk's rows, float64 across chunks
-            if rows.start == 0:
-                cls_row = np.zeros((H, n), dtype=np.float32)
-                cls_row[:, keys] = p[:, 0].numpy()
+        out = _Out(received=np.zeros((H, n)), sums=np.zeros((H, g, g)), cls_row=np.zeros((H, n), dtype=np.float32),
+                   attended=np.full((H, n, k), -1, dtype=dtype), attending=np.full((H, n, k), -1, dtype=dtype))
+        heads = iter(range(H))
+        lock = threading.Lock()
+
+        def work():
+            torch.set_num_threads(1)  # this thread's own setting: the workers take the cores instead
+            state = _HeadState(n, min(k, n), *self._rows_per_chunk())
+            while True:
+                with lock:
+                    h = next(heads, None)
+                if h is None:
+                    return
+                self._head_pass(h, block, state, out)
+
+        workers = max(1, min(torch.get_num_threads(), H, _WORKERS))
+        with ThreadPoolExecutor(workers) as pool:
+            for done in [pool.submit(work) for _ in range(workers)]:
+                done.result()
+        return Summary(out.received.astype(np.float32), out.cls_row, out.attended if k else None,
+                       out.attending if k else None, block, out.sums if block else None)
+
+    def _rows_per_chunk(self) -> tuple[int, int]:
+        """Rows per chunk and per band (a multiple of the chunk's)."""
+        rows = min(self.n, _CHUNK_ROWS, max(1, _CHUNK_ROWS_BYTES // (4 * self.n)))
+        return rows, min(-(-self.n // rows), max(1, _BAND_BYTES // (4 * self.n * rows))) * rows
+
+    def _head_pass(self, h: int, block: int, state: "_HeadState", out: "_Out") -> None:
+        """One head's rows, band after band (module docstring)."""
+        n, kk = self.n, state.kk
+        state.reset()
+        for band_start in range(0, n, state.band_rows):
+            band_rows = slice(band_start, min(band_start + state.band_rows, n))
+            band_keys = self._keys_of(band_rows)
+            R, M = band_rows.stop - band_rows.start, band_keys.stop - band_keys.start
+            band = state.band[: R * M].view(R, M)
+            if self.causal:  # rows reach fewer keys than the band: the rest of each row is zero
+                band.zero_()
+            # a key's threshold over the band: in the first two bands; later its kk-th best so far (the floor)
+            # is about as high as the band's kk-th largest maximum, and the maxima and partition cost more
+            key_chunks = min(2 * kk, R) if kk and band_start < 2 * state.band_rows else 0
+            key_maxima = state.key_maxima[: key_chunks * M].reshape(key_chunks, M)
+            key_maxima[:] = 0
+            for start in range(band_start, band_rows.stop, state.rows):
+                rows = slice(start, min(start + state.rows, band_rows.stop))
+                keys = self._keys_of(rows)
+                c, m = rows.stop - rows.start, keys.stop - keys.start
+                t0 = rows.start - band_start
+                into = band[t0 : t0 + c] if m == M else state.scores[: c * m].view(c, m)
+                s = self._scores(rows, keys, h, out=into)
+                p = torch.ops.aten._softmax.out(s, -1, False, out=s).numpy()
+                if start == 0:
+                    out.cls_row[h, keys] = p[0]
+                chunks = 2 * kk  # a row's threshold: the kk-th largest maximum of 2 kk chunks
+                maxima = state.maxima[: c * chunks].reshape(c, chunks)
+                _kernels.stream_rows(p, p.view(np.int32), rows.start, keys.start, block, state.acc, out.received[h],
+                                     out.sums[h], maxima, key_maxima, t0, band.numpy() if m != M else state.no_band,
+                                     band_keys.start)
+                if kk:
+                    state.row_threshold[t0 : t0 + c] = np.partition(maxima, chunks - kk, axis=1)[:, chunks - kk]
             if kk:
-                lse[:, rows] = (top + torch.log(z))[..., 0]
-                v, i = torch.topk(p, min(kk, m), dim=-1)  # (H, c, <= kk)
-                attended[:, rows, : i.shape[-1]] = ordered_topk(v, i + keys.start).numpy()
-            if block:
-                a0, rb = rows.start // block, -(-c // block)
-                if c % block or m != g * block:  # the last rows, or keys short of whole blocks: pad
-                    padded = p.new_zeros((H, rb * block, g * block))
-                    padded[:, :c, keys] = p
-                    p = padded
-                sums[:, a0 : a0 + rb] += p.view(H, rb, block, g, block).sum(dim=(2, 4))
-        attending = None
-        if kk:  # a second pass over chunks of keys: column j of the attention is exp(score - lse) of its queries
-            attending = np.full((H, n, k), -1, dtype=dtype)
-            for keys in self._chunks(H):
-                queries = self._queries_of(keys)
-                # (H, keys, queries): key j's attention from each query
-                pt = self._scores(queries, keys, transpose=True).sub_(lse[:, None, queries]).exp_()
-                v, i = torch.topk(pt, min(kk, pt.shape[-1]), dim=-1)
-                attending[:, keys, : i.shape[-1]] = ordered_topk(v, i + queries.start).numpy()
-        return Summary(received.float().numpy(), cls_row, attended, attending, block,
-                       None if sums is None else sums.numpy())
+                self._band_lists(band.numpy().view(np.int32), band_start, band_keys.start, key_maxima, state,
+                                 out.attended[h, band_rows])
+        if kk:
+            _kernels.key_lists(state.kept, state.count, out.attending[h])
+
+    def _band_lists(self, bits: np.ndarray, band_start: int, key0: int, key_maxima: np.ndarray, state: "_HeadState",
+                    attended: np.ndarray) -> None:
+        """The band's rows' lists into `attended`, and its keys' candidates merged into their best queries."""
+        kk, chunks, (R, M) = state.kk, key_maxima.shape[0], bits.shape
+        row_threshold = np.maximum(state.row_threshold[:R], 1)  # float bits: 1 = positive values only
+        key_threshold = np.maximum(state.floor[key0 : key0 + M] + 1, 1)  # above the kk-th best of earlier bands
+        if chunks >= kk:
+            by_key = np.ascontiguousarray(key_maxima.T)  # (keys, chunks): numpy partitions a contiguous row faster
+            np.maximum(key_threshold, np.partition(by_key, chunks - kk, axis=1)[:, chunks - kk], out=key_threshold)
+        col_bits = max(1, (self.n - 1).bit_length())
+        row_bits = max(1, (R - 1).bit_length())
+        t = 0
+        while t < R:  # the buffers hold a band's candidates but for ties: then in parts, each exact
+            first = t
+            listed, found, t = _kernels.band_candidates(bits, key0, t, row_threshold, key_threshold, col_bits, row_bits,
+                                                        state.keys, state.counts, state.found)
+            state.keys[:listed].sort()  # by row, value descending, position
+            _kernels.first_of_rows(state.keys, state.counts[first:t], col_bits, attended[first:t])
+            state.found[:found].sort()  # by key, value descending, query
+            _kernels.merge_keys(state.found, found, band_start, row_bits, state.kept, state.count, state.floor,
+                                state.scratch)
+            np.maximum(key_threshold, state.floor[key0 : key0 + M] + 1, out=key_threshold)
 
 
-def ordered_topk(values: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-    """(..., k) positions by value descending then position ascending; -1 where the value is not positive."""
-    idx_sorted, order = torch.sort(idx, dim=-1, stable=True)
-    vals = torch.gather(values, -1, order)
-    _, order = torch.sort(-vals, dim=-1, stable=True)
-    idx_sorted, vals = torch.gather(idx_sorted, -1, order), torch.gather(vals, -1, order)
-    return torch.where(vals > 0, idx_sorted, -1).to(torch.int32)
+@dataclass
+class _Out:
+    """What a pass fills, every head."""
+
+    received: np.ndarray  # (heads, n) float64
+    sums: np.ndarray  # (heads, g, g) float64
+    cls_row: np.ndarray  # (heads, n) float32
+    attended: np.ndarray  # (heads, n, k)
+    attending: np.ndarray  # (heads, n, k)
+
+
+class _HeadState:
+    """One worker's buffers for a head's pass: a band of probabilities, computed in chunks of rows, with its
+    rows' thresholds and its keys' maxima; the current query block's column sums; each key's best queries so
+    far and their floor; a band's candidates, rows' and keys'."""
+
+    def __init__(self, n: int, kk: int, rows: int, band_rows: int):
+        self.kk, self.rows, self.band_rows = kk, rows, band_rows
+        self.band = torch.empty(band_rows * n)
+        self.scores = torch.empty(rows * n)
+        self.no_band = np.empty((0, 0), dtype=np.float32)
+        self.acc = np.zeros(n)
+        self.kept = np.zeros((n, kk), dtype=np.int64)
+        self.count = np.zeros(n, dtype=np.int64)
+        self.floor = np.zeros(n, dtype=np.int32)
+        self.scratch = np.empty(kk, dtype=np.int64)
+        room = (kk + 32) * max(band_rows, n) if kk else 0  # a band's candidates, but for ties
+        self.keys, self.found = np.empty(room, dtype=np.int64), np.empty(room, dtype=np.int64)
+        self.counts = np.empty(band_rows, dtype=np.int64)
+        self.maxima = np.empty(rows * 2 * kk, dtype=np.int32)
+        self.row_threshold = np.empty(band_rows, dtype=np.int32)
+        self.key_maxima = np.empty(2 * kk * n, dtype=np.int32)
+
+    def reset(self) -> None:
+        self.acc[:] = 0.0
+        self.count[:] = 0
+        self.floor[:] = 0
+
+
+def rows_topk(values: np.ndarray, positions: np.ndarray, group: int, n: int, out: np.ndarray) -> None:
+    """out[r, :kk] = the positions of row r's kk = min(k, width) largest positive entries of values (rows, width)
+    float32, by value descending then position ascending (the views' order; out (rows, k) holds -1 beyond);
+    entry x of row r is at position positions[r // group, x] (< n). Each row's threshold is the kk-th largest
+    maximum of 2 kk interleaved chunks (every top-kk entry reaches it, and about kk + 20 entries do); those
+    entries are sorted by key (row, value bits inverted, position), rows in batches."""
+    R, W = values.shape
+    kk = min(out.shape[1], W)
+    if not (R and kk):
+        return
+    bits = values.view(np.int32)
+    chunks = 2 * kk
+    pos_bits = max(1, (n - 1).bit_length())
+    # rows per batch: a multiple of the group, the keys of 4 M entries at most, the row's field within 63 bits
+    step = max(group, min((1 << 22) // W, 1 << (32 - pos_bits)) // group * group)
+    keys, counts = np.empty(min(step, R) * W, dtype=np.int64), np.empty(min(step, R), dtype=np.int64)
+    for r0 in range(0, R, step):
+        part = bits[r0 : r0 + step]
+        if W > chunks:
+            maxima = np.empty((len(part), chunks), dtype=np.int32)
+            _kernels.row_maxima(part, maxima)
+            threshold = np.maximum(np.partition(maxima, chunks - kk, axis=1)[:, chunks - kk], 1)
+        else:  # every positive entry is a candidate
+            threshold = np.ones(len(part), dtype=np.int32)
+        found = _kernels.row_candidates(part, threshold, positions[r0 // group :], group, pos_bits, keys, counts)
+        keys[:found].sort()
+        _kernels.first_of_rows(keys, counts[: len(part)], pos_bits, out[r0 : r0 + step])
 
 
 def _prefix(s: Summary, k: int) -> Summary:
