@@ -69,7 +69,11 @@ def internal_batch_size_for(model: LoadedModel, n_tokens: int, n_steps: int, pre
     i.e. about a dozen (n, d) tensors per layer (q, k, v, context, projections, layer norms, residuals),
     two (n, f) for the feed-forward, and three copies of the banded scores (scores, softmax, dropout).
     Other layers have 2 w_l + 2 replaced by the keys each query scores (model.families.LayerPattern.keys). Checked against the peak resident memory on CPU at
-    longformer-base dimensions, 1,024 tokens: 141 MB per layer per additional step measured, 139 MB predicted."""
+    longformer-base dimensions, 1,024 tokens: 141 MB per layer per additional step measured, 139 MB predicted.
+    Families whose forwards run longviz's chunked sdpa (ModernBERT, decoders: Family.forward_implementation)
+    keep no scores, so the attention term is 0; at ModernBERT-base dimensions (GLU, RoPE) the peak grew by
+    1.35 / 2.91 / 6.13 GiB at 1,024 / 2,048 / 4,096 tokens against 0.97 / 1.93 / 3.87 GiB predicted (Intel Xeon,
+    one forward+backward): the formula is a third under there, inside _MEMORY_FRACTION's margin."""
     per_step = _bytes_per_step(model, n_tokens, precision)
     fit = int(_MEMORY_FRACTION * _free_memory_bytes(model.device) // per_step)
     cap = max(1, min(n_steps, fit, int(n_steps * _MAX_STEP_SHARE)))
@@ -172,8 +176,10 @@ def _bytes_per_step(model, n_tokens, precision) -> float:
     f = int(getattr(cfg, "intermediate_size", 4 * d))
     heads = int(cfg.num_attention_heads)
     layers = int(cfg.num_hidden_layers)
-    # each layer's scores are as wide as the keys its queries score (Longformer's windows may differ by layer)
-    bands = sum(p.keys for p in model.family.attention_patterns(n))
+    # each layer's scores are as wide as the keys its queries score (Longformer's windows may differ by layer);
+    # longviz's chunked sdpa (capture.py) keeps none for the backward (its kernels keep a log-sum-exp per row)
+    chunked = model.family.forward_implementation == "longviz"
+    bands = 0 if chunked else sum(p.keys for p in model.family.attention_patterns(n))
     b = 4 if PRECISIONS[precision] is None else 2
     return float(n * b * (layers * (12 * d + 2 * f) + 3 * heads * bands))
 
