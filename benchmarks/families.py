@@ -129,23 +129,51 @@ def _peak() -> int:
     return int(line.split()[1]) * 1024  # the kernel writes kB
 
 
-def one(path: Path, n: int, route: str, family: str = "modernbert", layers: int | None = None) -> dict:
-    """One size and route in this process: {"seconds": {...}, "growth": bytes, "n": tokens}."""
+VIEWS = ("received", "topk64", "pooled64", "counts")  # the default views, as default_views names them
+
+
+def warm_views(model, family: str = "modernbert") -> None:
+    """Imports, numba's cached loops (each loads on its first call), first calls: the views as measured (k = 64:
+    a narrow band's lists take other loops than k = 8) on a short document of the same layer patterns (BigBird
+    is block-sparse above 704 tokens only)."""
     import longviz_core as lv
-    from longviz_core.views.counts import count_intersection, tally, token_counts, topk_indices
+    from longviz_core.views.counts import tally, token_counts, topk_indices
     from longviz_core.views.pooling import pool_attention
     from tiny import text_of
 
-    model = _build(family, path, layers)
-    text = text_of(n + 200)
-    # imports, numba's cached loops (each loads on its first call), first calls: the views as measured (k = 64:
-    # a narrow band's lists take other loops than k = 8) on a short document of the same layer patterns
-    # (BigBird is block-sparse above 704 tokens only)
     warm = lv.analyze(model, text_of(1100), max_tokens=1024 if family == "bigbird" else 256)
     tallies = tally(topk_indices(warm.attention, 64), warm.tokens)
     for direction in ("attended", "attending"):
         token_counts(warm, 10, direction, "type", tallies=tallies)
     pool_attention(warm.attention, 64)
+
+
+def default_views(analysis, timed) -> None:
+    """The views of VIEWS on `analysis`, each run as timed(name, fn): received attention of every head, the top-64
+    attended and attending lists, the pooled 64 x 64 grid, the token-count tables (Algorithm 2) from the lists."""
+    from longviz_core.views.counts import count_intersection, tally, token_counts, topk_indices
+    from longviz_core.views.pooling import pool_attention
+
+    timed("received", lambda: analysis.attention.received_per_head())
+    topk = timed("topk64", lambda: topk_indices(analysis.attention, 64))
+    timed("pooled64", lambda: pool_attention(analysis.attention, 64))
+
+    def counts():
+        tallies = tally(topk, analysis.tokens)
+        tables = {d: token_counts(analysis, 10, d, "type", tallies=tallies) for d in ("attended", "attending")}
+        count_intersection(tables["attended"], tables["attending"])
+
+    timed("counts", counts)
+
+
+def one(path: Path, n: int, route: str, family: str = "modernbert", layers: int | None = None) -> dict:
+    """One size and route in this process: {"seconds": {...}, "growth": bytes, "n": tokens}."""
+    import longviz_core as lv
+    from tiny import text_of
+
+    model = _build(family, path, layers)
+    text = text_of(n + 200)
+    warm_views(model, family)
     enc = model.encode(text, n)
     ids = torch.as_tensor(enc.input_ids)[None]
     _reset_peak()
@@ -169,17 +197,7 @@ def one(path: Path, n: int, route: str, family: str = "modernbert", layers: int 
     else:
         analysis = timed("analyze", lambda: lv.analyze(model, text, max_tokens=n))
         if route == "longviz":
-            timed("received", lambda: analysis.attention.received_per_head())
-            topk = timed("topk64", lambda: topk_indices(analysis.attention, 64))
-            timed("pooled64", lambda: pool_attention(analysis.attention, 64))
-
-            def counts():
-                tallies = tally(topk, analysis.tokens)
-                tables = {d: token_counts(analysis, 10, d, "type", tallies=tallies)
-                          for d in ("attended", "attending")}
-                count_intersection(tables["attended"], tables["attending"])
-
-            timed("counts", counts)
+            default_views(analysis, timed)
         kept = analysis.attention.nbytes
     return {"n": int(ids.shape[1]), "seconds": seconds, "growth": _peak() - before, "kept": kept}
 
@@ -236,7 +254,7 @@ def main() -> None:
                       f"GiB (load {os.getloadavg()[0]:.1f})")
             else:
                 s = got["seconds"]
-                views = [sum(s[v][i] for v in ("received", "topk64", "pooled64", "counts")) for i in (0, 1)]
+                views = [sum(s[v][i] for v in VIEWS) for i in (0, 1)]
                 print(f"  analyze {_wc(s['analyze'])} = {_ratio(s['analyze'], fwd)} x forward; views {_wc(views)} = "
                       f"{_ratio(views, fwd)} x forward (received {_wc(s['received'])}, top-64 lists "
                       f"{_wc(s['topk64'])}, pooled grid {_wc(s['pooled64'])}, count tables {_wc(s['counts'])})")
