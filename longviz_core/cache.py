@@ -54,9 +54,16 @@ def _nbytes(value) -> int:
     return 1024
 
 
-def get_analysis(model: LoadedModel, text: str, max_tokens: int) -> DocumentAnalysis:
+def get_analysis(model: LoadedModel, text: str, max_tokens: int, before=None) -> DocumentAnalysis:
+    """The analysis, cached; `before()` runs first when it is computed (a page's notice of how long it takes)."""
     key = ("analysis", model.fingerprint, text_hash(text), int(max_tokens))
-    return _lru().get_or_compute(key, lambda: analyze(model, text, max_tokens), _nbytes)
+
+    def compute() -> DocumentAnalysis:
+        if before is not None:
+            before()
+        return analyze(model, text, max_tokens)
+
+    return _lru().get_or_compute(key, compute, _nbytes)
 
 
 def derived(analysis: DocumentAnalysis, name: str, fn, **params):

@@ -3,6 +3,7 @@ import pandas as pd
 import streamlit as st
 
 from longviz_core import attribution as ig
+from longviz_core.attribution.cost import estimate_basis
 from longviz_core.figures.text import legend_html, scale_max, token_overlay_html
 from longviz_core.progress import format_seconds
 from longviz_core.views import attribution_tables as tables
@@ -43,7 +44,8 @@ with shell.guard():
             with shell.queue_notice():
                 eta = ig.estimate_ig_seconds(model, analysis.n, n_steps, precision)
         shell.run_when_clicked(f"Not computed yet for these settings: {n_steps} steps on {analysis.n:,} tokens "
-                                f"take about {format_seconds(eta)} on this machine ({model.device.type}).",
+                                f"take about {format_seconds(eta)} on this machine ({model.device.type}; "
+                                f"{estimate_basis(model, analysis.n, precision)}).",
                                 "Compute attributions", K.page(P, "run"), type="primary")
         with shell.queue_notice():
             attr = ig.integrated_gradients(model, analysis, **settings,

@@ -1,12 +1,22 @@
-"""What Integrated Gradients costs a page here: the longest input that fits a time budget, and a document's cached
-attribution or, failing that, the estimated seconds of computing it."""
+"""What the model's work costs a page here: the longest input that fits a time budget, a document's cached
+attribution or, failing that, the estimated seconds of computing it, and the notice a long analysis gets before it
+starts."""
 from __future__ import annotations
 
 from ..model.encoding import DEFAULT_MAX_TOKENS
 from ..model.loading import LoadedModel
+from ..progress import format_seconds
 
 
 TIMED_MAX = 8192  # longest maximum timed directly; a longer one is extrapolated from DEFAULT_MAX_TOKENS
+NOTICE_S = 30.0  # work expected to take longer than this is announced on the page before it starts
+# The analysis and the views a page draws from it, in forwards of the document: at ModernBERT-base dimensions
+# lv.analyze took 0.65-0.89 and the default views 0.41-0.48 of an sdpa forward (CPU time, 2,048-8,192 tokens,
+# docs/benchmarks.md "Attention by layer pattern (ModernBERT)" and "8,192 tokens end to end"), rounded up.
+ANALYSIS_FORWARDS = 1.5
+# Below this many floating-point operations (cost.forward_flops) an analysis takes seconds on any CPU (this 2-core
+# one runs a ModernBERT-base forward at about 50 GFLOP a CPU-second): nothing is timed to say so.
+QUICK_FLOPS = 1e11
 
 
 def fitting_max_tokens(model: LoadedModel, budget_s: float) -> int:
@@ -34,3 +44,21 @@ def cached_or_estimate(model: LoadedModel, analysis, steps: int):
     if hit is not None:
         return hit, None
     return None, estimate_ig_seconds(model, analysis.n, steps)
+
+
+def analysis_notice(model: LoadedModel, n_tokens: int) -> str | None:
+    """'Analysing 8,192 tokens with this model takes about 3.5 min on this machine (...)' when the analysis of
+    n_tokens and the page's views from it are expected to take longer than NOTICE_S, else None: ANALYSIS_FORWARDS
+    forwards of cost.estimate_forward (a forward timed on this machine, once per model and length bucket, at a
+    smaller length scaled by the model's arithmetic when timing this one would itself take long)."""
+    from .cost import estimate_forward, forward_flops
+
+    if ANALYSIS_FORWARDS * forward_flops(model, n_tokens) < QUICK_FLOPS:
+        return None
+    forward = estimate_forward(model, n_tokens)
+    seconds = ANALYSIS_FORWARDS * forward.seconds
+    if seconds <= NOTICE_S:
+        return None
+    return (f"Analysing {int(n_tokens):,} tokens with this model takes about {format_seconds(seconds)} on this "
+            f"machine ({model.device.type}): the analysis and this page's views cost about {ANALYSIS_FORWARDS:g} "
+            f"forwards, estimated from {forward.basis}.")

@@ -1,9 +1,11 @@
-"""What Integrated Gradients costs: wall time (estimate_ig_seconds) and memory per step
-(internal_batch_size_for).
+"""What the model's work costs on this machine: wall time of Integrated Gradients and of one forward
+(estimate_ig_seconds, estimate_forward) and IG's memory per step (internal_batch_size_for).
 
 Time: one forward and one forward+backward timed at a length bucket, cached on disk per model, bucket and
-precision, and rescaled by every finished run (record_timing). Memory: a formula per step of activations kept
-for the backward pass (see internal_batch_size_for), against the free memory of the device.
+precision, and rescaled by every finished run (record_timing). A bucket whose own timing would take longer than
+_TIMING_BUDGET_S is not run: a smaller bucket's timing is scaled by the model's arithmetic (forward_flops).
+Memory: a formula per step of activations kept for the backward pass (see internal_batch_size_for), against the
+free memory of the device.
 """
 from __future__ import annotations
 
@@ -39,6 +41,11 @@ _DOUBLING_GAIN = 1.05
 # (2 layers, hidden 32, 102 tokens, 50 steps: 15 s CPU one step at a time, 1.8 s in batches of 12; the demo model
 # at 2,048 tokens, 105 MiB a step: batches of 2).
 _START_BYTES = 256 * 2**20
+# A bucket is timed only while its timing (one forward, one forward+backward), scaled from a smaller bucket's by
+# forward_flops, is predicted within this; a longer one is estimated by that scaling: a page would otherwise wait
+# minutes, unannounced, before it could say how long anything takes (ModernBERT-base at 8,192 tokens: a forward
+# and a step take about 1.5 + 5 minutes of this 2-core CPU).
+_TIMING_BUDGET_S = 20.0
 
 
 def internal_batch_size_for(model: LoadedModel, n_tokens: int, n_steps: int, precision: str = "fp32",
@@ -115,22 +122,116 @@ def estimate_ig_seconds(
     Based on one forward and one forward+backward timed at a length bucket (512, 1024, 2048, ... capped at
     the model's maximum; scaled linearly to n_tokens, as Longformer's cost is linear in length), cached on
     disk per model + bucket + precision, and refined by every finished run. The first call for a bucket
-    runs the model (seconds at base dimensions); later calls are instant."""
+    runs the model (seconds at base dimensions); later calls are instant. A bucket whose timing would itself
+    take longer than _TIMING_BUDGET_S is not run: the nearest smaller bucket's timing (the smallest bucket's,
+    timed first if none is) is scaled by forward_flops (`estimate_basis` says which)."""
     n_tokens = whole_number(n_tokens, "n_tokens (<s>, one token, </s> at least)", lo=3, error=AttributionError)
     n_steps = whole_number(n_steps, "n_steps (captum's minimum is 2)", lo=2, error=AttributionError)
-    if precision not in PRECISIONS:
-        raise AttributionError(f"precision must be one of {', '.join(sorted(PRECISIONS))}; got {precision!r}.")
-    bucket = _bucket(model, n_tokens)
-    timing = _read_timing(model, bucket, precision, cache_dir)
-    if timing is None:
-        with COMPUTE.hold():
-            report(progress, 0.0, f"Timing one forward+backward at {bucket} tokens")
-            t_fwd, t_fb = time_passes(model, _synthetic(model, bucket), precision)[:2]
-        timing = {"forward": t_fwd, "step": t_fb}
-        _write_timing(model, bucket, precision, timing, cache_dir)
-        report(progress, 1.0, "Timed")
+    _check_precision(precision)
+    timing, bucket, _ = _timing(model, n_tokens, precision, cache_dir, progress)
     scale = padded_length(model, n_tokens) / padded_length(model, bucket)
     return scale * (n_steps * timing["step"] + 2 * timing["forward"])
+
+
+class Estimate(NamedTuple):
+    seconds: float  # expected wall seconds of one forward on this machine
+    tokens: int  # the length estimated
+    timed_at: int  # the length of the forward timed (its bucket's, or a smaller bucket's)
+    scaled: bool  # timed at a smaller bucket and scaled by forward_flops
+
+    @property
+    def basis(self) -> str:
+        """What the estimate rests on, in words for a page."""
+        timed = f"one forward timed at {self.timed_at:,} tokens on this machine"
+        return timed + (f", scaled to {self.tokens:,} tokens by the model's arithmetic" if self.scaled else "")
+
+
+def estimate_forward(model: LoadedModel, n_tokens: int, precision: str = "fp32", *,
+                     cache_dir: str | os.PathLike | None = None, progress: Progress | None = None) -> Estimate:
+    """Expected wall time of one forward (batch 1, no gradients) of n_tokens: the forward of the timing
+    estimate_ig_seconds uses (its bucket's, or a smaller bucket's scaled by forward_flops), scaled linearly
+    within the bucket. A bucket whose forward only a finished run recorded (no forward of its own) counts as
+    not timed."""
+    n_tokens = whole_number(n_tokens, "n_tokens (<s>, one token, </s> at least)", lo=3, error=AttributionError)
+    _check_precision(precision)
+    timing, bucket, timed_at = _timing(model, n_tokens, precision, cache_dir, progress, forward=True)
+    scale = padded_length(model, n_tokens) / padded_length(model, bucket)
+    return Estimate(scale * timing["forward"], int(n_tokens), timed_at, timed_at < bucket)
+
+
+def estimate_basis(model: LoadedModel, n_tokens: int, precision: str = "fp32", *,
+                   cache_dir: str | os.PathLike | None = None) -> str:
+    """What estimate_ig_seconds' figure for n_tokens rests on, in words for a page (after that estimate: it
+    times nothing itself)."""
+    bucket = _bucket(model, n_tokens)
+    timed = None if _read_timing(model, bucket, precision, cache_dir) else _timed_below(model, bucket, precision,
+                                                                                          cache_dir, False)
+    said = f"one forward and one forward+backward timed at {timed[0] if timed else bucket:,} tokens on this machine"
+    return said + (f", scaled to {int(n_tokens):,} tokens by the model's arithmetic" if timed else "")
+
+
+def forward_flops(model: LoadedModel, n_tokens: int) -> float:
+    """Floating-point operations of one forward of n_tokens (batch 1), from the model's dimensions: two per weight
+    of every linear layer per token (projections, feed-forward, head; the embedding table is a lookup) and, per
+    layer, 4 x heads x head size per key a query scores (Q K^T, then the weighted sum of V; the family's
+    patterns: a band's keys, or every token's). ModernBERT-base dimensions: 10.0 M a token a layer, and 4 n x 768
+    a full layer's attention."""
+    cfg = model.model.config
+    n = padded_length(model, n_tokens)
+    heads = int(cfg.num_attention_heads)
+    width = heads * int(getattr(cfg, "head_dim", None) or int(cfg.hidden_size) // heads)
+    weights = sum(m.weight.numel() for m in model.model.modules() if isinstance(m, torch.nn.Linear))
+    keys = sum(p.keys for p in model.family.attention_patterns(n))
+    return float(2 * n * weights + 4 * n * width * keys)
+
+
+def _timing(model, n_tokens, precision, cache_dir, progress, forward: bool = False) -> tuple[dict, int, int]:
+    """(timing of n_tokens' bucket, the bucket, the length timed): the bucket's own timing; else the nearest
+    smaller bucket's scaled by forward_flops when the bucket's timing would take longer than _TIMING_BUDGET_S
+    (the smallest bucket timed first when none is); else the bucket timed now. `forward`: timings whose forward
+    is unknown (written by a run alone) do not count."""
+    bucket = _bucket(model, n_tokens)
+    timing = _read_timing(model, bucket, precision, cache_dir)
+    if timing is not None and (timing["forward"] > 0 or not forward):
+        return timing, bucket, bucket
+    below = [b for b in _buckets(model) if b < bucket]
+    timed = _timed_below(model, bucket, precision, cache_dir, forward)
+    if timed is None and below:
+        timed = below[0], _time_bucket(model, below[0], precision, cache_dir, progress)
+    if timed is not None:
+        at, known = timed
+        ratio = forward_flops(model, bucket) / forward_flops(model, at)
+        if ratio * (known["forward"] + known["step"]) > _TIMING_BUDGET_S:
+            return {"forward": ratio * known["forward"], "step": ratio * known["step"]}, bucket, at
+    return _time_bucket(model, bucket, precision, cache_dir, progress), bucket, bucket
+
+
+def _timed_below(model, bucket, precision, cache_dir, forward) -> tuple[int, dict] | None:
+    """(bucket, timing) of the longest bucket shorter than `bucket` that is timed, or None."""
+    for b in reversed([b for b in _buckets(model) if b < bucket]):
+        timing = _read_timing(model, b, precision, cache_dir)
+        if timing is not None and (timing["forward"] > 0 or not forward):
+            return b, timing
+    return None
+
+
+def _time_bucket(model, bucket, precision, cache_dir, progress) -> dict:
+    """One forward and one forward+backward timed at `bucket` tokens, written to the timing cache."""
+    with COMPUTE.hold():
+        report(progress, 0.0, f"Timing one forward+backward at {bucket} tokens")
+        t_fwd, t_fb = time_passes(model, _synthetic(model, bucket), precision)[:2]
+    timing = {"forward": t_fwd, "step": t_fb}
+    old = _read_timing(model, bucket, precision, cache_dir)  # a run's record: its batch sizes' speeds stay
+    if old and "batches" in old:
+        timing["batches"] = old["batches"]
+    _write_timing(model, bucket, precision, timing, cache_dir)
+    report(progress, 1.0, "Timed")
+    return timing
+
+
+def _check_precision(precision: str) -> None:
+    if precision not in PRECISIONS:
+        raise AttributionError(f"precision must be one of {', '.join(sorted(PRECISIONS))}; got {precision!r}.")
 
 class Passes(NamedTuple):
     forward: float  # wall seconds of one forward without gradients
@@ -239,6 +340,14 @@ def record_timing(model, n_tokens, precision, result, cache_dir=None) -> None:
         batches[key] = min(per_step, float(batches.get(key, math.inf)))
     timing["batches"] = batches
     _write_timing(model, bucket, precision, timing, cache_dir)
+
+def _buckets(model) -> list[int]:
+    """The model's length buckets, shortest first: 512, 1024, ... below its maximum, then the maximum."""
+    out, b = [], 512
+    while b < model.max_tokens:
+        out.append(b)
+        b *= 2
+    return out + [model.max_tokens]
 
 def _bucket(model, n_tokens: int) -> int:
     if n_tokens > model.max_tokens:

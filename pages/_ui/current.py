@@ -138,12 +138,22 @@ def current_document(model: lv.LoadedModel):
     return df["text"].iloc[idx], label, f"document {idx} ({mode})"
 
 
+def announce_analysis(model: lv.LoadedModel, text: str, mt: int) -> None:
+    """Before an analysis that takes long, how long (attribution.budget.analysis_notice), on the page."""
+    from longviz_core.attribution.budget import analysis_notice
+
+    notice = analysis_notice(model, model.encode(text, mt).n)
+    if notice:
+        st.info(notice)
+
+
 def current_analysis():
     """(model, analysis, true label or None, description) of the current document."""
     model = current_model()
     text, label, description = current_document(model)
+    mt = max_tokens(model)
     with queue_notice():
-        analysis = cache.get_analysis(model, text, max_tokens(model))
+        analysis = cache.get_analysis(model, text, mt, before=lambda: announce_analysis(model, text, mt))
     enc = analysis.encoded
     if enc.truncated:  # on every page: each number below is about the first part of the text only
         specials = enc.prefix + enc.suffix

@@ -34,6 +34,7 @@ def attribution_after_click(model: lv.LoadedModel, analysis, steps: int, page: s
     """IG of the predicted class: from the disk cache, or after an honest time estimate and a click on `label`."""
     from longviz_core import attribution as attr
     from longviz_core.attribution.budget import cached_or_estimate
+    from longviz_core.attribution.cost import estimate_basis
     from longviz_core.progress import format_seconds
 
     with queue_notice():
@@ -41,7 +42,7 @@ def attribution_after_click(model: lv.LoadedModel, analysis, steps: int, page: s
     if hit is not None:
         return hit
     run_when_clicked(f"Integrated Gradients with {steps} steps on {analysis.n:,} tokens takes about "
-                     f"{format_seconds(seconds)} on this machine ({model.device.type}).{note}", label,
-                     K.page(page, "run_ig"))
+                     f"{format_seconds(seconds)} on this machine ({model.device.type}; "
+                     f"{estimate_basis(model, analysis.n)}).{note}", label, K.page(page, "run_ig"))
     with queue_notice():
         return attr.integrated_gradients(model, analysis, None, steps, progress=progress_bar("Integrated Gradients"))
