@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import longviz_core as lv
-from longviz_core.model.capture import AttentionPatternError, analyze_layers
+from longviz_core.model.capture import AttentionPatternError, analyze_layers, implementation
 from longviz_core.model.families import BANDED, LayerPattern
 from longviz_core.model.streamed import StreamedLayer
 from longviz_core.views.counts import token_counts, topk_indices
@@ -39,9 +39,10 @@ def peaked_bert(tmp_path_factory):
 
 
 def _eager(model, analysis) -> np.ndarray:
-    """(layers, heads, n, n): the model's own eager attention weights."""
+    """(layers, heads, n, n): the model's own eager attention weights (its other forwards run longviz's chunked
+    sdpa, which returns none)."""
     ids = torch.as_tensor(analysis.input_ids)[None]
-    with torch.no_grad():
+    with torch.no_grad(), implementation(model.model, "eager"):
         out = model.model(input_ids=ids, attention_mask=torch.ones_like(ids), output_attentions=True)
     np.testing.assert_allclose(analysis.logits, out.logits[0].numpy(), rtol=1e-5, atol=1e-5)  # the same forward
     return torch.stack(out.attentions)[:, 0].numpy()
@@ -127,10 +128,13 @@ def test_streamed_summary_serves_smaller_k_and_a_wrong_pattern_fails(modernbert)
     np.testing.assert_allclose(full.row(0, 0), full.summary().cls_row[0], rtol=0, atol=1e-7)
     # a pattern read wrongly from the config (layer 3 taken for a sliding layer) disagrees with the model's mask
     ids = torch.as_tensor(a.input_ids)[None]
-    with pytest.raises(AttentionPatternError, match="layer 3"), torch.no_grad():
-        wrong = [*modernbert.family.attention_patterns(a.n)[:3], LayerPattern(BANDED, 8, a.n)]
-        analyze_layers(modernbert, {"input_ids": ids, "attention_mask": torch.ones_like(ids)}, wrong)
-    assert modernbert.model.config._attn_implementation == "eager"  # restored
+    # set to another implementation than the capture's own ("longviz", ModernBERT's for every forward), so that
+    # putting it back shows
+    with implementation(modernbert.model, "eager"):
+        with pytest.raises(AttentionPatternError, match="layer 3"), torch.no_grad():
+            wrong = [*modernbert.family.attention_patterns(a.n)[:3], LayerPattern(BANDED, 8, a.n)]
+            analyze_layers(modernbert, {"input_ids": ids, "attention_mask": torch.ones_like(ids)}, wrong)
+        assert modernbert.model.config._attn_implementation == "eager"  # restored
 
 
 @pytest.mark.slow  # a fresh process, an 8,192-token analysis, a plain forward and the eager oracle's n x n layers
