@@ -8,13 +8,19 @@ from ..attribution import budget, cost
 from ..model.analysis import DocumentAnalysis
 from ..model.loading import LoadedModel
 from ..progress import format_seconds
-from .deletion import KS, DeletionError
+from .deletion import KS, DeletionError, default_batch_size
 
-# A perturbed copy scored in the app's batches, in forwards of the document at batch 1. Measured (CPU time,
-# 2-core CPU): 0.26-0.38 on the demo at 2,597 tokens (docs/benchmarks.md "Faithfulness"), 0.62 at Longformer-base
-# dimensions and 1,024 tokens, 0.85 at ModernBERT-base dimensions and 300 tokens, where batching gains least;
-# at 8,192 tokens see "8,192 tokens end to end". A copy never costs more than a forward of its own.
-COPY_FORWARDS = 1.0
+# A perturbed copy scored in the app's batches of copies, in forwards of the document at batch 1 (a copy alone
+# costs one). Measured in batches of 8 on the 2-core CPU (CPU time): 0.26-0.38 on the demo at 2,597 tokens
+# (docs/benchmarks.md "Faithfulness"), 0.62 at Longformer-base dimensions and 1,024 tokens, 0.54 at ModernBERT-base
+# dimensions and 8,192 tokens ("8,192 tokens end to end", against an sdpa forward), 0.8 at 300 tokens.
+COPY_FORWARDS = 0.6
+
+
+def copy_forwards(model: LoadedModel) -> float:
+    """What one copy costs in forwards: COPY_FORWARDS in batches, one where the test scores copies one at a time
+    (deletion.default_batch_size)."""
+    return COPY_FORWARDS if default_batch_size(model) > 1 else 1.0
 
 
 def deletion_copies(runs: int, ks: Sequence[float] = KS, flip_bound: int | None = 0,
@@ -34,23 +40,25 @@ def deletion_copies(runs: int, ks: Sequence[float] = KS, flip_bound: int | None 
 
 def deletion_seconds(model: LoadedModel, analysis: DocumentAnalysis, runs: int, *, ks: Sequence[float] = KS,
                      flip_bound: int | None = 0) -> float:
-    """Expected wall seconds of the deletion test on `analysis`: deletion_copies x COPY_FORWARDS x one forward
+    """Expected wall seconds of the deletion test on `analysis`: deletion_copies x copy_forwards x one forward
     (attribution.cost.estimate_forward: timed on this machine once per model and length bucket)."""
     copies = deletion_copies(runs, ks, flip_bound, len(analysis.encoded.text_positions))
-    return copies * COPY_FORWARDS * cost.estimate_forward(model, analysis.n).seconds
+    return copies * copy_forwards(model) * cost.estimate_forward(model, analysis.n).seconds
 
 
 def deletion_notice(model: LoadedModel, analysis: DocumentAnalysis, runs: int, *, ks: Sequence[float] = KS,
                     flip_bound: int | None = 0, what: str = "The deletion curves") -> str | None:
-    """'The deletion curves score up to 41 copies of this 8,192-token document: about 2 h on this machine (...)'
-    when deletion_seconds exceeds NOTICE_S, else None (a page shows it before the run starts)."""
+    """'The deletion curves score up to 41 copies of this 8,192-token document: about 1.2 h on this machine (...)'
+    when deletion_seconds exceeds NOTICE_S, else None (a page shows it before the run starts). `runs`: the orders
+    scored, the score rankings and the random seeds together; `what`: the stage, as the sentence's subject."""
     copies = deletion_copies(runs, ks, flip_bound, len(analysis.encoded.text_positions))
-    if copies * COPY_FORWARDS * cost.forward_flops(model, analysis.n) < budget.QUICK_FLOPS:
+    share = copy_forwards(model)
+    if copies * share * cost.forward_flops(model, analysis.n) < budget.QUICK_FLOPS:
         return None
     forward = cost.estimate_forward(model, analysis.n)
-    seconds = copies * COPY_FORWARDS * forward.seconds
+    seconds = copies * share * forward.seconds
     if seconds <= budget.NOTICE_S:
         return None
     return (f"{what} score up to {copies:,} copies of this {analysis.n:,}-token document: about "
-            f"{format_seconds(seconds)} on this machine ({model.device.type}), a copy about {COPY_FORWARDS:g} "
-            f"forward, estimated from {forward.basis}.")
+            f"{format_seconds(seconds)} on this machine ({model.device.type}), a copy about {share:g} of a forward, "
+            f"estimated from {forward.basis}.")

@@ -152,11 +152,13 @@ def test_the_deletion_notice(models, timed, monkeypatch):
     assert forecast.deletion_notice(m, a, 8) is None and timed == []  # quick by its arithmetic
     monkeypatch.setattr(budget, "QUICK_FLOPS", 0.0)
     forward = cost.forward_flops(m, a.n) / cost.forward_flops(m, 512)
-    seconds = 41 * forecast.COPY_FORWARDS * forward
+    share = forecast.copy_forwards(m)
+    assert share == (forecast.COPY_FORWARDS if torch.get_num_threads() > 1 else 1.0)  # batches, or one at a time
+    seconds = 41 * share * forward
     assert forecast.deletion_seconds(m, a, 8) == pytest.approx(seconds)
     assert forecast.deletion_notice(m, a, 8) == (
         f"The deletion curves score up to 41 copies of this {a.n:,}-token document: about {format_seconds(seconds)} "
-        f"on this machine (cpu), a copy about {forecast.COPY_FORWARDS:g} forward, estimated from "
+        f"on this machine (cpu), a copy about {share:g} of a forward, estimated from "
         f"{cost.estimate_forward(m, a.n).basis}.")
-    monkeypatch.setattr(forecast, "COPY_FORWARDS", budget.NOTICE_S / 41 / forward)  # exactly at the threshold
+    monkeypatch.setattr(forecast, "copy_forwards", lambda model: budget.NOTICE_S / 41 / forward)  # at the threshold
     assert forecast.deletion_notice(m, a, 8) is None
