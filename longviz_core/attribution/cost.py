@@ -46,6 +46,12 @@ _START_BYTES = 256 * 2**20
 # minutes, unannounced, before it could say how long anything takes (ModernBERT-base at 8,192 tokens: a forward
 # and a step take about 1.5 + 5 minutes of this 2-core CPU).
 _TIMING_BUDGET_S = 20.0
+# In that scaling an attention FLOP weighs this many of a linear layer's: attention's kernels (softmax, the flash
+# kernel's recomputation in the backward) run slower per FLOP than matrix products. Fitted on the 2-core Xeon
+# (idle, ModernBERT-base dimensions, its chunked sdpa route) so that 512 tokens' timing predicts 8,192 tokens'
+# (a forward 0.77 -> 25.5 s, 33 x against 28.6 x in FLOPs; a forward+backward 1.88 -> 80.4 s, 42.7 x); at 2,048
+# and 4,096 tokens the same weights predict 5-14 % over what was measured.
+_FORWARD_ATTENTION, _STEP_ATTENTION = 1.4, 2.3
 
 
 def internal_batch_size_for(model: LoadedModel, n_tokens: int, n_steps: int, precision: str = "fp32",
@@ -170,24 +176,25 @@ def estimate_basis(model: LoadedModel, n_tokens: int, precision: str = "fp32", *
     return said + (f", scaled to {int(n_tokens):,} tokens by the model's arithmetic" if timed else "")
 
 
-def forward_flops(model: LoadedModel, n_tokens: int) -> float:
+def forward_flops(model: LoadedModel, n_tokens: int, attention_weight: float = 1.0) -> float:
     """Floating-point operations of one forward of n_tokens (batch 1), from the model's dimensions: two per weight
     of every linear layer per token (projections, feed-forward, head; the embedding table is a lookup) and, per
     layer, 4 x heads x head size per key a query scores (Q K^T, then the weighted sum of V; the family's
-    patterns: a band's keys, or every token's). ModernBERT-base dimensions: 10.0 M a token a layer, and 4 n x 768
-    a full layer's attention."""
+    patterns: a band's keys, or every token's), those counted `attention_weight` times. ModernBERT-base
+    dimensions: 10.0 M a token a layer, and 4 n x 768 a full layer's attention."""
     cfg = model.model.config
     n = padded_length(model, n_tokens)
     heads = int(cfg.num_attention_heads)
     width = heads * int(getattr(cfg, "head_dim", None) or int(cfg.hidden_size) // heads)
     weights = sum(m.weight.numel() for m in model.model.modules() if isinstance(m, torch.nn.Linear))
     keys = sum(p.keys for p in model.family.attention_patterns(n))
-    return float(2 * n * weights + 4 * n * width * keys)
+    return float(2 * n * weights + attention_weight * 4 * n * width * keys)
 
 
 def _timing(model, n_tokens, precision, cache_dir, progress, forward: bool = False) -> tuple[dict, int, int]:
     """(timing of n_tokens' bucket, the bucket, the length timed): the bucket's own timing; else the nearest
-    smaller bucket's scaled by forward_flops when the bucket's timing would take longer than _TIMING_BUDGET_S
+    smaller bucket's scaled by forward_flops (attention weighted _FORWARD_ATTENTION for the forward,
+    _STEP_ATTENTION for the forward+backward) when the bucket's timing would take longer than _TIMING_BUDGET_S
     (the smallest bucket timed first when none is); else the bucket timed now. `forward`: timings whose forward
     is unknown (written by a run alone) do not count."""
     bucket = _bucket(model, n_tokens)
@@ -200,9 +207,10 @@ def _timing(model, n_tokens, precision, cache_dir, progress, forward: bool = Fal
         timed = below[0], _time_bucket(model, below[0], precision, cache_dir, progress)
     if timed is not None:
         at, known = timed
-        ratio = forward_flops(model, bucket) / forward_flops(model, at)
-        if ratio * (known["forward"] + known["step"]) > _TIMING_BUDGET_S:
-            return {"forward": ratio * known["forward"], "step": ratio * known["step"]}, bucket, at
+        scaled = {part: known[part] * forward_flops(model, bucket, w) / forward_flops(model, at, w)
+                  for part, w in (("forward", _FORWARD_ATTENTION), ("step", _STEP_ATTENTION))}
+        if scaled["forward"] + scaled["step"] > _TIMING_BUDGET_S:
+            return scaled, bucket, at
     return _time_bucket(model, bucket, precision, cache_dir, progress), bucket, bucket
 
 

@@ -8,19 +8,13 @@ from ..attribution import budget, cost
 from ..model.analysis import DocumentAnalysis
 from ..model.loading import LoadedModel
 from ..progress import format_seconds
-from .deletion import KS, DeletionError, default_batch_size
+from .deletion import KS, DeletionError
 
-# A perturbed copy scored in the app's batches of copies, in forwards of the document at batch 1 (a copy alone
-# costs one). Measured in batches of 8 on the 2-core CPU (CPU time): 0.26-0.38 on the demo at 2,597 tokens
-# (docs/benchmarks.md "Faithfulness"), 0.62 at Longformer-base dimensions and 1,024 tokens, 0.54 at ModernBERT-base
-# dimensions and 8,192 tokens ("8,192 tokens end to end", against an sdpa forward), 0.8 at 300 tokens.
-COPY_FORWARDS = 0.6
-
-
-def copy_forwards(model: LoadedModel) -> float:
-    """What one copy costs in forwards: COPY_FORWARDS in batches, one where the test scores copies one at a time
-    (deletion.default_batch_size)."""
-    return COPY_FORWARDS if default_batch_size(model) > 1 else 1.0
+# A perturbed copy, in forwards of the document through the model's own route. Long documents, where a notice is
+# due, gain nothing from batching copies: 0.99 in batches of 8 at ModernBERT-base dimensions and 8,192 tokens
+# (docs/benchmarks.md "8,192 tokens end to end"); short ones do (0.26-0.62 at 1,024-2,597 tokens, "Faithfulness"),
+# where the estimate then errs long.
+COPY_FORWARDS = 1.0
 
 
 def deletion_copies(runs: int, ks: Sequence[float] = KS, flip_bound: int | None = 0,
@@ -40,25 +34,24 @@ def deletion_copies(runs: int, ks: Sequence[float] = KS, flip_bound: int | None 
 
 def deletion_seconds(model: LoadedModel, analysis: DocumentAnalysis, runs: int, *, ks: Sequence[float] = KS,
                      flip_bound: int | None = 0) -> float:
-    """Expected wall seconds of the deletion test on `analysis`: deletion_copies x copy_forwards x one forward
+    """Expected wall seconds of the deletion test on `analysis`: deletion_copies x COPY_FORWARDS x one forward
     (attribution.cost.estimate_forward: timed on this machine once per model and length bucket)."""
     copies = deletion_copies(runs, ks, flip_bound, len(analysis.encoded.text_positions))
-    return copies * copy_forwards(model) * cost.estimate_forward(model, analysis.n).seconds
+    return copies * COPY_FORWARDS * cost.estimate_forward(model, analysis.n).seconds
 
 
 def deletion_notice(model: LoadedModel, analysis: DocumentAnalysis, runs: int, *, ks: Sequence[float] = KS,
                     flip_bound: int | None = 0, what: str = "The deletion curves") -> str | None:
-    """'The deletion curves score up to 41 copies of this 8,192-token document: about 1.2 h on this machine (...)'
+    """'The deletion curves score up to 41 copies of this 8,192-token document: about 17 min on this machine (...)'
     when deletion_seconds exceeds NOTICE_S, else None (a page shows it before the run starts). `runs`: the orders
     scored, the score rankings and the random seeds together; `what`: the stage, as the sentence's subject."""
     copies = deletion_copies(runs, ks, flip_bound, len(analysis.encoded.text_positions))
-    share = copy_forwards(model)
-    if copies * share * cost.forward_flops(model, analysis.n) < budget.QUICK_FLOPS:
+    if copies * COPY_FORWARDS * cost.forward_flops(model, analysis.n) < budget.QUICK_FLOPS:
         return None
     forward = cost.estimate_forward(model, analysis.n)
-    seconds = copies * share * forward.seconds
+    seconds = copies * COPY_FORWARDS * forward.seconds
     if seconds <= budget.NOTICE_S:
         return None
     return (f"{what} score up to {copies:,} copies of this {analysis.n:,}-token document: about "
-            f"{format_seconds(seconds)} on this machine ({model.device.type}), a copy about {share:g} of a forward, "
-            f"estimated from {forward.basis}.")
+            f"{format_seconds(seconds)} on this machine ({model.device.type}), a copy about one forward, estimated "
+            f"from {forward.basis}.")

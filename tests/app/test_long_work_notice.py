@@ -33,8 +33,8 @@ def test_a_long_analysis_is_announced_before_it_runs(demo, monkeypatch):
         assert not at.exception and not at.error, [e.value for e in [*at.exception, *at.error]]
         assert estimated == [MAX_TOKENS]  # the demo's document 0 is longer: truncated to 128 tokens
         assert _notices(at) == [
-            "Analysing 128 tokens with this model takes about 2.5 min on this machine (cpu): the analysis and this "
-            "page's views cost about 1.5 forwards, estimated from one forward timed at 64 tokens on this machine, "
+            "Analysing 128 tokens with this model takes about 3.7 min on this machine (cpu): the analysis and this "
+            "page's views cost about 2.2 forwards, estimated from one forward timed at 64 tokens on this machine, "
             "scaled to 128 tokens by the model's arithmetic."]
         at.run()  # the analysis is cached now: nothing to announce
         assert _notices(at) == [] and estimated == [MAX_TOKENS]

@@ -26,17 +26,28 @@ def models(tmp_path_factory):
             "modernbert": lv.load_model(str(make_tiny_modernbert(root / "mb")))}
 
 
+def fwd(model, n):
+    """A forward's seconds as the scaling has it: 1 s at 512 tokens, the rest in weighted FLOPs."""
+    w = cost._FORWARD_ATTENTION
+    return cost.forward_flops(model, n, w) / cost.forward_flops(model, 512, w)
+
+
+def step(model, n):
+    """A third of a forward+backward's seconds: 1 s at 512 tokens."""
+    w = cost._STEP_ATTENTION
+    return cost.forward_flops(model, n, w) / cost.forward_flops(model, 512, w)
+
+
 @pytest.fixture
 def timed(models, tmp_path, monkeypatch):
-    """time_passes replaced: a forward takes forward_flops / forward_flops(512) seconds (1 s at 512 tokens), a
-    forward+backward three forwards; the lengths timed are listed. Timings go to a fresh cache."""
+    """time_passes replaced: a forward takes fwd(n) seconds, a forward+backward 3 step(n) (see below); the lengths
+    timed are listed. Timings go to a fresh cache."""
     monkeypatch.setenv("LONGVIZ_CACHE_DIR", str(tmp_path))
     lengths = []
 
     def fake(model, enc, precision, target=0):
         lengths.append(enc.n)
-        f = cost.forward_flops(model, enc.n) / cost.forward_flops(model, 512)
-        return cost.Passes(f, 3 * f, f, 3 * f)
+        return cost.Passes(fwd(model, enc.n), 3 * step(model, enc.n), fwd(model, enc.n), 3 * step(model, enc.n))
 
     monkeypatch.setattr(cost, "time_passes", fake)
     return lengths
@@ -82,9 +93,12 @@ def test_forward_flops_at_modernbert_base_dimensions():
 
 def test_a_long_bucket_is_scaled_from_a_short_one_not_timed(models, timed):
     m = models["modernbert"]
-    f = lambda n: cost.forward_flops(m, n) / cost.forward_flops(m, 512)  # noqa: E731  the stand-in's forward
-    # timing 1,024 tokens (a forward and a step, 4 f) fits the budget; 8,192 tokens does not
-    assert 4 * f(1024) <= cost._TIMING_BUDGET_S < 4 * f(8192)
+    f = lambda n: fwd(m, n)  # noqa: E731
+    timing = lambda n: fwd(m, n) + 3 * step(m, n)  # noqa: E731  a forward and a forward+backward
+    # timing 1,024 tokens fits the budget; 8,192 tokens does not
+    assert timing(1024) <= cost._TIMING_BUDGET_S < timing(8192)
+    # the attention's weights make the forward+backward grow faster than the forward
+    assert step(m, 8192) / step(m, 512) > f(8192) / f(512) > cost.forward_flops(m, 8192) / cost.forward_flops(m, 512)
 
     long = cost.estimate_forward(m, 8192)
     assert timed == [512]  # only the shortest bucket ran
@@ -97,7 +111,7 @@ def test_a_long_bucket_is_scaled_from_a_short_one_not_timed(models, timed):
     assert short.basis == "one forward timed at 1,024 tokens on this machine"
     # the nearest shorter timing is the one scaled; IG's estimate rests on it too, and nothing more runs
     assert cost.estimate_forward(m, 8192).timed_at == 1024
-    assert cost.estimate_ig_seconds(m, 8192, 4) == pytest.approx(f(8192) * (4 * 3 + 2))
+    assert cost.estimate_ig_seconds(m, 8192, 4) == pytest.approx(4 * 3 * step(m, 8192) + 2 * f(8192))
     assert cost.estimate_basis(m, 8192) == ("one forward and one forward+backward timed at 1,024 tokens on this "
                                             "machine, scaled to 8,192 tokens by the model's arithmetic")
     assert timed == [512, 1024]
@@ -119,11 +133,11 @@ def test_the_analysis_notice(models, timed, monkeypatch):
     assert budget.analysis_notice(m, 8192) is None  # a tiny model's analysis: seconds, nothing timed to say so
     assert timed == []
     monkeypatch.setattr(budget, "QUICK_FLOPS", 0.0)  # as if it were a large model
-    seconds = budget.ANALYSIS_FORWARDS * cost.forward_flops(m, 8192) / cost.forward_flops(m, 512)
+    seconds = budget.ANALYSIS_FORWARDS * fwd(m, 8192)
     assert seconds > budget.NOTICE_S
     assert budget.analysis_notice(m, 8192) == (
         f"Analysing 8,192 tokens with this model takes about {format_seconds(seconds)} on this machine (cpu): the "
-        "analysis and this page's views cost about 1.5 forwards, estimated from one forward timed at 512 tokens on "
+        "analysis and this page's views cost about 2.2 forwards, estimated from one forward timed at 512 tokens on "
         "this machine, scaled to 8,192 tokens by the model's arithmetic.")
     assert budget.analysis_notice(m, 600) is None  # 1.5 forwards of a few seconds: no notice
     assert budget.fitting_max_tokens(m, 15.0) == lv.DEFAULT_MAX_TOKENS  # decided without timing 8,192 tokens
@@ -151,14 +165,15 @@ def test_the_deletion_notice(models, timed, monkeypatch):
     a = lv.analyze(m, text_of(3000), 2048)
     assert forecast.deletion_notice(m, a, 8) is None and timed == []  # quick by its arithmetic
     monkeypatch.setattr(budget, "QUICK_FLOPS", 0.0)
-    forward = cost.forward_flops(m, a.n) / cost.forward_flops(m, 512)
-    share = forecast.copy_forwards(m)
-    assert share == (forecast.COPY_FORWARDS if torch.get_num_threads() > 1 else 1.0)  # batches, or one at a time
-    seconds = 41 * share * forward
+    forward = cost.estimate_forward(m, a.n)
+    assert forward.seconds == pytest.approx(fwd(m, a.n))
+    seconds = 41 * forecast.COPY_FORWARDS * forward.seconds
     assert forecast.deletion_seconds(m, a, 8) == pytest.approx(seconds)
     assert forecast.deletion_notice(m, a, 8) == (
         f"The deletion curves score up to 41 copies of this {a.n:,}-token document: about {format_seconds(seconds)} "
-        f"on this machine (cpu), a copy about {share:g} of a forward, estimated from "
-        f"{cost.estimate_forward(m, a.n).basis}.")
-    monkeypatch.setattr(forecast, "copy_forwards", lambda model: budget.NOTICE_S / 41 / forward)  # at the threshold
+        f"on this machine (cpu), a copy about one forward, estimated from {forward.basis}.")
+    assert forecast.deletion_notice(m, a, 8, flip_bound=24, what="The first flips").startswith(
+        f"The first flips score up to 233 copies of this {a.n:,}-token document: about "
+        f"{format_seconds(233 / 41 * seconds)} on this machine")
+    monkeypatch.setattr(forecast, "COPY_FORWARDS", budget.NOTICE_S / 41 / forward.seconds)  # at the threshold
     assert forecast.deletion_notice(m, a, 8) is None
