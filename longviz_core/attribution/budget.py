@@ -11,7 +11,7 @@ from ..progress import format_seconds
 TIMED_MAX = 8192  # longest maximum timed directly; a longer one is extrapolated from DEFAULT_MAX_TOKENS
 NOTICE_S = 30.0  # work expected to take longer than this is announced on the page before it starts
 # The analysis and the views a page draws from it, in forwards of the document through the model's own route (what
-# cost.estimate_forward times): at ModernBERT-base dimensions 2.05 x at 2,048 tokens and 2.24 x at 8,192 (its
+# cost.estimate_forward times): at ModernBERT-base dimensions 2.05 x at 2,048 tokens and 2.2-2.3 x at 8,192 (its
 # chunked sdpa forward: 7.0 s and 50.5 s CPU on the 2-core Xeon; docs/benchmarks.md "8,192 tokens end to end").
 ANALYSIS_FORWARDS = 2.2
 # Below this many floating-point operations (cost.forward_flops) an analysis takes seconds on any CPU (this 2-core

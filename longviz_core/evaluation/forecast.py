@@ -11,7 +11,7 @@ from ..progress import format_seconds
 from .deletion import KS, DeletionError
 
 # A perturbed copy, in forwards of the document through the model's own route. Long documents, where a notice is
-# due, gain nothing from batching copies: 0.99 in batches of 8 at ModernBERT-base dimensions and 8,192 tokens
+# due, gain nothing from batching copies: 0.98-0.99 in batches of 8 at ModernBERT-base dimensions, 8,192 tokens
 # (docs/benchmarks.md "8,192 tokens end to end"); short ones do (0.26-0.62 at 1,024-2,597 tokens, "Faithfulness"),
 # where the estimate then errs long.
 COPY_FORWARDS = 1.0
