@@ -16,12 +16,14 @@ import pytest
 
 from support.browser import (
     RUN_BUTTONS,
+    SCANNING,
     click_run_buttons,
     full_page_screenshot,
     layout_problems,
     page_files,
     problems,
     visible_tabs,
+    wait_gone,
     wait_idle,
 )
 from support.servers import ROOT
@@ -164,6 +166,11 @@ def test_deletion_pages_on_the_default_document(app_server, browser, shots, page
                 b.click()
                 wait_idle(browser, timeout=1800)  # minutes on a busy 2-core machine (IG alone: 7 s when idle)
                 break
+        # the curves' numbers and charts come first; the flips within the bound fill in from the background
+        if SCANNING in browser.find_element(By.CSS_SELECTOR, '[data-testid="stMain"]').text:
+            charts = '[data-testid="stMain"] [data-testid="stVegaLiteChart"]'
+            assert browser.find_elements(By.CSS_SELECTOR, charts), page
+        wait_gone(browser, SCANNING, timeout=1800)
         full_page_screenshot(browser, shots / f"{page}-default-{width}.png", width, HEIGHT)
         assert not problems(browser), (page, width, problems(browser))
         main = browser.find_element(By.CSS_SELECTOR, '[data-testid="stMain"]').text
