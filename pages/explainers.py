@@ -108,9 +108,9 @@ if scope == "this document":
         exact = None if bounded is None else deletion.exact_stage(
             P, key, lambda progress, stop: stage(None, resume=True, progress=progress, stop=stop)(analysis),
             *deletion.left_of(bounded))
+    pending = None if bounded is not None else f"First flips within the first {fa.FLIP_BOUND} tokens: scanning …"
     show_leaderboard(next(r for r in (exact, bounded, runs) if r is not None), model, meta,
-                     "Leaderboard for this document",
-                     None if bounded is not None else f"First flips within the first {fa.FLIP_BOUND} tokens: scanning …")
+                     "Leaderboard for this document", pending)
     st.subheader("How much do the explainers agree?")
     if len(explanations) >= 2:
         metric = st.radio("Agreement", list(lb.AGREEMENT_METRICS), format_func=lb.AGREEMENT_METRICS.get,
