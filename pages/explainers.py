@@ -103,14 +103,16 @@ if scope == "this document":
         if "random" in methods:
             explanations["random"] = lv.explain(model, analysis, "random", seed=0)
         runs = cache.derived(analysis, "leaderboard", shell.queued(stage(0)), bound=0, **settings)
+        slot = st.container()  # the leaderboard above the flips' progress and the exact scan's offer
         bounded = deletion.flips_stage(P, key, lambda progress, stop: stage(
             fa.FLIP_BOUND, resume=True, progress=progress, stop=stop)(analysis))
         exact = None if bounded is None else deletion.exact_stage(
             P, key, lambda progress, stop: stage(None, resume=True, progress=progress, stop=stop)(analysis),
             *deletion.left_of(bounded))
     pending = None if bounded is not None else f"First flips within the first {fa.FLIP_BOUND} tokens: scanning …"
-    show_leaderboard(next(r for r in (exact, bounded, runs) if r is not None), model, meta,
-                     "Leaderboard for this document", pending)
+    with slot:
+        show_leaderboard(next(r for r in (exact, bounded, runs) if r is not None), model, meta,
+                         "Leaderboard for this document", pending)
     st.subheader("How much do the explainers agree?")
     if len(explanations) >= 2:
         metric = st.radio("Agreement", list(lb.AGREEMENT_METRICS), format_func=lb.AGREEMENT_METRICS.get,
