@@ -6,8 +6,8 @@ hidden 768, 8 full layers and 14 sliding ones), saved once under --folder. For e
 - one sdpa forward (the unit), timed before and after every stage, the stage's unit the mean of the two (as
   benchmarks/faithfulness.py `timed` does: on a shared machine the load moves);
 - `lv.analyze` at that size;
-- the default views exactly as families.py measures them (`default_views`: received attention, the top-64 lists
-  both ways, the pooled 64 x 64 grid, the token-count tables), after its warm-up;
+- the default views exactly as families.py measures them (`views`: received attention, the top-64 lists both
+  ways, the pooled 64 x 64 grid, the token-count tables), after its warm-up;
 - Integrated Gradients of the predicted class with --steps steps (default 4: a step at 8,192 tokens is about
   three forwards, and 50 steps would take hours of this CPU), no result cache, its internal batch as the app
   chooses it (attribution.cost.internal_batch_size_for, on a fresh timing cache);
@@ -45,7 +45,8 @@ import torch  # noqa: E402
 os.environ["LONGVIZ_CACHE_DIR"] = tempfile.mkdtemp(prefix="longviz-bench-e2e-cache-")
 
 import longviz_core as lv  # noqa: E402
-from families import VIEWS, _cpu, _peak, _reset_peak, _rss, base_modernbert, default_views, warm_views  # noqa: E402
+from _models import cpu_name  # noqa: E402
+from families import VIEWS, _peak, _reset_peak, _rss, base_modernbert, views, warm_up  # noqa: E402
 from longviz_core.attribution import ConvergenceWarning, budget, cost, integrated_gradients  # noqa: E402
 from longviz_core.evaluation import faithfulness as fa  # noqa: E402
 from longviz_core.evaluation import forecast  # noqa: E402
@@ -123,7 +124,7 @@ def one_size(model, n: int, steps: int) -> list[dict]:
         parts[name] = (time.perf_counter() - wall, time.process_time() - cpu)
         return out
 
-    stage("views (" + ", ".join(VIEWS) + ")", lambda: default_views(analysis, timed))
+    stage("views (" + ", ".join(VIEWS) + ")", lambda: views(analysis, timed))
     print("    " + "; ".join(f"{v} {parts[v][0]:.1f} / {parts[v][1]:.1f} s" for v in VIEWS), flush=True)
 
     per_step = cost._bytes_per_step(model, n, "fp32")
@@ -176,14 +177,14 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=4, help="Integrated Gradients steps (captum's minimum is 2)")
     parser.add_argument("--folder", type=Path, default=Path(tempfile.gettempdir()) / "longviz-bench-modernbert")
     args = parser.parse_args()
-    print(f"machine: {_cpu()}, {os.cpu_count()} cores, {cost._free_memory_bytes(torch.device('cpu')) / GIB:.1f} GiB "
+    print(f"machine: {cpu_name()}, {os.cpu_count()} cores, {cost._free_memory_bytes(torch.device('cpu')) / GIB:.1f} GiB "
           f"available; torch {torch.__version__}, {torch.get_num_threads()} threads; load average "
           f"{' '.join(f'{v:.1f}' for v in os.getloadavg())} at start", flush=True)
     model = base_modernbert(args.folder)
     print(f"ModernBERT-base dimensions: {model.num_layers} layers x {model.num_heads} heads, random weights "
           f"({args.folder}); forwards but the analysis through {model.family.forward_implementation} attention",
           flush=True)
-    warm_views(model)
+    warm_up(model, "modernbert")
     with warnings.catch_warnings():  # first calls: captum, autograd, the deletion test's imports
         warnings.simplefilter("ignore", ConvergenceWarning)
         warm = lv.analyze(model, text_of(100), max_tokens=64)

@@ -40,7 +40,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import subprocess
 import sys
@@ -51,12 +50,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 import torch  # noqa: E402
+from _models import cpu_name  # noqa: E402
 
 LAYERS, HEADS = 22, 12
 
 
-def base_modernbert(path: Path):
-    """ModernBERT-base dimensions, random weights, saved at `path` once; loaded through load_model (eager)."""
+def base_modernbert(path: Path, device: str = "cpu"):
+    """ModernBERT-base dimensions, random weights, saved at `path` once; loaded on `device` through load_model
+    (eager)."""
     from transformers import ModernBertConfig, ModernBertForSequenceClassification
 
     from longviz_core import load_model
@@ -71,11 +72,12 @@ def base_modernbert(path: Path):
             pad_token_id=1, bos_token_id=0, eos_token_id=2, sep_token_id=2, cls_token_id=0, num_labels=2)
         ModernBertForSequenceClassification(config).save_pretrained(path)
         tok.save_pretrained(path)
-    return load_model(str(path), device="cpu")
+    return load_model(str(path), device=device)
 
 
-def base_bigbird(path: Path):
-    """BigBird-base dimensions, random weights, block-sparse, saved at `path` once; loaded through load_model."""
+def base_bigbird(path: Path, device: str = "cpu"):
+    """BigBird-base dimensions, random weights, block-sparse, saved at `path` once; loaded on `device` through
+    load_model."""
     from transformers import BigBirdConfig, BigBirdForSequenceClassification
 
     from longviz_core import load_model
@@ -90,19 +92,19 @@ def base_bigbird(path: Path):
             num_random_blocks=3, pad_token_id=1, bos_token_id=0, eos_token_id=2, sep_token_id=2, num_labels=2)
         BigBirdForSequenceClassification(config).save_pretrained(path)
         tok.save_pretrained(path)
-    return load_model(str(path), device="cpu")
+    return load_model(str(path), device=device)
 
 
-def base_qwen3(path: Path, layers: int = 28):
-    """Qwen3-0.6B dimensions with `layers` layers, random weights, saved at `path` once; loaded through
-    load_model (every forward through longviz's chunked attention)."""
+def base_qwen3(path: Path, layers: int = 28, device: str = "cpu"):
+    """Qwen3-0.6B dimensions with `layers` layers, random weights, saved at `path` once; loaded on `device`
+    through load_model (every forward through longviz's chunked attention)."""
     from longviz_core import load_model
     from tiny import make_tiny_decoder
 
     if not (path / "config.json").exists():
         make_tiny_decoder(path, "qwen3", layers=layers, heads=16, kv_heads=8, hidden=1024, head_dim=128,
                           intermediate_size=3072, initializer_range=0.02, max_positions=32768)
-    return load_model(str(path), device="cpu")
+    return load_model(str(path), device=device)
 
 
 MODELS = {"modernbert": base_modernbert, "bigbird": base_bigbird, "decoder": base_qwen3}
@@ -129,41 +131,38 @@ def _peak() -> int:
     return int(line.split()[1]) * 1024  # the kernel writes kB
 
 
-VIEWS = ("received", "topk64", "pooled64", "counts")  # the default views, as default_views names them
+VIEWS = ("received", "topk64", "pooled64", "counts")  # the default views, in the order the pages make them
 
 
-def warm_views(model, family: str = "modernbert") -> None:
+def views(analysis, timed) -> dict:
+    """The default views of `analysis`, each made through `timed(name, make)` (a name of VIEWS; it returns
+    make()): received attention of every head (for a streamed layer the one pass, which makes the top-64 lists
+    both ways and the 64 x 64 grid's block sums too), the top-64 attended and attending lists, the pooled
+    64 x 64 grid, the token-count tables both ways by type and their intersection. What each made, by name."""
+    from longviz_core.views.counts import count_intersection, tally, token_counts, topk_indices
+    from longviz_core.views.pooling import pool_attention
+
+    made = {"received": timed("received", lambda: analysis.attention.received_per_head())}
+    made["topk64"] = timed("topk64", lambda: topk_indices(analysis.attention, 64))
+    made["pooled64"] = timed("pooled64", lambda: pool_attention(analysis.attention, 64))
+
+    def counts():
+        tallies = tally(made["topk64"], analysis.tokens)
+        tables = {d: token_counts(analysis, 10, d, "type", tallies=tallies) for d in ("attended", "attending")}
+        return {**tables, "both": count_intersection(tables["attended"], tables["attending"])}
+
+    made["counts"] = timed("counts", counts)
+    return made
+
+
+def warm_up(model, family: str) -> None:
     """Imports, numba's cached loops (each loads on its first call), first calls: the views as measured (k = 64:
     a narrow band's lists take other loops than k = 8) on a short document of the same layer patterns (BigBird
     is block-sparse above 704 tokens only)."""
     import longviz_core as lv
-    from longviz_core.views.counts import tally, token_counts, topk_indices
-    from longviz_core.views.pooling import pool_attention
     from tiny import text_of
 
-    warm = lv.analyze(model, text_of(1100), max_tokens=1024 if family == "bigbird" else 256)
-    tallies = tally(topk_indices(warm.attention, 64), warm.tokens)
-    for direction in ("attended", "attending"):
-        token_counts(warm, 10, direction, "type", tallies=tallies)
-    pool_attention(warm.attention, 64)
-
-
-def default_views(analysis, timed) -> None:
-    """The views of VIEWS on `analysis`, each run as timed(name, fn): received attention of every head, the top-64
-    attended and attending lists, the pooled 64 x 64 grid, the token-count tables (Algorithm 2) from the lists."""
-    from longviz_core.views.counts import count_intersection, tally, token_counts, topk_indices
-    from longviz_core.views.pooling import pool_attention
-
-    timed("received", lambda: analysis.attention.received_per_head())
-    topk = timed("topk64", lambda: topk_indices(analysis.attention, 64))
-    timed("pooled64", lambda: pool_attention(analysis.attention, 64))
-
-    def counts():
-        tallies = tally(topk, analysis.tokens)
-        tables = {d: token_counts(analysis, 10, d, "type", tallies=tallies) for d in ("attended", "attending")}
-        count_intersection(tables["attended"], tables["attending"])
-
-    timed("counts", counts)
+    views(lv.analyze(model, text_of(1100), max_tokens=1024 if family == "bigbird" else 256), lambda _, make: make())
 
 
 def one(path: Path, n: int, route: str, family: str = "modernbert", layers: int | None = None) -> dict:
@@ -173,7 +172,7 @@ def one(path: Path, n: int, route: str, family: str = "modernbert", layers: int 
 
     model = _build(family, path, layers)
     text = text_of(n + 200)
-    warm_views(model, family)
+    warm_up(model, family)
     enc = model.encode(text, n)
     ids = torch.as_tensor(enc.input_ids)[None]
     _reset_peak()
@@ -197,7 +196,7 @@ def one(path: Path, n: int, route: str, family: str = "modernbert", layers: int 
     else:
         analysis = timed("analyze", lambda: lv.analyze(model, text, max_tokens=n))
         if route == "longviz":
-            default_views(analysis, timed)
+            views(analysis, timed)
         kept = analysis.attention.nbytes
     return {"n": int(ids.shape[1]), "seconds": seconds, "growth": _peak() - before, "kept": kept}
 
@@ -220,7 +219,7 @@ def main() -> None:
         return
     model = _build(args.family, args.folder, args.layers)  # built once, before the timed processes
     layers, heads = model.num_layers, model.num_heads
-    print(f"machine: {_cpu()}, {os.cpu_count()} cores; "
+    print(f"machine: {cpu_name()}, {os.cpu_count()} cores; "
           f"load average {os.getloadavg()[0]:.1f}; torch {torch.__version__}, {torch.get_num_threads()} threads")
     print(f"{NAMES[args.family]} dimensions: {layers} layers x {heads} heads "
           f"({model.model.config.num_key_value_heads if args.family == 'decoder' else heads} key/value); patterns "
@@ -254,9 +253,9 @@ def main() -> None:
                       f"GiB (load {os.getloadavg()[0]:.1f})")
             else:
                 s = got["seconds"]
-                views = [sum(s[v][i] for v in VIEWS) for i in (0, 1)]
-                print(f"  analyze {_wc(s['analyze'])} = {_ratio(s['analyze'], fwd)} x forward; views {_wc(views)} = "
-                      f"{_ratio(views, fwd)} x forward (received {_wc(s['received'])}, top-64 lists "
+                made = [sum(s[v][i] for v in VIEWS) for i in (0, 1)]
+                print(f"  analyze {_wc(s['analyze'])} = {_ratio(s['analyze'], fwd)} x forward; views {_wc(made)} = "
+                      f"{_ratio(made, fwd)} x forward (received {_wc(s['received'])}, top-64 lists "
                       f"{_wc(s['topk64'])}, pooled grid {_wc(s['pooled64'])}, count tables {_wc(s['counts'])})")
                 print(f"  peak growth, analysis + views: {got['growth'] / gib:.2f} GiB; attention kept "
                       f"{got['kept'] / gib:.2f} GiB (load {os.getloadavg()[0]:.1f})")
@@ -267,12 +266,6 @@ def main() -> None:
             line += (f"; eager forward with output_attentions: {_wc(eager['seconds']['forward'])}, peak growth "
                      f"{eager['growth'] / gib:.2f} GiB" if "error" not in eager else f"; eager failed: {eager['error']}")
         print(line)
-
-
-def _cpu() -> str:
-    """The CPU's model name (lscpu's), else what platform knows."""
-    line = next((l for l in Path("/proc/cpuinfo").read_text().splitlines() if l.startswith("model name")), "")
-    return line.split(":", 1)[1].strip() if line else platform.processor() or platform.machine()
 
 
 def _wc(pair) -> str:

@@ -170,6 +170,11 @@ class SharedJobs:
         with self._lock:
             return self._jobs.get(key)
 
+    def running(self, prefix: str = "") -> list[SharedJob]:
+        """The jobs still running whose key starts with `prefix`."""
+        with self._lock:
+            return [job for key, job in self._jobs.items() if key.startswith(prefix) and job.running]
+
     def follow(self, key: str, work, watcher) -> SharedJob:
         """The running job of `key`, now followed by `watcher` too; else a new job of `work` followed by `watcher`.
         A new job started while a cancelled one of the key still winds down begins when that one is over, so one

@@ -92,28 +92,27 @@ if scope == "this document":
             model, a, method, target, progress=shell.progress_bar(lv.EXPLAINERS[method].label), **opts)),
             method=method, target=target, **opts)
 
-    def stage(bound, **more):  # no queue notice here: the exact scan runs it in a worker, off the page
+    def stage(bound, **more):  # no queue notice here: the flip scans run it in a worker, off the page
         return lambda a, **kw: lb.document_leaderboard(
             model, a, methods, target, seeds=seeds, replacement=replacement, flip_bound=bound, rank_by=rank_by,
             options=options, explanations=explanations, threshold=threshold, **more)
 
-    slot = st.empty()
-    with shell.guard():
+    key = repr((model.fingerprint, analysis.key, settings))
+    with shell.guard():  # the curves first, drawn at once; the flips within the bound fill in from the background
         explanations = {m: explanation(m) for m in methods if m != "random"}
         if "random" in methods:
             explanations["random"] = lv.explain(model, analysis, "random", seed=0)
         runs = cache.derived(analysis, "leaderboard", shell.queued(stage(0)), bound=0, **settings)
-        with slot.container():
-            show_table(runs, model, meta, "Leaderboard for this document", "First flips: scanning …")
-        bar = shell.progress_bar("First flips")
-        runs = cache.derived(analysis, "leaderboard", shell.queued(stage(fa.FLIP_BOUND, resume=True, progress=bar)),
-                             bound=fa.FLIP_BOUND, **settings)
-        exact = deletion.exact_stage(P, repr((model.fingerprint, analysis.key, settings)), lambda progress, stop:
-                                     stage(None, resume=True, progress=progress, stop=stop)(analysis),
-                                     *deletion.left_of(runs))
-    runs = runs if exact is None else exact
-    with slot.container():
-        show_leaderboard(runs, model, meta, "Leaderboard for this document")
+        slot = st.container()  # the leaderboard above the flips' progress and the exact scan's offer
+        bounded = deletion.flips_stage(P, key, lambda progress, stop: stage(
+            fa.FLIP_BOUND, resume=True, progress=progress, stop=stop)(analysis))
+        exact = None if bounded is None else deletion.exact_stage(
+            P, key, lambda progress, stop: stage(None, resume=True, progress=progress, stop=stop)(analysis),
+            *deletion.left_of(bounded))
+    pending = None if bounded is not None else f"First flips within the first {fa.FLIP_BOUND} tokens: scanning …"
+    with slot:
+        show_leaderboard(next(r for r in (exact, bounded, runs) if r is not None), model, meta,
+                         "Leaderboard for this document", pending)
     st.subheader("How much do the explainers agree?")
     if len(explanations) >= 2:
         metric = st.radio("Agreement", list(lb.AGREEMENT_METRICS), format_func=lb.AGREEMENT_METRICS.get,

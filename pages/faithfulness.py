@@ -57,29 +57,25 @@ if scope == "this document":
     with shell.guard():
         ig = attribution_after_click(model, analysis, steps, P, "Run Integrated Gradients and the deletion test")
 
-    def stage(bound, **more):
-        return shell.queued(lambda a, **kw: fa.faithfulness(model, a, ig.scores, layers=layers, scale=importance,
-                                                             replacement=replacement, seeds=seeds,
-                                                             flip_bound=bound, threshold=threshold, **more))
+    def scan(bound, **more):
+        return fa.faithfulness(model, analysis, ig.scores, layers=layers, scale=importance, replacement=replacement,
+                               seeds=seeds, flip_bound=bound, threshold=threshold, **more)
 
     meta = current.export_settings(model, description, scope=scope, ig_steps=steps, **settings)
+    key = repr((model.fingerprint, analysis.key, ig.key, settings))
     slot = st.empty()
-    with shell.guard():
-        result = cache.derived(analysis, "faithfulness", stage(0), ig=ig.key, bound=0, **settings)
-        with slot.container():
-            deletion.numbers(result, "faithfulness", model, meta, "First flips: scanning …")
-        bar = shell.progress_bar("First flips")
-        result = cache.derived(analysis, "faithfulness", stage(fa.FLIP_BOUND, resume=True, progress=bar), ig=ig.key,
-                               bound=fa.FLIP_BOUND, **settings)
-        exact = deletion.exact_stage(
-            P, repr((model.fingerprint, analysis.key, ig.key, settings)),
-            lambda progress, stop: fa.faithfulness(
-                model, analysis, ig.scores, layers=layers, scale=importance, replacement=replacement, seeds=seeds,
-                flip_bound=None, threshold=threshold, resume=True, progress=progress, stop=stop),
-            *deletion.left_of(result))
-    result = exact or result
+    with shell.guard():  # the curves first, drawn at once; the flips within the bound fill in from the background
+        result = cache.derived(analysis, "faithfulness", shell.queued(lambda a, **kw: scan(0)), ig=ig.key, bound=0,
+                               **settings)
+        bounded = deletion.flips_stage(P, key, lambda progress, stop: scan(
+            fa.FLIP_BOUND, resume=True, progress=progress, stop=stop))
+        exact = None if bounded is None else deletion.exact_stage(
+            P, key, lambda progress, stop: scan(None, resume=True, progress=progress, stop=stop),
+            *deletion.left_of(bounded))
+    result = exact or bounded or result
     with slot.container():
-        deletion.numbers(result, "faithfulness", model, meta)
+        deletion.numbers(result, "faithfulness", model, meta,
+                         None if bounded else f"First flips within the first {fa.FLIP_BOUND} tokens: scanning …")
     curves = result.long_curves()
     metrics = [m for m in ("aopc", "lodds", "probability") if result.lodds_defined or m != "lodds"]
     tabs = st.tabs([{"aopc": "AOPC", "lodds": "LOdds", "probability": model.head.unit}[m] for m in metrics]
@@ -88,7 +84,10 @@ if scope == "this document":
         export.chart(fig.deletion_curves_chart(curves, metric, score=model.head.regression), f"deletion curve {metric}",
                      model, meta, where=tab,
                      width="content")
-    if result.flips_defined:
+    if bounded is None:
+        tabs[-1].info(f"The first flips within the first {fa.FLIP_BOUND} tokens are being scanned (progress above); "
+                      "they show here when the scan ends.")
+    elif result.flips_defined:
         export.chart(fig.flip_chart(result.flips(), bound=None if result.exact else min(
             r.scanned for r in result.runs if r.flip_removed is None)), "decision flips", model, meta, where=tabs[-1])
     else:

@@ -13,8 +13,25 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 # Tests never touch the user's cache: a project-local one (ignored by git) unless CI names another.
 os.environ.setdefault("LONGVIZ_CACHE_DIR", str(ROOT / ".longviz-cache"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+if os.environ.get("PYTEST_XDIST_WORKER"):  # two workers on two cores: one thread each, rather than four fighting
+    for _threads in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
+        os.environ.setdefault(_threads, "1")
 
+from support.guards import Matrix  # noqa: E402
 from tiny import make_tiny_bert, make_tiny_longformer  # noqa: E402
+
+_MATRIX = Matrix()  # the reliability matrix (tests/reliability/conftest.py marks each case's reports)
+
+
+def pytest_runtest_logreport(report):
+    _MATRIX.add(report)
+
+
+def pytest_terminal_summary(terminalreporter):
+    line = _MATRIX.line()
+    if line:
+        terminalreporter.write_sep("=", "reliability matrix")
+        terminalreporter.write_line(line)
 
 
 @pytest.fixture(scope="session")

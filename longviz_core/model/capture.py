@@ -5,7 +5,8 @@ transformers 5 returns attention weights only from its eager implementation, and
 `AttentionInterface` (and sdpa's mask builder, run on chunks of rows, under the same name with `AttentionMaskInterface`): it calls
 sdpa for the layer's output, so the model computes what it computes under sdpa (a sliding layer's sdpa on
 chunks of rows and the keys their window reaches), and hands each layer's queries and keys (after RoPE) and its
-mask to a sink. The sink keeps
+mask to a sink. The sink keeps, on the CPU whatever the model's device (the views read them there, with numpy and
+numba's loops),
 - a *banded* layer (ModernBERT's sliding layers, radius r = local_attention // 2) as its band, (heads, n,
   2r+1): softmax over the keys |i - j| <= r inside the document, computed from Q and K in chunks of rows;
 - a *full* layer (ModernBERT's global layers, BERT / RoBERTa / EuroBERT / GTE) as a `StreamedLayer` (Q, K);
@@ -83,8 +84,9 @@ class LazyMask:
         if not self._kind:
             kind = {"full", "causal"}
             for a, b, m in self.chunks():
-                i = torch.arange(a, b)[:, None] + self.q_offset
-                j = torch.arange(self.kv_length)[None, :] + self.kv_offset
+                # the rows are built on the model's device (a GPU's): the positions they are compared with too
+                i = torch.arange(a, b, device=m.device)[:, None] + self.q_offset
+                j = torch.arange(self.kv_length, device=m.device)[None, :] + self.kv_offset
                 if "full" in kind and not bool(m.all()):
                     kind.discard("full")
                 if "causal" in kind and not bool((m == (j <= i)).all()):
@@ -106,7 +108,9 @@ def analyze_layers(model, inputs: dict, patterns) -> tuple:
         if len(layers) >= num_layers:
             raise AttentionPatternError(f"the model called attention more than its {num_layers} layers")
         p = patterns[len(layers)]
-        q, k = query[0].detach().float().contiguous(), key[0].detach().float().contiguous()  # (heads, n, d)
+        # kept on the CPU, whatever the model's device: the views read them there (numpy, numba's loops), and a
+        # GPU would otherwise hold every layer's Q and K (10.5 GiB for Qwen3-0.6B at 32,768 tokens)
+        q, k = (t[0].detach().float().contiguous().cpu() for t in (query, key))  # (heads, n, d)
         scaling = float(scaling if scaling is not None else q.shape[-1] ** -0.5)
         if p.kind not in (BANDED, FULL, CAUSAL) or (p.kind == BANDED and (softcap is not None or
                                                                           k.shape[0] != q.shape[0])):
@@ -153,14 +157,14 @@ def band_of(q: torch.Tensor, k: torch.Tensor, scaling: float, r: int) -> Attenti
     return AttentionBands(local, empty_c, empty_r, np.zeros(0, dtype=np.int64), r, (r,))
 
 
-def _expected(p, a: int, b: int, n: int) -> torch.Tensor:
-    """(b - a, n) bool: rows a .. b-1 of the pattern `p` (a LayerPattern)."""
-    i, j = torch.arange(a, b)[:, None], torch.arange(n)[None, :]
+def _expected(p, a: int, b: int, n: int, device=None) -> torch.Tensor:
+    """(b - a, n) bool on `device` (the CPU: None): rows a .. b-1 of the pattern `p` (a LayerPattern)."""
+    i, j = torch.arange(a, b, device=device)[:, None], torch.arange(n, device=device)[None, :]
     if p.kind == BANDED:
         return (i - j).abs() <= p.radius
     if p.kind == CAUSAL:
         return (j <= i) & (j >= i - p.radius) if p.radius else j <= i
-    return torch.ones((b - a, n), dtype=torch.bool)
+    return torch.ones((b - a, n), dtype=torch.bool, device=device)
 
 
 def _check_mask(module, mask, n: int, p, layer: int) -> None:
@@ -178,7 +182,7 @@ def _check_mask(module, mask, n: int, p, layer: int) -> None:
         m = m if m.dtype == torch.bool else m == 0
         parts = ((a, min(a + _ROWS, n), m[a : a + _ROWS]) for a in range(0, n, _ROWS))
     for a, b, rows in parts:
-        if not bool((rows == _expected(p, a, b, n)).all()):
+        if not bool((rows == _expected(p, a, b, n, rows.device)).all()):  # a mask's rows: the model's device
             what = {CAUSAL: f"causal attention{f' reaching {p.radius} tokens back' if p.radius else ''}",
                     BANDED: f"a sliding window of radius {p.radius}"}.get(p.kind, "full attention")
             raise AttentionPatternError(f"layer {layer}: the config names {what}, but the model's mask differs "

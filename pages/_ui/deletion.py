@@ -1,8 +1,10 @@
-"""The deletion test's stages on a page: its numbers as far as they are known, and the last stage, the exact scan
-to the end, in a background thread (through the compute queue, so in hosted mode it waits its turn like IG),
-shown by a fragment that refreshes its progress, an upper bound of the time left and a Stop button while the
-rest of the app stays usable. A scan is shared by every session that asks for the same one (runtime.JOBS): Stop
-ends this session's following, and the scan only when no other session follows it."""
+"""The deletion test's stages on a page: its numbers as far as they are known, the first flips within the bound and
+the exact scan to the end in background threads (through the compute queue, so in hosted mode they wait their
+turn like IG), each shown by a fragment that refreshes its progress while the rest of the page (the curves' numbers
+and charts) and the app stay usable. The bounded scan starts by itself and redraws the page when it ends; the exact
+scan starts on demand, with an upper bound of the time left and a Stop button. A scan is shared by every session
+that asks for the same one (runtime.JOBS): Stop ends this session's following, and the scan only when no other
+session follows it."""
 from __future__ import annotations
 
 import uuid
@@ -12,7 +14,7 @@ import streamlit as st
 
 from longviz_core.progress import format_seconds
 from longviz_core.runtime import JOBS
-from longviz_core.evaluation.deletion import LODDS_UNDEFINED, NO_THRESHOLD, metric_columns
+from longviz_core.evaluation.deletion import FLIP_BOUND, LODDS_UNDEFINED, NO_THRESHOLD, metric_columns
 from pages._ui import shell
 from pages._ui.keys import K
 
@@ -97,6 +99,25 @@ def left_of(known) -> tuple[int, float]:
     return left, known.seconds / max(1, known.forward_passes)
 
 
+FLIPS = "flips:"  # the bounded scans' keys in runtime.JOBS (the exact scans' keys have no prefix)
+
+
+def flips_stage(page: str, key: str, work):
+    """The first flips within the bound, started at once in the background (`work(progress, stop)`, shared by
+    `key`): their result once the scan is over; else None, and a fragment here shows its progress and redraws the
+    page when it ends. A scan that failed raises its error again (the page's guard shows it). It has no Stop: it is
+    bounded (FLIP_BOUND counts per ranking), and what it scores is kept for the exact scan."""
+    me, key = _watcher(), FLIPS + key
+    job = JOBS.get(key)
+    if job is not None and not job.running:
+        if job.error is not None:
+            raise job.error
+        return job.result
+    JOBS.follow(key, work, me)
+    _watch(page + "_flips", key, me, stop=False)
+    return None
+
+
 def exact_stage(page: str, key: str, work, left: int, seconds_per_copy: float):
     """The exact scan of every unfinished first flip, on demand: a button (with the `left` copies it may take at
     most and that time at `seconds_per_copy`), then the worker's progress and Stop in a fragment; returns the
@@ -135,8 +156,11 @@ def exact_stage(page: str, key: str, work, left: int, seconds_per_copy: float):
     return job.result if stopped else None
 
 
-def _watch(page: str, key: str, me: str) -> None:
+def _watch(page: str, key: str, me: str, stop: bool = True) -> None:
+    """The fragment following job `key`: its progress (and a Stop button if `stop`) while it runs, then one rerun
+    of the whole page, which draws the result."""
     shown = K.page(page, "exact_shown")
+    name = "Exact scan" if stop else f"First flips within the first {FLIP_BOUND} tokens"
 
     @st.fragment(run_every=REFRESH_S)
     def panel() -> None:
@@ -144,13 +168,13 @@ def _watch(page: str, key: str, me: str) -> None:
         if job is None:
             return
         if job.running and job.watched_by(me):
-            st.progress(min(max(job.fraction, 0.0), 1.0), text=f"Exact scan: {job.message}")
-            if st.button("Stop", key=K.page(page, "exact_stop"),
-                         help="Stops this page's following; the scan ends unless another session follows it."):
+            st.progress(min(max(job.fraction, 0.0), 1.0), text=f"{name}: {job.message}")
+            if stop and st.button("Stop", key=K.page(page, "exact_stop"),
+                                  help="Stops this page's following; the scan ends unless another session follows it."):
                 job.detach(me)
                 st.rerun(scope="app")  # the page without the panel: stopping, or still running for others
         elif job.running:  # cancelled: it ends at its next progress report, keeping every count scored
-            st.progress(min(max(job.fraction, 0.0), 1.0), text="Exact scan: stopping …")
+            st.progress(min(max(job.fraction, 0.0), 1.0), text=f"{name}: stopping …")
         elif st.session_state.get(shown) != id(job):
             st.session_state[shown] = id(job)
             st.rerun(scope="app")  # the page draws the finished numbers
@@ -158,4 +182,4 @@ def _watch(page: str, key: str, me: str) -> None:
     panel()
 
 
-__all__ = ["exact_stage", "left_of", "numbers"]
+__all__ = ["exact_stage", "flips_stage", "left_of", "numbers"]

@@ -52,11 +52,15 @@ def show_table(runs, model, meta, title, pending=None):
     return table
 
 
-def show_leaderboard(runs, model, meta, title):
-    """The leaderboard, every number, the curves, the flips and the runs, with their downloads."""
-    table = show_table(runs, model, meta, title)
+def show_leaderboard(runs, model, meta, title, pending=None):
+    """The leaderboard, every number, the curves, the flips and the runs, with their downloads; `pending`: the
+    flips are still being scanned (their cells say so, no downloads yet, the flips tab waits)."""
+    table = show_table(runs, model, meta, title, pending)
     with st.expander("Every number (AOPC and LOdds at each k, sds)"):
-        shell.table(flips_in_words(table), "explainer leaderboard every number", model, meta, download=table)
+        if pending:
+            st.dataframe(table.assign(first_flip="…"), hide_index=True)
+        else:
+            shell.table(flips_in_words(table), "explainer leaderboard every number", model, meta, download=table)
     tabs = st.tabs(["AOPC", "LOdds", "first flip (exact scan)", "runs"])
     curves = lb.curves(runs)
     for tab, metric in zip(tabs, ("aopc", "lodds")):
@@ -66,10 +70,14 @@ def show_leaderboard(runs, model, meta, title):
         export.chart(fig_faith.deletion_curves_chart(curves, metric, score=model.head.regression),
                      f"explainer deletion curve {metric}", model,
                      meta, where=tab, width="content")  # the figure's fixed aspect, not stretched past the column
+    shown = ["doc"] * ("doc" in runs) + ["label", "seed", "aopc", "lodds", "first_flip", "seconds"]
+    if pending:
+        tabs[2].info(f"{pending} They show here when the scan ends.")
+        tabs[3].dataframe(runs.assign(first_flip="…")[shown], hide_index=True, column_config=RUN_FORMATS)
+        return
     open_ = runs[~runs["settled"].astype(bool)]  # scans that stopped at the bound: "no flip within the first N"
     export.chart(fig_faith.flip_chart(lb.flips(runs), bound=int(open_["scanned"].min()) if len(open_) else None),
                  "explainer decision flips", model, meta, where=tabs[2])
-    shown = ["doc"] * ("doc" in runs) + ["label", "seed", "aopc", "lodds", "first_flip", "seconds"]
     shell.table(flips_in_words(runs, short=True)[shown], "explainer runs", model, meta, where=tabs[3],
                 column_config=RUN_FORMATS, download=runs)  # every column, NaN for no flip, in the CSV
 

@@ -21,7 +21,7 @@ from longviz_core.dataset.store import ResultStore
 from longviz_core.figures.explainers import NO_FLIP, flip_text
 from pages._ui import ig
 from pages._ui.keys import K
-from support.apps import ROOT, app_test, page
+from support.apps import ROOT, app_test, page, settle
 
 MAX_TOKENS, STEPS, DOCS = 64, 4, 2  # every number is recomputed three or four times, with full scans
 METHODS = ["ig", "grad_x_input", "gae", "random"]
@@ -99,6 +99,12 @@ def _state(scope: str) -> dict:
 def test_document_leaderboard_equals_the_command_line(demo, private_cache, tmp_path):
     at = _open(P, **_state("this document"))
     at.button(key=K.page(P, "run")).click().run()
+    _ok(at)
+    # the curves first: the leaderboard's AOPC and LOdds, its charts, the flips said to be on their way
+    first = at.dataframe[0].value
+    assert list(first["first flip"].unique()) == ["…"] and first["AOPC"].notna().all()
+    assert any("tokens: scanning" in c.value for c in at.caption) and at.get("vega_lite_chart")
+    settle(at)
     _ok(at)
     cli = _leaderboard_cli(tmp_path, 1, "--flip-bound", str(lb.dl.FLIP_BOUND))  # the page's second stage
     _same(at.dataframe[0].value, cli)

@@ -12,6 +12,7 @@ from longviz_core.views import agreement as ag
 from longviz_core.evaluation import faithfulness as fa
 from longviz_core.evaluation.importance import IMPORTANCE_METHODS
 from pages._ui.keys import K
+from support.apps import settle
 
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
 TIMEOUT = 300
@@ -60,6 +61,19 @@ def similarity(demo):
 def faithfulness(demo):
     at = _open("faithfulness", doc=1)  # an artificial_intelligence paper: its decision flips within ~60 %
     _click_if_shown(at, K.page("faithfulness", "run_ig"))
+    return _settled(at)
+
+
+def _settled(at):
+    """The page once its first flips are in: before, it shows the curves and says the flips are being scanned."""
+    pending = f"First flips within the first {fa.FLIP_BOUND} tokens: scanning …"
+    if any(c.value == pending for c in at.caption):
+        assert not any(k.startswith("first_flip") for k in at.dataframe[0].value["number"])  # no flips yet
+        assert len(at.tabs) == 4 and any("being scanned" in i.value for i in at.tabs[-1].info)
+        assert at.get("vega_lite_chart")  # the curves' charts are drawn already
+        settle(at)
+    _ok(at)
+    assert not any(c.value == pending for c in at.caption)
     return at
 
 
@@ -164,8 +178,7 @@ def test_faithfulness_document_every_option(faithfulness):
     for run in runs:
         for name, value in run.items():  # widgets are looked up in the latest element tree
             getattr(at, kinds[name])(key=_fkey(name)).set_value(value)
-        at.run()
-        _ok(at)
+        _settled(at.run())
         if "replacement" in run:
             assert any(f"replaced by {token[run['replacement']]}" in c.value for c in at.caption)
         assert any(IMPORTANCE_METHODS["t3vis"] in c.value for c in at.caption) == bool(run.get("scale"))

@@ -11,17 +11,25 @@ import re
 import shutil
 import time
 from pathlib import Path
+from urllib.parse import urlparse
 
 import pytest
 
 from support.browser import (
     RUN_BUTTONS,
+    SCANNING,
+    click_label,
     click_run_buttons,
     full_page_screenshot,
     layout_problems,
+    nav_links,
+    open_app,
+    options,
     page_files,
     problems,
+    set_number,
     visible_tabs,
+    wait_gone,
     wait_idle,
 )
 from support.servers import ROOT
@@ -48,38 +56,75 @@ def _url(base: str, page_file: str, model: str = "demo") -> str:
     return f"{base}/{'' if page_file == page_files()[0] else stem}?max_tokens={MAX_TOKENS}{chosen}"
 
 
-# Every page on each shipped demo: the Longformer one, the ModernBERT one (sliding and full layers) and the decoder
-# (a Qwen3: causal sliding and full layers, grouped-query attention, the head on the last token).
-@pytest.mark.parametrize("model", ["demo", "demo-modernbert", "demo-decoder"])
-@pytest.mark.parametrize("width", WIDTHS)
-def test_every_page_reads_at_this_width(app_server, browser, shots, width, model):
-    base, log = app_server
+def _layout_at(browser, name: str, width: int, shots: Path) -> list[str]:
+    """The page as drawn (run once) read at `width`: the window resized in place (a reader's resize: no rerun),
+    every tab opened in turn from the first, the layout checked in each, a full-page screenshot."""
     browser.set_window_size(width, HEIGHT)
-    found, report = [], []
-    for page_file in page_files():
-        name = Path(page_file).stem if model == "demo" else f"{model}-{Path(page_file).stem}"
-        started = time.monotonic()
+    tabs = visible_tabs(browser)
+    if tabs:  # back to the first tab (the other width's walk left the last one open)
+        browser.execute_script("arguments[0].scrollIntoView({block: 'center'});", tabs[0])
+        tabs[0].click()
+    time.sleep(1.0)  # charts re-layout to the new viewport
+    found = [f"{name} @ {width}: {p}" for p in layout_problems(browser)]
+    full_page_screenshot(browser, shots / f"{name}-{width}.png", width, HEIGHT)
+    for i in range(1, len(tabs)):  # the first tab is open; charts in the others draw when shown
+        browser.execute_script("arguments[0].scrollIntoView({block: 'center'});", visible_tabs(browser)[i])
+        visible_tabs(browser)[i].click()
+        time.sleep(0.5)
+        found += [f"{name} @ {width}, tab {i}: {p}" for p in layout_problems(browser)]
+    assert not problems(browser), (name, width, problems(browser))
+    return found
+
+
+# Every page on each shipped demo: the Longformer one, the ModernBERT one (sliding and full layers) and the decoder
+# (a Qwen3: causal sliding and full layers, grouped-query attention, the head on the last token), each run once and
+# read at both widths. On the Longformer demo a page is reached as a user does: the app opened (the document page;
+# there at its defaults first, then Max tokens typed), the page chosen in the sidebar, and every mask and scale
+# option on it toggled on and off.
+@pytest.mark.parametrize("page_file", page_files(), ids=lambda f: Path(f).stem)
+@pytest.mark.parametrize("model", ["demo", "demo-modernbert", "demo-decoder"])
+def test_every_page_reads_at_both_widths(app_server, browser, shots, model, page_file):
+    base, log = app_server
+    browser.set_window_size(WIDTHS[0], HEIGHT)
+    name = Path(page_file).stem if model == "demo" else f"{model}-{Path(page_file).stem}"
+    as_a_user = model == "demo"
+    if as_a_user:
+        first = page_file == page_files()[0]
+        open_app(browser, f"{base}/" if first else f"{base}/?max_tokens={MAX_TOKENS}")
+        assert not problems(browser), problems(browser)
+        if first:  # the document page at the default settings, then Max tokens typed in the sidebar
+            set_number(browser, "Max tokens", MAX_TOKENS)
+            assert len(nav_links(browser)) == len(page_files()), (nav_links(browser), page_files())
+        else:  # in-app navigation: the same session, as a user moves between pages
+            stem = Path(page_file).stem
+            next(a for a in browser.find_elements("css selector", '[data-testid="stSidebarNav"] a')
+                 if urlparse(a.get_attribute("href")).path.strip("/") == stem).click()
+    else:
         browser.get(_url(base, page_file, model))
-        wait_idle(browser)
-        clicked = click_run_buttons(browser)
-        assert not problems(browser), (name, width, problems(browser))
-        tabs = visible_tabs(browser)
-        found += [f"{name} @ {width}: {p}" for p in layout_problems(browser)]
-        full_page_screenshot(browser, shots / f"{name}-{width}.png", width, HEIGHT)
-        for i in range(1, len(tabs)):  # the first tab is open; charts in the others draw when shown
-            browser.execute_script("arguments[0].scrollIntoView({block: 'center'});", visible_tabs(browser)[i])
-            visible_tabs(browser)[i].click()
-            time.sleep(0.5)
-            found += [f"{name} @ {width}, tab {i}: {p}" for p in layout_problems(browser)]
-        assert not problems(browser), (name, width, problems(browser))
-        chosen = browser.find_element("css selector", '[data-testid="stSidebar"] input[aria-label="Model"]')
-        assert chosen.get_attribute("value") == model, (name, chosen.get_attribute("value"))
-        report.append(f"{name} @ {width}: ran {clicked or '-'}, {len(tabs)} tabs, {time.monotonic() - started:.0f} s")
-    print(f"\nscreenshots in {shots}\n  " + "\n  ".join(report))
+    wait_idle(browser)
+    clicked = click_run_buttons(browser)
+    assert not problems(browser), (name, problems(browser))
+    toggled = options(browser) if as_a_user else []
+    for label in toggled + toggled:  # on, then off again
+        click_label(browser, label)
+        assert not problems(browser), (name, label, problems(browser))
+    chosen = browser.find_element("css selector", '[data-testid="stSidebar"] input[aria-label="Model"]')
+    assert chosen.get_attribute("value") == model, (name, chosen.get_attribute("value"))
+    found = [p for width in WIDTHS for p in _layout_at(browser, name, width, shots)]
+    print(f"\n{name}: ran {clicked or '-'}, toggled {toggled or '-'}; screenshots in {shots}")
     assert not found, "\n".join(found)
     assert "Traceback" not in log.read_text()
-    if os.environ.get("LONGVIZ_UPDATE_SCREENSHOT") == "1" and (width, model) == (README_SHOT[1], "demo"):
-        shutil.copy(shots / f"{README_SHOT[0]}-{width}.png", ROOT / "docs" / "screenshot.png")
+    if os.environ.get("LONGVIZ_UPDATE_SCREENSHOT") == "1" and name == README_SHOT[0]:
+        shutil.copy(shots / f"{README_SHOT[0]}-{README_SHOT[1]}.png", ROOT / "docs" / "screenshot.png")
+
+
+def test_some_page_offers_a_mask_or_scale_option(app_server, browser):
+    """The walk above toggles every mask and scale option it finds: somewhere there are some to toggle."""
+    base, _log = app_server
+    browser.get(f"{base}/heatmap_grid?max_tokens={MAX_TOKENS}")
+    wait_idle(browser)
+    click_run_buttons(browser)
+    assert options(browser), "no mask or scale option on the heatmap grid page"
 
 
 def test_dataset_counts_read_at_the_narrow_width(app_server, browser, shots):
@@ -154,16 +199,23 @@ def test_deletion_pages_on_the_default_document(app_server, browser, shots, page
     from selenium.webdriver.common.by import By
 
     base, log = app_server
-    for width in (1440, 1024):
+    browser.set_window_size(WIDTHS[0], HEIGHT)
+    browser.get(f"{base}/{page}")
+    wait_idle(browser, timeout=600)
+    for b in browser.find_elements(By.CSS_SELECTOR, '[data-testid="stMain"] button'):
+        if b.text.strip() in RUN_BUTTONS and b.is_displayed():  # IG (and the explainers)
+            browser.execute_script("arguments[0].scrollIntoView({block: 'center'});", b)
+            b.click()
+            wait_idle(browser, timeout=1800)  # minutes on a busy 2-core machine (IG alone: 7 s when idle)
+            break
+    # the curves' numbers and charts come first; the flips within the bound fill in from the background
+    if SCANNING in browser.find_element(By.CSS_SELECTOR, '[data-testid="stMain"]').text:
+        charts = '[data-testid="stMain"] [data-testid="stVegaLiteChart"]'
+        assert browser.find_elements(By.CSS_SELECTOR, charts), page
+    wait_gone(browser, SCANNING, timeout=1800)
+    for width in WIDTHS:  # the page as drawn, read at both widths (resized in place: no rerun)
         browser.set_window_size(width, HEIGHT)
-        browser.get(f"{base}/{page}")
-        wait_idle(browser, timeout=600)
-        for b in browser.find_elements(By.CSS_SELECTOR, '[data-testid="stMain"] button'):
-            if b.text.strip() in RUN_BUTTONS and b.is_displayed():  # IG (and the explainers), cached for 1,024
-                browser.execute_script("arguments[0].scrollIntoView({block: 'center'});", b)
-                b.click()
-                wait_idle(browser, timeout=1800)  # minutes on a busy 2-core machine (IG alone: 7 s when idle)
-                break
+        time.sleep(1.0)
         full_page_screenshot(browser, shots / f"{page}-default-{width}.png", width, HEIGHT)
         assert not problems(browser), (page, width, problems(browser))
         main = browser.find_element(By.CSS_SELECTOR, '[data-testid="stMain"]').text

@@ -32,7 +32,10 @@ DOCS, MAX_TOKENS, STEPS, MAX_REMOVED = 3, 128, 4, 0.1
 # what the command line runs; the pages' defaults otherwise (grid 64, every mask kind, p 0.99, seeds 0-4, ...)
 CLI = ["--what", "attention,attribution,agreement,faithfulness", "--limit", str(DOCS), "--max-tokens",
        str(MAX_TOKENS), "--n-steps", str(STEPS), "--max-removed", str(MAX_REMOVED)]
-RTOL = 1e-9  # the same per-document numbers summed in the same order: only the last bits may differ
+# the same per-document numbers summed in the same order, but a document's IG may come from the disk cache, written
+# by another process on another thread count: float32 attributions then differ in their last bit or two (a
+# mean per occurrence of 0.614 by 1.2e-8 = 0.2 ulp), so a few float32 ulps, relative
+RTOL = 1e-6
 
 
 @pytest.fixture(scope="module")

@@ -394,6 +394,7 @@ def test_first_use_restores_the_shipped_model_without_training(tmp_path, monkeyp
 
 
 @pytest.mark.slow
+@pytest.mark.benchmark  # trains the demo (78 s idle, 331 s under load): only when asked, `pytest -m benchmark`
 def test_the_shipped_model_is_what_demo_build_trains(tmp_path):
     """Training is float32 arithmetic whose summation order depends on the CPU and on torch's thread count:
     measured on the 2-core development machine, two builds with 2 threads are bit-identical, while 1 thread

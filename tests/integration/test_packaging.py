@@ -24,7 +24,7 @@ PROJECT = PYPROJECT["project"]
 COMMANDS = ("app", "demo", "precompute", "store-info", "prune-stores", "leaderboard")
 # requirements.txt installs the test tools too (README's second command runs the tests); the package puts them
 # in [dev], and Ray in [ray].
-EXTRAS_ONLY = {"pytest", "selenium", "hypothesis", "ray"}
+EXTRAS_ONLY = {"pytest", "pytest-xdist", "selenium", "hypothesis", "ray"}
 
 
 def _requirements_txt() -> dict[str, Requirement]:
@@ -124,5 +124,5 @@ def test_the_built_wheel_holds_the_stopwords_and_no_app(tmp_path):
     assert f"\nVersion: {__version__}\n" in metadata
     requires = {canonicalize_name(Requirement(ln.split(": ", 1)[1]).name)
                 for ln in metadata.splitlines() if ln.startswith("Requires-Dist: ")}
-    assert requires == set(_by_name(PROJECT["dependencies"])) | {"ray", "longviz", "pytest", "selenium",
-                                                                 "hypothesis", "ruff"}
+    assert requires == set(_by_name(PROJECT["dependencies"])) | {"ray", "longviz", "pytest", "pytest-xdist",
+                                                                 "selenium", "hypothesis", "ruff"}

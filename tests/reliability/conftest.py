@@ -19,11 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from support.guards import GUARDS
+
 HERE = Path(__file__).resolve().parent
-GUARDS = {"traceback": "tracebacks", "wrong": "silent wrong results", "injection": "injections",
-          "allowlist": "allowlist escapes", "loss": "losses",
-          "misleading": "misleading messages"}
-_outcomes: dict[str, tuple[str, str]] = {}  # nodeid -> (guard kind, "passed" | "failed" | "skipped")
 
 
 def pytest_configure(config):
@@ -42,26 +40,9 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
+    """Each report carries its case's kind, which the run's summary (tests/conftest.py) counts: a report is what
+    pytest-xdist's workers send to the process that prints the summary."""
     outcome = yield
-    report = outcome.get_result()
     mark = item.get_closest_marker("guards")
-    if mark is None:
-        return
-    if report.failed:
-        _outcomes[item.nodeid] = (mark.args[0], "failed")
-    elif report.skipped:
-        _outcomes.setdefault(item.nodeid, (mark.args[0], "skipped"))
-    elif report.when == "call":
-        _outcomes.setdefault(item.nodeid, (mark.args[0], "passed"))
-
-
-def pytest_terminal_summary(terminalreporter):
-    if not _outcomes:
-        return
-    ran = [o for o in _outcomes.values() if o[1] != "skipped"]
-    failed = {kind: sum(1 for k, o in ran if k == kind and o == "failed") for kind in GUARDS}
-    skipped = len(_outcomes) - len(ran)
-    terminalreporter.write_sep("=", "reliability matrix")
-    terminalreporter.write_line(
-        f"cases run {len(ran)}" + (f" (skipped {skipped})" if skipped else "") + ", "
-        + ", ".join(f"{GUARDS[k]} {failed[k]}" for k in GUARDS))
+    if mark is not None:
+        outcome.get_result().user_properties.append(("guards", mark.args[0]))

@@ -149,13 +149,13 @@ def _run(model_dir, csv, out, nth=None, frac=None):
 
 @wrong
 @pytest.mark.slow
-def test_sigkill_at_ten_random_points_always_resumes_to_the_uninterrupted_store(job, tmp_path):
+def test_sigkill_at_each_kind_of_point_always_resumes_to_the_uninterrupted_store(job, tmp_path):
     model_dir, csv, _, _, reference = job
     out = tmp_path / "store"
-    rng = np.random.default_rng(16)
-    # 12 units of 3 or more files each; a run killed at its nth write (n <= 4) or at its first rename adds at
-    # most one unit, so all ten kill points are reached before the store is complete
-    points = [(int(rng.integers(1, 5)), float(rng.choice([0.0, 0.3, 0.7, 0.99, 1.0]))) for _ in range(10)]
+    # one kill of each kind, each at another file of a unit (12 units of 3 or more files each; a killed run adds at
+    # most one unit, so every kill comes before the store is complete): an empty file, a torn one, one torn at its
+    # last byte, and a unit published but not yet indexed. (Ten random points took 61 s and repeated these kinds.)
+    points = [(1, 0.0), (2, 0.3), (4, 0.99), (3, 1.0)]
     for nth, frac in points:
         proc = _run(model_dir, csv, out, nth, frac)
         assert proc.returncode == -signal.SIGKILL, (nth, frac, proc.returncode, proc.stderr[-2000:])

@@ -152,3 +152,51 @@ def test_two_sessions_one_scan_one_stops_the_other_finishes_the_last_stop_cancel
     a.run()
     assert any(i.value.startswith("Stopped: every count scored so far is kept.") for i in a.info)
     assert _result(a) == f"result={job.result}" and a.button(key="scan.exact").label.startswith("Scan to the end")
+
+
+_FLIPS_APP = """
+import streamlit as st
+from pages._ui import deletion, shell
+from support.scans import SCANS
+key = {key!r}
+with shell.guard():
+    result = deletion.flips_stage("scan", key, SCANS[key])
+st.write(f"result={{result}}")
+"""
+
+
+class _Failing:
+    def __call__(self, progress, stop):
+        from longviz_core.evaluation.deletion import DeletionError
+
+        raise DeletionError("the scan store is full")
+
+
+@wrong
+def test_first_flips_start_by_themselves_once_for_every_session_and_show_when_over():
+    from longviz_core.runtime import JOBS
+    from pages._ui.deletion import FLIPS
+    from pages._ui.keys import K
+
+    watcher = K.page("deletion", "watcher")
+    key = f"flips-{uuid.uuid4().hex}"
+    scan = SCANS[key] = GatedScan()
+    a = AppTest.from_string(_FLIPS_APP.format(key=key), default_timeout=60).run()
+    assert not a.exception and _result(a) == "result=None"  # the page goes on without them: no wait, no button
+    _until(lambda: scan.started == 1)
+    assert not a.button and a.get("progress")  # a bar (the fragment), and no Stop: the scan is bounded
+    b = AppTest.from_string(_FLIPS_APP.format(key=key), default_timeout=60).run()
+    assert _result(b) == "result=None"
+    job = JOBS.get(FLIPS + key)
+    assert job.watched_by(a.session_state[watcher]) and job.watched_by(b.session_state[watcher])
+    assert job in JOBS.running(FLIPS) and scan.started == 1  # b follows a's scan
+    scan.go.set()
+    assert job.join(10) and job not in JOBS.running(FLIPS)
+    assert _result(a.run()) == f"result={DONE}" and _result(b.run()) == f"result={DONE}" and scan.started == 1
+
+    key = f"flips-{uuid.uuid4().hex}"
+    SCANS[key] = _Failing()
+    a = AppTest.from_string(_FLIPS_APP.format(key=key), default_timeout=60).run()
+    assert JOBS.get(FLIPS + key).join(10)
+    a.run()  # the scan's error, as the page's guard shows every LongvizError: no traceback
+    assert not a.exception and [e.value for e in a.error] == ["the scan store is full"]

@@ -41,6 +41,17 @@ def local_app(monkeypatch, max_tokens: int) -> AppTest:
     return at
 
 
+def settle(at: AppTest) -> AppTest:
+    """Wait for the first-flip scans the deletion pages started in the background (pages/_ui/deletion.py:
+    flips_stage), then run again, as the page's fragment does when a scan ends; the page then shows the flips."""
+    from longviz_core.runtime import JOBS
+    from pages._ui.deletion import FLIPS
+
+    for job in JOBS.running(FLIPS):
+        assert job.join(TIMEOUT), "a first-flip scan did not end in time"
+    return at.run()
+
+
 def overlays(at: AppTest) -> list[dict]:
     """The data of every token overlay the last run drew (AppTest knows the component as an unknown element):
     its HTML, the selected position, whether a click selects."""

@@ -28,6 +28,7 @@ FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-backgroun
 # Buttons that start per-document work; the dataset-wide ones are left alone (minutes on a CPU).
 RUN_BUTTONS = ("Compute attributions", "Run Integrated Gradients", "Run Integrated Gradients and the deletion test",
                "Run the explainers and the deletion test")
+SCANNING = "tokens: scanning"  # the deletion pages' note while their first flips are scanned in the background
 
 
 PROBLEM_TEXT = ("Traceback", "Something went wrong", "StreamlitAPIException")
@@ -79,6 +80,21 @@ def wait_idle(driver, timeout: float = 240) -> None:
             return
         time.sleep(0.4)
     raise AssertionError(f"the app did not finish running within {timeout} s (state {state!r})")
+
+
+def wait_gone(driver, text: str, timeout: float = 600) -> bool:
+    """Until the page shows no `text` (a background stage's note, redrawn by its fragment every few seconds) and
+    the app is idle; whether `text` was there at first."""
+    from selenium.webdriver.common.by import By
+
+    deadline = time.monotonic() + timeout
+    shown = text in driver.find_element(By.TAG_NAME, "body").text
+    while text in driver.find_element(By.TAG_NAME, "body").text:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{text!r} still shown after {timeout} s")
+        time.sleep(1)
+    wait_idle(driver, timeout=max(1, deadline - time.monotonic()))
+    return shown
 
 
 def problems(driver) -> list[str]:
@@ -139,6 +155,7 @@ def click_run_buttons(driver) -> list[str]:
                 wait_idle(driver, timeout=300)
                 clicked.append(label)
                 break
+    wait_gone(driver, SCANNING)  # a deletion page's first flips, filled in from the background
     return clicked
 
 
