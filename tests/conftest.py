@@ -23,6 +23,13 @@ from tiny import make_tiny_bert, make_tiny_longformer  # noqa: E402
 _MATRIX = Matrix()  # the reliability matrix (tests/reliability/conftest.py marks each case's reports)
 
 
+def pytest_collection_modifyitems(items):
+    """Modules holding a test marked slow run first, each module's tests together and in order: on two workers
+    the minutes-long tests then start early instead of one worker finishing them alone at the end."""
+    slow = {item.module.__name__ for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.module.__name__ not in slow)  # stable: every other order kept
+
+
 def pytest_runtest_logreport(report):
     _MATRIX.add(report)
 

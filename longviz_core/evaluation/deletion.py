@@ -53,6 +53,7 @@ DEFAULT_SEEDS: tuple[int, ...] = (0, 1, 2, 3, 4)
 # arrive within the budget of a few hundred forwards.
 FLIP_BOUND = 24
 BATCH_SIZE = 8
+SINGLE_THREAD_TOKENS = 2048  # a batch's tokens on a one-thread CPU (default_batch_size)
 RANDOM = "random"
 LODDS_UNDEFINED = ("LOdds is undefined for a regression head: it compares log-probabilities, and a score is not a "
                    "probability.")
@@ -406,12 +407,17 @@ def scan_bound(max_removed: float, flip_bound: int | None, m: int) -> int | None
     return min(bounds) if bounds else None
 
 
-def default_batch_size(model: LoadedModel) -> int:
-    """Copies per forward: 1 on a CPU running one torch thread, BATCH_SIZE otherwise (measured on the demo,
-    docs/benchmarks.md "Faithfulness": with one thread a copy costs the same alone or batched; with two a lone
-    copy cost 3-4x one in a batch of 8; a GPU needs batches to be used at all)."""
+def default_batch_size(model: LoadedModel, n: int | None = None) -> int:
+    """Copies per forward of an `n`-token document: BATCH_SIZE, except on a CPU running one torch thread, where a
+    long copy costs the same alone or batched and copies go one at a time, while short ones still share a forward's
+    fixed cost (the model's Python and its small matrix products): there a batch holds up to SINGLE_THREAD_TOKENS
+    tokens. Measured on the demo with one thread (docs/benchmarks.md "Faithfulness"): per copy 22.9 ms alone and
+    9.2 ms in a batch of 8 at 128 tokens, 27.3 and 15.4 ms at 256, 47.3 and 34.3 ms (batch 4) at 512, 90.9 and
+    83.6 ms at 1,024; with two threads a lone copy cost 3-4x one in a batch of 8; a GPU needs batches to be used."""
     single_thread_cpu = torch.device(model.device).type == "cpu" and torch.get_num_threads() == 1
-    return 1 if single_thread_cpu else BATCH_SIZE
+    if not single_thread_cpu:
+        return BATCH_SIZE
+    return 1 if n is None else max(1, min(BATCH_SIZE, SINGLE_THREAD_TOKENS // max(int(n), 1)))
 
 
 def check_vector(values, n: int | None, what: str) -> np.ndarray:

@@ -65,7 +65,7 @@ def deletion_test(
     if not runs:
         raise DeletionError("choose at least one ranking")
     scorer = _Scorer(model, analysis.encoded, replacement_id(model, settings.replacement),
-                     default_batch_size(model) if settings.batch_size is None else settings.batch_size)
+                     default_batch_size(model, n) if settings.batch_size is None else settings.batch_size)
     counts = [removed_count(k, m) for k in settings.ks]
     flips = head.has_decision(threshold)
     limit = settings.limit(m) if flips else 0  # no decision, no scan

@@ -187,6 +187,7 @@ def test_faithfulness_document_every_option(faithfulness):
     assert set(fa.REPLACEMENTS) == set(token)
 
 
+@pytest.mark.slow  # exact first-flip scans of two documents: a minute or two on one thread
 def test_faithfulness_dataset_mode(faithfulness):
     at = faithfulness
     at.radio(key=_fkey("scope")).set_value("dataset").run()

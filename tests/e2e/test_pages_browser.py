@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import time
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -26,8 +25,10 @@ from support.browser import (
     open_app,
     options,
     page_files,
+    page_text,
     problems,
     set_number,
+    settle,
     visible_tabs,
     wait_gone,
     wait_idle,
@@ -64,13 +65,13 @@ def _layout_at(browser, name: str, width: int, shots: Path) -> list[str]:
     if tabs:  # back to the first tab (the other width's walk left the last one open)
         browser.execute_script("arguments[0].scrollIntoView({block: 'center'});", tabs[0])
         tabs[0].click()
-    time.sleep(1.0)  # charts re-layout to the new viewport
+    settle(browser)  # charts re-layout to the new viewport
     found = [f"{name} @ {width}: {p}" for p in layout_problems(browser)]
     full_page_screenshot(browser, shots / f"{name}-{width}.png", width, HEIGHT)
     for i in range(1, len(tabs)):  # the first tab is open; charts in the others draw when shown
         browser.execute_script("arguments[0].scrollIntoView({block: 'center'});", visible_tabs(browser)[i])
         visible_tabs(browser)[i].click()
-        time.sleep(0.5)
+        settle(browser, least=0.2)
         found += [f"{name} @ {width}, tab {i}: {p}" for p in layout_problems(browser)]
     assert not problems(browser), (name, width, problems(browser))
     return found
@@ -167,7 +168,7 @@ def test_agreement_cosine_variants_read_whole(app_server, browser, shots, width)
                    if "extra cosine variants" in s.text)
     browser.execute_script("arguments[0].scrollIntoView({block: 'center'});", summary)
     summary.click()
-    time.sleep(1.0)
+    settle(browser)
     assert not problems(browser), problems(browser)
     body = summary.find_element("xpath", "./..")
     frames = body.find_elements("css selector", '[data-testid="stDataFrame"]')
@@ -194,11 +195,19 @@ def _cells(browser) -> list[list[str]]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("page", ["faithfulness", "explainers"])
-def test_deletion_pages_on_the_default_document(app_server, browser, shots, page):
+def test_deletion_pages_on_the_default_document(app_server, browser, shots):
+    """Faithfulness, then Explainers, in one session as a reader goes: the second reuses the first's IG and
+    resumes its first-flip scans of the orders both score (the disk cache), as it would for a user."""
+    base, log = app_server
+    for page in ("faithfulness", "explainers"):
+        _deletion_page_at_defaults(browser, base, shots, page)
+    print(f"\nscreenshots in {shots}")
+    assert "Traceback" not in log.read_text()
+
+
+def _deletion_page_at_defaults(browser, base: str, shots: Path, page: str) -> None:
     from selenium.webdriver.common.by import By
 
-    base, log = app_server
     browser.set_window_size(WIDTHS[0], HEIGHT)
     browser.get(f"{base}/{page}")
     wait_idle(browser, timeout=600)
@@ -209,16 +218,16 @@ def test_deletion_pages_on_the_default_document(app_server, browser, shots, page
             wait_idle(browser, timeout=1800)  # minutes on a busy 2-core machine (IG alone: 7 s when idle)
             break
     # the curves' numbers and charts come first; the flips within the bound fill in from the background
-    if SCANNING in browser.find_element(By.CSS_SELECTOR, '[data-testid="stMain"]').text:
+    if SCANNING in page_text(browser, '[data-testid="stMain"]'):
         charts = '[data-testid="stMain"] [data-testid="stVegaLiteChart"]'
         assert browser.find_elements(By.CSS_SELECTOR, charts), page
     wait_gone(browser, SCANNING, timeout=1800)
     for width in WIDTHS:  # the page as drawn, read at both widths (resized in place: no rerun)
         browser.set_window_size(width, HEIGHT)
-        time.sleep(1.0)
+        settle(browser)
         full_page_screenshot(browser, shots / f"{page}-default-{width}.png", width, HEIGHT)
         assert not problems(browser), (page, width, problems(browser))
-        main = browser.find_element(By.CSS_SELECTOR, '[data-testid="stMain"]').text
+        main = page_text(browser, '[data-testid="stMain"]')
         tokens = [int(t.replace(",", "")) for t in re.findall(r"([\d,]+) tokens ·", main)]
         assert tokens and tokens[0] >= 2048, main[:300]  # the default document at the page default (no cap)
         numbers = [c for table in _cells(browser) for c in table if NUMBER.match(c)]
@@ -231,5 +240,3 @@ def test_deletion_pages_on_the_default_document(app_server, browser, shots, page
             assert "Scan to the end (exact first flips)" in main
         found = layout_problems(browser)
         assert not found, (page, width, found)
-    print(f"\nscreenshots in {shots}")
-    assert "Traceback" not in log.read_text()

@@ -89,6 +89,7 @@ def _frames(at, columns) -> list[pd.DataFrame]:
     return [d.value for d in at.dataframe if list(d.value.columns) == list(columns)]
 
 
+@pytest.mark.slow  # the store's and the pages' exact first-flip scans of two documents: a minute on one thread
 def test_app_buttons_and_command_line_give_the_same_numbers(cli_store, private_cache, monkeypatch):
     seen: dict = {}
     _record(monkeypatch, pooling, "normalised_maps", seen)  # the grid the heatmap page draws

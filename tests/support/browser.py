@@ -68,45 +68,67 @@ def chromium(profile, prefs: dict | None = None):
 
 # ------------------------------------------------------------------------------------------- helpers
 def wait_idle(driver, timeout: float = 240) -> None:
-    """Until the app has connected, finished its script run and stayed finished for a moment."""
-    from selenium.webdriver.common.by import By
-
-    deadline, calm = time.monotonic() + timeout, 0
+    """Until the app has connected, finished its script run and stayed finished for a moment (three readings
+    0.3 s apart: a click's rerun starts after a round trip to the server)."""
+    deadline, calm, state = time.monotonic() + timeout, 0, None
     while time.monotonic() < deadline:
-        apps = driver.find_elements(By.CSS_SELECTOR, '[data-testid="stApp"]')
-        state = apps[0].get_attribute("data-test-script-state") if apps else None
+        state = driver.execute_script(
+            "const a = document.querySelector('[data-testid=\"stApp\"]');"
+            "return a ? a.getAttribute('data-test-script-state') : null;")
         calm = calm + 1 if state == "notRunning" else 0
         if calm >= 3:
             return
-        time.sleep(0.4)
+        time.sleep(0.3)
     raise AssertionError(f"the app did not finish running within {timeout} s (state {state!r})")
+
+
+def page_text(driver, selector: str = "body") -> str:
+    """The rendered text of the first element matching `selector` ('' if none), read in the page (one script call;
+    WebDriver's own element text walks the DOM from the driver and takes most of a second on a long page)."""
+    return driver.execute_script(
+        "const e = document.querySelector(arguments[0]); return e ? e.innerText : '';", selector)
+
+
+def settle(driver, least: float = 0.3, timeout: float = 10) -> None:
+    """Until the layout has stopped moving after a resize or a tab switch: the sizes of the main area and of every
+    chart's drawing read equal three times 0.1 s apart (vega re-renders a chart asynchronously when its container
+    changes), and at least `least` seconds."""
+    start, last, same = time.monotonic(), None, 0
+    while time.monotonic() - start < timeout:
+        now = driver.execute_script(
+            "const m = document.querySelector('[data-testid=\"stMain\"]');"
+            "const r = e => { const b = e.getBoundingClientRect(); return [b.width, b.height].join('x'); };"
+            "return [m ? m.scrollHeight : 0, ...[...document.querySelectorAll("
+            "'[data-testid=\"stMain\"] [data-testid=\"stVegaLiteChart\"] svg, "
+            "[data-testid=\"stMain\"] [data-testid=\"stVegaLiteChart\"] canvas')].map(r)].join(';');")
+        same = same + 1 if now == last else 0
+        last = now
+        if same >= 2 and time.monotonic() - start >= least:
+            return
+        time.sleep(0.1)
 
 
 def wait_gone(driver, text: str, timeout: float = 600) -> bool:
     """Until the page shows no `text` (a background stage's note, redrawn by its fragment every few seconds) and
     the app is idle; whether `text` was there at first."""
-    from selenium.webdriver.common.by import By
-
     deadline = time.monotonic() + timeout
-    shown = text in driver.find_element(By.TAG_NAME, "body").text
-    while text in driver.find_element(By.TAG_NAME, "body").text:
+    shown = text in page_text(driver)
+    while text in page_text(driver):
         if time.monotonic() > deadline:
             raise AssertionError(f"{text!r} still shown after {timeout} s")
-        time.sleep(1)
+        time.sleep(0.5)
     wait_idle(driver, timeout=max(1, deadline - time.monotonic()))
     return shown
 
 
 def problems(driver) -> list[str]:
-    from selenium.webdriver.common.by import By
-
-    def texts(testid):
-        return [e.text[:300] for e in driver.find_elements(By.CSS_SELECTOR, f'[data-testid="{testid}"]')]
-
-    found = [f"exception: {t}" for t in texts("stException")] + [f"error: {t}" for t in texts("stAlertContentError")]
-    body = driver.find_element(By.TAG_NAME, "body").text
-    found += [f"text: {t}" for t in PROBLEM_TEXT if t in body]
-    return found
+    """Exceptions, error boxes and PROBLEM_TEXT on the page, read in one script call."""
+    found = driver.execute_script(
+        "const t = id => [...document.querySelectorAll(`[data-testid=\"${id}\"]`)].map(e => e.innerText.slice(0, 300));"
+        "return [t('stException'), t('stAlertContentError'), document.body.innerText];")
+    exceptions, errors, body = found
+    return ([f"exception: {t}" for t in exceptions] + [f"error: {t}" for t in errors]
+            + [f"text: {t}" for t in PROBLEM_TEXT if t in body])
 
 
 def set_number(driver, label: str, value: int) -> None:
@@ -256,11 +278,9 @@ def visible_tabs(driver) -> list:
 
 def full_page_screenshot(driver, path, width: int, height: int = 1400, limit: int = 9000) -> None:
     """The whole page: the window grown to the main area's height for the shot, then back to `height`."""
-    import time
-
     tall = driver.execute_script(
         'const m = document.querySelector(\'[data-testid="stMain"]\'); return m ? m.scrollHeight : 0;')
     driver.set_window_size(width, min(max(height, int(tall) + 80), limit))
-    time.sleep(1.0)  # charts re-layout to the new viewport
+    settle(driver)  # charts re-layout to the new viewport
     driver.save_screenshot(str(path))
     driver.set_window_size(width, height)

@@ -410,9 +410,11 @@ def test_batch_size_does_not_change_results(doc, result):
 def test_default_batch_size(doc, monkeypatch):
     model = doc[0]
     monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
-    assert fa.default_batch_size(model) == 1
+    # one thread: batches of up to 2,048 tokens, none larger than BATCH_SIZE copies, at least one copy
+    assert [fa.default_batch_size(model, n) for n in (None, 1, 128, 256, 300, 512, 1024, 1025, 4096)] == \
+        [1, 8, 8, 8, 6, 4, 2, 1, 1]
     monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
-    assert fa.default_batch_size(model) == fa.BATCH_SIZE
+    assert fa.default_batch_size(model) == fa.default_batch_size(model, 4096) == fa.BATCH_SIZE
 
 
 def test_pad_replacement_bert_and_model_state(tiny_bert):
