@@ -15,7 +15,7 @@ ray = pytest.importorskip("ray")  # the [ray] extra
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 # the leaderboard kind kept cheap: two explainers, two random seeds, the flip scan over the first 5 %
-SETTINGS = Settings(max_tokens=512, n_steps=2, explainers=("grad_x_input", "random"), seeds=(0, 1), max_removed=0.05)
+SETTINGS = Settings(max_tokens=256, n_steps=2, explainers=("grad_x_input", "random"), seeds=(0, 1), max_removed=0.05)
 WHAT, LIMIT = "attention,attribution,leaderboard", 3
 
 
