@@ -66,15 +66,14 @@ def token_table_pair(page: str, df: pd.DataFrame, col: str, title: str, file: st
                      selected: int | None = None) -> None:
     """Two tables side by side: the 10 largest positive and the 10 largest negative values of `col`, then every
     row as one CSV. With `selected` (a token position), a click on a row selects that row's token. Tables of more
-    than three columns (the dataset's five) go one above the other: in half the page their last columns were cut."""
-    wide = len(df.columns) > 3
-    left, right = (st.container(), st.container()) if wide else st.columns(2)
+    than three columns (the dataset's six) go one above the other: in half the page their last columns were cut."""
+    left, right = (st.container(), st.container()) if len(df.columns) > 3 else st.columns(2)
     with left:
         _table(page, df[df[col] > 0].head(10), f"{title}: top 10 positive", f"{file}_positive", model, meta,
-               selected, wide)
+               selected)
     with right:
         neg = df[df[col] < 0].iloc[::-1].head(10).reset_index(drop=True)
-        _table(page, neg, f"{title}: top 10 negative", f"{file}_negative", model, meta, selected, wide)
+        _table(page, neg, f"{title}: top 10 negative", f"{file}_negative", model, meta, selected)
     st.caption(f"All rows: {title}")
     export.download_table(df, f"{file}_all", model, meta)
 
@@ -89,12 +88,11 @@ SHORT_HEADERS = {"mean_attribution": ("mean", "mean_attribution: the summed scor
                  "total_attribution": ("total", "total_attribution: the type's summed normalised scores")}
 
 
-def _table(page: str, df: pd.DataFrame, title: str, file: str, model, meta: dict, selected: int | None,
-           wide: bool = False) -> None:
+def _table(page: str, df: pd.DataFrame, title: str, file: str, model, meta: dict, selected: int | None) -> None:
     st.markdown(f"**{title}**")
     if selected is None:
         config = {c: st.column_config.Column(label=SHORT_HEADERS[c][0], help=SHORT_HEADERS[c][1])
-                  for c in df.columns if wide and c in SHORT_HEADERS}
+                  for c in df.columns if c in SHORT_HEADERS}
         shell.table(df, file, model, meta, **({"column_config": config} if config else {}))
         return
     key = K.page(page, "t_" + file)  # a click on a row picks that token
