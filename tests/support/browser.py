@@ -165,18 +165,32 @@ def click_label(driver, text: str) -> None:
     raise AssertionError(f"no option labelled {text!r}")
 
 
+FIND_BUTTON_JS = """
+const b = [...document.querySelectorAll('[data-testid="stMain"] button')].find(
+  b => b.innerText.trim() === arguments[0] && b.getBoundingClientRect().width > 0);
+if (b) b.scrollIntoView({block: 'center'});
+return b || null;
+"""
+
+
 def click_run_buttons(driver) -> list[str]:
-    from selenium.webdriver.common.by import By
+    from selenium.common.exceptions import StaleElementReferenceException
 
     clicked = []
     for label in RUN_BUTTONS:
-        for b in driver.find_elements(By.CSS_SELECTOR, '[data-testid="stMain"] button'):
-            if b.text.strip() == label and b.is_displayed():
-                driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", b)
-                b.click()
-                wait_idle(driver, timeout=300)
-                clicked.append(label)
+        for _ in range(5):  # a rerun may replace the button between finding and clicking it
+            try:
+                button = driver.execute_script(FIND_BUTTON_JS, label)
+                if button is not None:
+                    button.click()
                 break
+            except StaleElementReferenceException:
+                wait_idle(driver)
+        else:
+            raise AssertionError(f"the button {label!r} kept being replaced")
+        if button is not None:
+            wait_idle(driver, timeout=300)
+            clicked.append(label)
     wait_gone(driver, SCANNING)  # a deletion page's first flips, filled in from the background
     return clicked
 
