@@ -49,6 +49,7 @@ ABBREVIATIONS: frozenset[str] = frozenset({
     "jan", "feb", "apr", "aug", "sept", "oct", "nov",
     "a.m", "p.m", "u.s", "u.k", "ph.d",
 })
+_CLOSING = ".,;:!?)]}'\""  # WordPiece tokens written without a space before them (_decoded)
 _BLANK_LINE = re.compile(r"\n[^\S\n]*\n\s*")  # a line of whitespace only, and all the whitespace after it
 
 
@@ -166,9 +167,10 @@ def _characters(text: str, enc, tokens: list[str]) -> tuple[str, np.ndarray]:
 
 def _decoded(text_tokens: list[str]) -> tuple[str, np.ndarray]:
     """The text rebuilt from decoded tokens (byte-level and SentencePiece tokens carry their spaces; WordPiece
-    gets one before every word) and each token's characters in it."""
+    gets one before every word but closing punctuation, as its decoder's clean-up writes "end." rather than
+    "end .", which Punkt would not end a sentence at) and each token's characters in it."""
     wordpiece = detect_scheme(text_tokens) == "wordpiece"
-    pieces = [(" " if wordpiece and i and not t.startswith("##") else "") + readable_token(t)
+    pieces = [(" " if wordpiece and i and not t.startswith("##") and t.strip(_CLOSING) else "") + readable_token(t)
               for i, t in enumerate(text_tokens)]
     ends = np.cumsum([len(p) for p in pieces], dtype=np.int64)
     return "".join(pieces), np.stack([ends - [len(p) for p in pieces], ends], axis=1).reshape(-1, 2)
