@@ -18,9 +18,22 @@ tokenizer), one process per size:
                Targets: every explainer except IG <= 3 x one forward+backward; rollout and GAE <= 0.5 x the band
                tensor in extra memory (GAE: above its forward+backward).
 
+  units        (--units) occlusion and Shapley sampling by sentence (attribution.perturbation) on the demo's
+               document 0 (all its tokens) and on a Longformer-base document of --units-base tokens (sentences
+               of about 250 words, so the run stays within an hour on a CPU; the figures per unit do not depend
+               on sentence length): their copies per unit, their time as multiples of one forward of the intact
+               document (batch 1, timed before and after, the mean), against IG at its default 50 steps (run on
+               the demo; at Longformer-base 50 x one forward+backward timed there, plus IG's two forwards).
+               Shapley runs --shapley-samples orders (its cost is linear in them: 1 + samples x units copies) and
+               is extrapolated to captum's default 25. On the demo also the Explainers page's default work with
+               occlusion by sentence added (every explainer but Shapley, IG at 50 steps, the leaderboard's
+               curves and first flips within 24 tokens): its forwards against the page's budget of 800.
+               The explainers part leaves occlusion and Shapley out (their cost is counted in units, here).
+
 IG against captum's recipes (every internal batch size): benchmarks/attribution.py.
 
     /work/main/.venv/bin/python benchmarks/explainers.py [--sizes 1024 2048 4096] [--ig-at 1024] [--ig-steps 8]
+    /work/main/.venv/bin/python benchmarks/explainers.py --units [--units-base 4096] [--shapley-samples 2]
 
 The machine is shared: the load average is printed before every size; wall-clock ratios follow the neighbours'
 load, CPU-time ratios follow the work.
@@ -92,6 +105,8 @@ def explainers_part(model, sizes, ig_at, ig_steps, repeats) -> None:
               f"{'above f+b':>11}{'traced':>10}", flush=True)
         rows = []
         for method, info in lv.EXPLAINERS.items():
+            if method in UNIT_EXPLAINERS:  # forwards of copies per unit: the units part
+                continue
             opts = {}
             if method == "ig":
                 if n not in ig_at:
@@ -130,16 +145,117 @@ def explainers_part(model, sizes, ig_at, ig_steps, repeats) -> None:
         del analysis
 
 
+UNIT_EXPLAINERS = ("occlusion", "shapley")
+PAGE_BUDGET = 800  # forwards: the Explainers page's acceptance budget (docs/benchmarks.md, "Faithfulness")
+
+
+def one_forward(model, analysis) -> float:
+    """Wall seconds of one forward of the intact document, batch 1, no attentions (median of three)."""
+    from longviz_core.model.copies import copy_logits
+
+    times = []
+    for _ in range(3):
+        w0 = time.perf_counter()
+        copy_logits(model, analysis.encoded, analysis.encoded.input_ids[None])
+        times.append(time.perf_counter() - w0)
+    return statistics.median(times)
+
+
+def unit_row(name: str, seconds: float, forward: float, copies: int, units: int) -> None:
+    print(f"  {name:<34}{seconds:9.1f} s{seconds / forward:9.1f} forwards  {copies:>6,} copies "
+          f"({copies / units:.2f} per unit, {seconds / forward / copies:.2f} forwards a copy)  {load()}", flush=True)
+
+
+def units_part(model, analysis, label: str, samples: int, ig_default: bool, cache_dir: Path) -> None:
+    """Occlusion and Shapley sampling by sentence on one document, in forwards of it (see the docstring)."""
+    import warnings
+
+    from longviz_core.dataset import leaderboard as lb
+    from longviz_core.evaluation.faithfulness import FLIP_BOUND
+
+    units = len(lv.segment(analysis, "sentence"))
+    forward = one_forward(model, analysis)
+    print(f"\n[{label}: {analysis.n:,} tokens, {units} sentences] one forward {forward:.2f} s; {load()}", flush=True)
+    made = {}
+
+    def timed(method, **opts):
+        before = one_forward(model, analysis)
+        e = lv.explain(model, analysis, method, **opts)
+        return e, (before + one_forward(model, analysis)) / 2
+
+    made["occlusion"], f = timed("occlusion", unit="sentence")
+    unit_row("occlusion by sentence", made["occlusion"].seconds, f, 1 + units, units)
+    e, f = timed("shapley", unit="sentence", n_samples=samples)
+    copies = 1 + samples * units
+    unit_row(f"shapley by sentence, {samples} samples", e.seconds, f, copies, units)
+    per_copy = e.seconds / f / copies
+    print(f"  {'shapley, 25 samples (extrapolated)':<34}{'':>11}{per_copy * (1 + 25 * units):9.1f} forwards  "
+          f"{1 + 25 * units:>6,} copies", flush=True)
+    if ig_default:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            made["ig"], f = timed("ig", n_steps=50, use_cache=False)
+        print(f"  {'IG, 50 steps':<34}{made['ig'].seconds:9.1f} s{made['ig'].seconds / f:9.1f} forwards", flush=True)
+    else:
+        fb = statistics.median(forward_backward(model, analysis)[0] for _ in range(2))
+        print(f"  {'IG, 50 steps (50 x f+b + 2 forwards)':<34}{50 * fb + 2 * forward:9.1f} s"
+              f"{(50 * fb + 2 * forward) / forward:9.1f} forwards (one forward+backward {fb:.2f} s, "
+              f"{fb / forward:.2f} forwards)", flush=True)
+        return
+    # the Explainers page by default, occlusion by sentence added, Shapley not: every explanation, then the
+    # leaderboard's curves and its first flips within FLIP_BOUND tokens
+    methods = [m for m in lv.EXPLAINERS if m != "shapley"]
+    explained = sum(x.seconds for x in made.values())
+    for m in methods:
+        if m not in made:
+            made[m] = lv.explain(model, analysis, m)
+            explained += made[m].seconds
+    before = one_forward(model, analysis)
+    w0 = time.perf_counter()
+    runs = lb.document_leaderboard(model, analysis, methods, explanations=made, flip_bound=FLIP_BOUND,
+                                   cache_dir=cache_dir, resume=True)
+    deletion = time.perf_counter() - w0
+    f = (before + one_forward(model, analysis)) / 2
+    total = explained / forward + deletion / f
+    print(f"  the page by default + occlusion: explanations {explained / forward:.1f} forwards (IG "
+          f"{made['ig'].seconds / forward:.1f}, occlusion {made['occlusion'].seconds / forward:.1f}), leaderboard "
+          f"curves + flips <= {FLIP_BOUND} {deletion / f:.1f} forwards ({int(runs['copies'].sum()):,} copies): "
+          f"{total:.1f} forwards in all, budget {PAGE_BUDGET}; {load()}", flush=True)
+
+
+def long_sentences(n_tokens: int) -> str:
+    """Sentences of about 250 words from the tests' vocabulary, enough of them for `n_tokens` tokens."""
+    from tiny import WORDS
+
+    words = [w for w in WORDS if w not in (".", ",", ";")]
+    sentences = [" ".join(words[(i + j) % len(words)] for j in range(250)) + "." for i in range(2 * n_tokens // 250)]
+    return " ".join(sentences)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", type=int, nargs="+", default=[1024, 2048, 4096])
     ap.add_argument("--ig-at", type=int, nargs="*", default=[1024])
     ap.add_argument("--ig-steps", type=int, default=8)
     ap.add_argument("--repeats", type=int, default=2, help="(reference, explainer) pairs per explainer")
+    ap.add_argument("--units", action="store_true", help="occlusion and Shapley by sentence instead (docstring)")
+    ap.add_argument("--units-base", type=int, default=4096, help="Longformer-base tokens of the units part (0: none)")
+    ap.add_argument("--shapley-samples", type=int, default=2)
     args = ap.parse_args()
     print("machine:", machine())
     print("GPU:", torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none (CPU only)")
     with tempfile.TemporaryDirectory() as tmp:
+        if args.units:
+            demo = lv.load_model("demo")
+            text = lv.load_dataset("demo", id2label=demo.id2label)["text"].iloc[0]
+            units_part(demo, lv.analyze(demo, text, demo.max_tokens), "the demo's document 0",
+                       args.shapley_samples, True, Path(tmp) / "scans")
+            if args.units_base:
+                model = base_model(Path(tmp) / "base")
+                a = lv.analyze(model, long_sentences(args.units_base), max_tokens=args.units_base)
+                assert a.n == args.units_base, a.n
+                units_part(model, a, "Longformer-base", args.shapley_samples, False, Path(tmp) / "scans")
+            return
         model_dir = Path(tmp) / "base"
         model = base_model(model_dir)
         explainers_part(model, args.sizes, set(args.ig_at), args.ig_steps, args.repeats)

@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 import scipy.stats
 
-from ..attribution.explainers import EXPLAINERS, Explanation, explain
+from ..attribution.explainers import DEFAULT_METHODS, EXPLAINERS, Explanation, explain
 from ..errors import LongvizError, whole_number
 from ..model.analysis import DocumentAnalysis
 from ..model.loading import LoadedModel
@@ -91,7 +91,8 @@ def document_leaderboard(
     stop=None,
     unit: str = "token",
 ) -> pd.DataFrame:
-    """Every explainer of `methods` (default: all of EXPLAINERS) on one document, scored by one deletion test.
+    """Every explainer of `methods` (default: DEFAULT_METHODS, every explainer but Shapley sampling) on one
+    document, scored by one deletion test.
 
     Returns the runs: one row per explainer, one per seed for 'random' (columns run_columns(ks)): AOPC and LOdds
     at each k and their means, the first flip as a fraction of the text tokens (NaN = no flip within `scanned`)
@@ -106,7 +107,7 @@ def document_leaderboard(
     perturb the units of their own `unit` option (default "sentence"), whatever this one is: give
     options={"occlusion": {"unit": ...}} to match. Other settings as deletion_test."""
     explanations = dict(explanations or {})
-    methods = list(EXPLAINERS if methods is None else methods)
+    methods = list(DEFAULT_METHODS if methods is None else methods)
     check_methods(methods, rank_by, replacement, options, explanations)
     options = options or {}
     if target is not None:

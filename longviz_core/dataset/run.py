@@ -22,7 +22,7 @@ import pandas as pd
 
 from .._disk import METADATA_BYTES, file_lock, open_own, package_versions, read_file
 from .._version import __version__
-from ..attribution.explainers import EXPLAINERS
+from ..attribution.explainers import DEFAULT_METHODS, EXPLAINERS
 from ..errors import DatasetError, SelectionError, SettingsError, StoreError, items, whole_number
 from ..model.encoding import DEFAULT_MAX_TOKENS
 from ..model.loading import LoadedModel, dataset_fingerprint
@@ -324,7 +324,7 @@ def leaderboard_settings(
     change its numbers (n_steps, method, precision) become the settings' IG fields; its cache options change
     nothing and are left out; the other explainers' options become explainer_options. unit: what the deletion
     test removes (DeletionSettings.unit)."""
-    methods = list(EXPLAINERS if methods is None else methods)
+    methods = list(DEFAULT_METHODS if methods is None else methods)
     lb.check_methods(methods, rank_by, replacement, options)
     options = {m: dict(o) for m, o in (options or {}).items()}
     ig = {**EXPLAINERS["ig"].options, **options.pop("ig", {})}

@@ -13,6 +13,7 @@ import torch
 
 import longviz_core as lv
 from longviz_core.attribution import perturbation
+from longviz_core.attribution.explainers import DEFAULT_METHODS
 from longviz_core.model.copies import default_batch_size, replacement_id
 from tiny import make_tiny_bigbird, make_tiny_decoder, make_tiny_longformer, make_tiny_modernbert, text_of
 
@@ -135,6 +136,9 @@ def test_copies_and_progress_match_the_cost_class(models, monkeypatch):
     lv.explain(model, a, "shapley", n_samples=2)
     assert sum(scored) == 1 + 2 * units
     assert "forwards" in lv.EXPLAINERS["occlusion"].cost and "n_samples" in lv.EXPLAINERS["shapley"].cost
+    # Shapley's n_samples x units copies keep it out of what runs when no explainers are named
+    assert "occlusion" in DEFAULT_METHODS and "shapley" not in DEFAULT_METHODS
+    assert set(DEFAULT_METHODS) | {"shapley"} == set(lv.EXPLAINERS)
 
 
 def test_bad_options_are_clear_errors(models):

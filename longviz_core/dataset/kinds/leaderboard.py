@@ -33,11 +33,11 @@ def _leaderboard(job: Job, doc: Doc) -> Record:
 
 
 def _leaderboard_settings(s: Settings) -> dict:
-    from ...attribution.explainers import EXPLAINERS
+    from ...attribution.explainers import DEFAULT_METHODS, EXPLAINERS
     from ...evaluation.faithfulness import DEFAULT_SEEDS, KS, check_ks, check_settings
     from ..leaderboard import check_methods
 
-    methods = list(EXPLAINERS if s.explainers is None else s.explainers)
+    methods = list(DEFAULT_METHODS if s.explainers is None else s.explainers)
     options: dict = {}
     for method, option, value in s.explainer_options or ():
         options.setdefault(method, {})[option] = value

@@ -51,7 +51,7 @@ class Settings:
     unit: str = "token"
     # the explainer leaderboard (also ks, seeds, replacement, max_removed, target; its IG: n_steps, ig_method,
     # precision)
-    explainers: tuple | None = None  # methods of attribution.explainers.EXPLAINERS; None = all of them
+    explainers: tuple | None = None  # methods of attribution.explainers.EXPLAINERS; None = DEFAULT_METHODS
     rank_by: str = "signed"  # deletion order: "signed" (score, high to low) or "magnitude" (|score|)
     explainer_options: tuple | None = None  # (method, option, value) triples for the explainers other than IG
 
