@@ -3,7 +3,6 @@ forward, and that forward. The deletion test (evaluation.deletion_engine) and th
 (attribution.perturbation) score their copies here, so both perturb and run every family the same way."""
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from ..errors import LongvizError, SettingsError
@@ -51,7 +50,6 @@ def default_batch_size(model: LoadedModel) -> int:
 def copy_logits(model: LoadedModel, enc: Encoded, ids) -> torch.Tensor:
     """(B, classes) float64 logits of B copies of the document `enc`, `ids` (B, n) their input ids: the
     document's positions, attention and global masks kept (Family.inputs), one forward, no gradient."""
-    ids = torch.as_tensor(np.asarray(ids) if not torch.is_tensor(ids) else ids, dtype=torch.long)
     inputs = model.family.inputs(enc, model.device, ids=ids)
     with torch.no_grad():
         return model(**inputs).logits.double()
