@@ -151,12 +151,12 @@ UNIT_EXPLAINERS = ("occlusion", "shapley")
 PAGE_BUDGET = 800  # forwards: the Explainers page's acceptance budget (docs/benchmarks.md, "Faithfulness")
 
 
-def one_forward(model, analysis) -> tuple[float, float]:
-    """(wall, CPU) seconds of one forward of the intact document, batch 1, no attentions (medians of three)."""
+def one_forward(model, analysis, repeats: int = 5) -> tuple[float, float]:
+    """(wall, CPU) seconds of one forward of the intact document, batch 1, no attentions (medians of `repeats`)."""
     from longviz_core.model.copies import copy_logits
 
     walls, cpus = [], []
-    for _ in range(3):
+    for _ in range(repeats):
         w0, c0 = time.perf_counter(), time.process_time()
         copy_logits(model, analysis.encoded, analysis.encoded.input_ids[None])
         walls.append(time.perf_counter() - w0)
@@ -192,6 +192,12 @@ def units_part(model, analysis, label: str, samples: int, ig_default: bool, cach
     from longviz_core.evaluation.faithfulness import FLIP_BOUND
 
     units = len(lv.segment(analysis, "sentence"))
+    # warm-up, not measured: a process's first forwards (one copy, then a batch of copies) run several times
+    # slower than the later ones (allocator, first-touch pages)
+    from longviz_core.model.copies import copy_logits, default_batch_size
+
+    one_forward(model, analysis, 2)
+    copy_logits(model, analysis.encoded, analysis.encoded.input_ids[None].repeat(default_batch_size(model), 0))
     forward = one_forward(model, analysis)
     print(f"\n[{label}: {analysis.n:,} tokens, {units} sentences] one forward {forward[0]:.2f} s wall, "
           f"{forward[1]:.2f} s CPU; {load()}", flush=True)
