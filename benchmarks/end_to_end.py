@@ -146,7 +146,7 @@ def one_size(model, n: int, steps: int) -> list[dict]:
     if scores is None:
         scores = np.random.default_rng(0).normal(size=analysis.n)  # stands in for |IG|: the same cost
         print("    the curves rank by random scores instead of IG's", flush=True)
-    copies = default_batch_size(model)
+    copies = default_batch_size(model, analysis.n)
     # a forward without gradients frees each layer's activations once the next layer has its output: about one
     # layer's share of a gradient step per copy at a time
     if fits(f"the curves, batches of {copies} copies", copies * per_step / model.num_layers, model):

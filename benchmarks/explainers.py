@@ -18,9 +18,23 @@ tokenizer), one process per size:
                Targets: every explainer except IG <= 3 x one forward+backward; rollout and GAE <= 0.5 x the band
                tensor in extra memory (GAE: above its forward+backward).
 
+  units        (--units) occlusion and Shapley sampling by sentence (attribution.perturbation) on the demo's
+               document 0 (all its tokens) and on a Longformer-base document of --units-base tokens (sentences
+               of about 250 words, so the run stays within an hour on a CPU; the figures per unit do not depend
+               on sentence length): their copies per unit, their time as multiples of one forward of the intact
+               document (batch 1, timed before and after, the mean; wall and CPU time: under nice -n 19 on a shared
+               machine the wall clock follows the neighbours), against IG at its default 50 steps (run on the
+               demo; at Longformer-base 50 x one forward+backward timed there, plus IG's two forwards).
+               Shapley runs --shapley-samples orders (its cost is linear in them: 1 + samples x units copies) and
+               is extrapolated to captum's default 25. On the demo also the Explainers page's default work
+               (DEFAULT_METHODS: occlusion by sentence in, Shapley out; IG at 50 steps, the leaderboard's curves
+               and first flips within 24 tokens): its forwards against the page's budget of 800.
+               The explainers part leaves occlusion and Shapley out (their cost is counted in units, here).
+
 IG against captum's recipes (every internal batch size): benchmarks/attribution.py.
 
     /work/main/.venv/bin/python benchmarks/explainers.py [--sizes 1024 2048 4096] [--ig-at 1024] [--ig-steps 8]
+    /work/main/.venv/bin/python benchmarks/explainers.py --units [--units-base 4096] [--shapley-samples 2]
 
 The machine is shared: the load average is printed before every size; wall-clock ratios follow the neighbours'
 load, CPU-time ratios follow the work.
@@ -47,6 +61,7 @@ import torch  # noqa: E402
 from _models import base_model  # noqa: E402
 
 import longviz_core as lv  # noqa: E402
+from longviz_core.attribution.explainers import DEFAULT_METHODS  # noqa: E402
 from longviz_core.attribution.backward import backward  # noqa: E402
 from longviz_core.attribution.peak_memory import PeakMemory  # noqa: E402
 
@@ -92,6 +107,8 @@ def explainers_part(model, sizes, ig_at, ig_steps, repeats) -> None:
               f"{'above f+b':>11}{'traced':>10}", flush=True)
         rows = []
         for method, info in lv.EXPLAINERS.items():
+            if method in UNIT_EXPLAINERS:  # forwards of copies per unit: the units part
+                continue
             opts = {}
             if method == "ig":
                 if n not in ig_at:
@@ -130,16 +147,130 @@ def explainers_part(model, sizes, ig_at, ig_steps, repeats) -> None:
         del analysis
 
 
+UNIT_EXPLAINERS = ("occlusion", "shapley")
+PAGE_BUDGET = 800  # forwards: the Explainers page's acceptance budget (docs/benchmarks.md, "Faithfulness")
+
+
+def one_forward(model, analysis, repeats: int = 5) -> tuple[float, float]:
+    """(wall, CPU) seconds of one forward of the intact document, batch 1, no attentions (medians of `repeats`)."""
+    from longviz_core.model.copies import copy_logits
+
+    walls, cpus = [], []
+    for _ in range(repeats):
+        w0, c0 = time.perf_counter(), time.process_time()
+        copy_logits(model, analysis.encoded, analysis.encoded.input_ids[None])
+        walls.append(time.perf_counter() - w0)
+        cpus.append(time.process_time() - c0)
+    return statistics.median(walls), statistics.median(cpus)
+
+
+def measured(model, analysis, work):
+    """(work(), (wall, CPU) seconds it took, (wall, CPU) of one forward: the mean of one measured just before
+    and one just after): on a shared machine the wall clock follows the neighbours, the CPU time the work."""
+    before = one_forward(model, analysis)
+    w0, c0 = time.perf_counter(), time.process_time()
+    out = work()
+    took = (time.perf_counter() - w0, time.process_time() - c0)
+    after = one_forward(model, analysis)
+    return out, took, ((before[0] + after[0]) / 2, (before[1] + after[1]) / 2)
+
+
+def unit_row(name: str, took, forward, copies: int | None = None, units: int | None = None) -> float:
+    """Prints one row; returns its CPU time in forwards."""
+    wall, cpu = took[0] / forward[0], took[1] / forward[1]
+    per_unit = "" if units is None else f"{copies / units:.2f} per unit, "
+    what = "" if copies is None else f"  {copies:>6,} copies ({per_unit}{cpu / copies:.2f} forwards a copy)"
+    print(f"  {name:<38}{took[0]:8.1f} s{wall:9.1f} wall /{cpu:7.1f} CPU forwards{what}  {load()}", flush=True)
+    return cpu
+
+
+def units_part(model, analysis, label: str, samples: int, ig_default: bool, cache_dir: Path) -> None:
+    """Occlusion and Shapley sampling by sentence on one document, in forwards of it (see the docstring)."""
+    import warnings
+
+    from longviz_core.dataset import leaderboard as lb
+    from longviz_core.evaluation.faithfulness import FLIP_BOUND
+
+    units = len(lv.segment(analysis, "sentence"))
+    # warm-up, not measured: a process's first forwards (one copy, then a batch of copies) run several times
+    # slower than the later ones (allocator, first-touch pages)
+    from longviz_core.model.copies import copy_logits, default_batch_size
+
+    one_forward(model, analysis, 2)
+    copy_logits(model, analysis.encoded, analysis.encoded.input_ids[None].repeat(default_batch_size(model, analysis.n), 0))
+    forward = one_forward(model, analysis)
+    print(f"\n[{label}: {analysis.n:,} tokens, {units} sentences] one forward {forward[0]:.2f} s wall, "
+          f"{forward[1]:.2f} s CPU; {load()}", flush=True)
+    made, cost = {}, {}
+    made["occlusion"], took, f = measured(model, analysis, lambda: lv.explain(model, analysis, "occlusion",
+                                                                              unit="sentence"))
+    cost["occlusion"] = unit_row("occlusion by sentence", took, f, 1 + units, units)
+    _, took, f = measured(model, analysis, lambda: lv.explain(model, analysis, "shapley", unit="sentence",
+                                                              n_samples=samples))
+    copies = 1 + samples * units
+    per_copy = unit_row(f"shapley by sentence, {samples} samples", took, f, copies, units) / copies
+    print(f"  {'shapley, 25 samples (extrapolated)':<38}{'':>28}{per_copy * (1 + 25 * units):7.1f} CPU forwards  "
+          f"{1 + 25 * units:>6,} copies", flush=True)
+    if not ig_default:
+        fb = forward_backward(model, analysis), forward_backward(model, analysis)
+        fb_cpu = statistics.median(x[1] for x in fb)
+        f = one_forward(model, analysis)
+        print(f"  {'IG, 50 steps (50 x f+b + 2 forwards)':<38}{'':>28}{50 * fb_cpu / f[1] + 2:7.1f} CPU forwards "
+              f"(one forward+backward {fb_cpu:.2f} s CPU, {fb_cpu / f[1]:.2f} forwards)  {load()}", flush=True)
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        made["ig"], took, f = measured(model, analysis, lambda: lv.explain(model, analysis, "ig", n_steps=50,
+                                                                           use_cache=False))
+    cost["ig"] = unit_row("IG, 50 steps", took, f)
+    # the Explainers page by default (DEFAULT_METHODS: occlusion by sentence in, Shapley out): every explanation,
+    # then the leaderboard's curves and its first flips within FLIP_BOUND tokens
+    methods = list(DEFAULT_METHODS)
+    rest = [m for m in methods if m not in made]
+    others, took, f = measured(model, analysis, lambda: {m: lv.explain(model, analysis, m) for m in rest})
+    made.update(others)
+    cost["the other explainers"] = unit_row(f"{len(rest)} other explainers", took, f)
+    runs, took, f = measured(model, analysis, lambda: lb.document_leaderboard(
+        model, analysis, methods, explanations=made, flip_bound=FLIP_BOUND, cache_dir=cache_dir, resume=True))
+    cost["leaderboard"] = unit_row(f"leaderboard, curves + flips <= {FLIP_BOUND}", took, f,
+                                   int(runs["copies"].sum()))
+    print(f"  the Explainers page by default, occlusion by sentence in: {sum(cost.values()):.1f} CPU forwards "
+          f"(" + ", ".join(f"{k} {v:.1f}" for k, v in cost.items()) + f"), budget {PAGE_BUDGET}", flush=True)
+
+
+def long_sentences(n_tokens: int) -> str:
+    """Sentences of about 250 words from the tests' vocabulary, enough of them for `n_tokens` tokens."""
+    from tiny import WORDS
+
+    words = [w for w in WORDS if w not in (".", ",", ";")]
+    sentences = [" ".join(words[(i + j) % len(words)] for j in range(250)) + "." for i in range(2 * n_tokens // 250)]
+    return " ".join(sentences)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", type=int, nargs="+", default=[1024, 2048, 4096])
     ap.add_argument("--ig-at", type=int, nargs="*", default=[1024])
     ap.add_argument("--ig-steps", type=int, default=8)
     ap.add_argument("--repeats", type=int, default=2, help="(reference, explainer) pairs per explainer")
+    ap.add_argument("--units", action="store_true", help="occlusion and Shapley by sentence instead (docstring)")
+    ap.add_argument("--units-base", type=int, default=4096, help="Longformer-base tokens of the units part (0: none)")
+    ap.add_argument("--shapley-samples", type=int, default=2)
     args = ap.parse_args()
     print("machine:", machine())
     print("GPU:", torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none (CPU only)")
     with tempfile.TemporaryDirectory() as tmp:
+        if args.units:
+            demo = lv.load_model("demo")
+            text = lv.load_dataset("demo", id2label=demo.id2label)["text"].iloc[0]
+            units_part(demo, lv.analyze(demo, text, demo.max_tokens), "the demo's document 0",
+                       args.shapley_samples, True, Path(tmp) / "scans")
+            if args.units_base:
+                model = base_model(Path(tmp) / "base")
+                a = lv.analyze(model, long_sentences(args.units_base), max_tokens=args.units_base)
+                assert a.n == args.units_base, a.n
+                units_part(model, a, "Longformer-base", args.shapley_samples, False, Path(tmp) / "scans")
+            return
         model_dir = Path(tmp) / "base"
         model = base_model(model_dir)
         explainers_part(model, args.sizes, set(args.ig_at), args.ig_steps, args.repeats)

@@ -267,7 +267,7 @@ def _demo(a) -> int:
 
 def _leaderboard_arguments(p) -> None:
     """The `longviz leaderboard` options."""
-    from .attribution.explainers import EXPLAINERS
+    from .attribution.explainers import DEFAULT_METHODS, EXPLAINERS
     from .dataset.leaderboard import MIN_SEEDS, RANK_BY
     from .model.encoding import DEFAULT_MAX_TOKENS
     from .evaluation.faithfulness import DEFAULT_SEEDS, REPLACEMENTS
@@ -278,7 +278,8 @@ def _leaderboard_arguments(p) -> None:
     p.add_argument("--label-column", default=None)
     p.add_argument("--limit", type=_count(), default=10, help="the first N documents (default 10)")
     p.add_argument("--max-tokens", type=_count(3), default=DEFAULT_MAX_TOKENS)
-    p.add_argument("--methods", default=",".join(EXPLAINERS), help="comma-separated explainers (default: all)")
+    p.add_argument("--methods", default=",".join(DEFAULT_METHODS),
+                   help="comma-separated explainers (default: all but shapley, whose cost is 25 x the sentences)")
     p.add_argument("--target", type=int, default=None, help="class explained (default: each document's prediction)")
     p.add_argument("--ig-steps", type=_count(), default=EXPLAINERS["ig"].options["n_steps"])
     p.add_argument("--seeds", type=_count(), default=len(DEFAULT_SEEDS),

@@ -5,6 +5,7 @@ import streamlit as st
 
 import longviz_core as lv
 from longviz_core import attribution as attr
+from longviz_core.attribution.explainers import DEFAULT_METHODS
 from longviz_core import cache
 from longviz_core.dataset import leaderboard as lb
 from longviz_core.dataset import run
@@ -44,8 +45,9 @@ st.markdown(
     "**Random**: mean ± sd over its seeds, the floor to beat. Definitions: docs/methods.md, *Explainers*.")
 
 methods_all = list(lv.EXPLAINERS)
-# pills, not a multiselect: all nine names stay in sight (a multiselect cuts its chips to one line)
-methods = st.pills("Explainers", methods_all, selection_mode="multi", default=methods_all,
+# pills, not a multiselect: every name stays in sight (a multiselect cuts its chips to one line); chosen at first:
+# DEFAULT_METHODS, every explainer but Shapley sampling (1 + 25 x sentences copies, over the page's budget)
+methods = st.pills("Explainers", methods_all, selection_mode="multi", default=list(DEFAULT_METHODS),
                    format_func=lambda m: lv.EXPLAINERS[m].label, **K.option(P, "methods"))
 c1, c2, c3 = st.columns(3)
 scope = hosting.scope(c1, "Scope", ("this document", "dataset"), P, horizontal=True)

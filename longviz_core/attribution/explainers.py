@@ -21,6 +21,10 @@ Family.readout):
     attcat         Σ_{l<L} (Σ_d h^l_{i,d} · ∂z_t/∂h^l_{i,d}) · ᾱ^l_i,   ᾱ^l_i = mean_{h,q} A_{l,h}[q, i]
                                                                                     Qiang et al. 2022 (their code)
     random         the ranks of a seeded random permutation (evaluation.faithfulness.random_order's), specials 0
+    occlusion      p_t(x) - p_t(x with unit u replaced), per unit (option unit: model.segments)  Zeiler & Fergus 2014
+    shapley        Shapley value of p_t over the units, sampled orders          Štrumbelj & Kononenko 2010
+                   (attribution.perturbation: captum FeatureAblation / ShapleyValueSampling with a feature mask
+                   per unit; a token's score is its unit's divided by the unit's tokens)
 
 Rollout and GAE never build an n x n matrix: the classifier reads cls, so only the cls row of the rolled-out
 product is needed, and it is a vector pushed through each layer's matrix in its banded (plus global) form,
@@ -57,6 +61,7 @@ from ..runtime import COMPUTE
 from .backward import backward, token_dot
 from .ig import integrated_gradients
 from .peak_memory import PeakMemory
+from .perturbation import occlusion, shapley
 from .random_order import random_order
 
 CLS = 0  # the position the classifier reads (<s> / [CLS])
@@ -69,10 +74,15 @@ class Explainer:
     name: str
     label: str
     source: str  # where the definition comes from
-    cost: str  # cost class: "none", "attention" (reads the analysis's bands), "1 forward + backward", "IG"
+    cost: str  # cost class: "none", "attention" (reads the analysis's bands), "1 forward + backward", "IG",
+    # or a count of forwards of perturbed copies ("1 + units forwards", "1 + n_samples x units forwards")
     signed: bool  # scores can be negative (evidence against the class); deletion ranks them high to low
     options: dict  # option name -> default
     compute: Callable = field(repr=False, compare=False)
+    reports: bool = False  # compute takes `_progress` (a Progress) and reports on it
+    # chosen when no explainers are named (DEFAULT_METHODS: the leaderboards, the command line): not Shapley
+    # sampling, whose 1 + n_samples x units copies (3,751 on the demo's document 0) would outweigh all the others
+    by_default: bool = True
 
 
 @dataclass(frozen=True)
@@ -291,7 +301,7 @@ EXPLAINERS: dict[str, Explainer] = {e.name: e for e in (
     Explainer("ig", "Integrated Gradients", "Sundararajan et al. 2017; the paper §3.2 (captum LayerIntegratedGradients "
               "on the embeddings, pad baseline)", "IG", True,
               {"n_steps": 50, "method": "gausslegendre", "precision": "fp32", "internal_batch_size": None,
-               "use_cache": True, "cache_dir": None}, _ig),
+               "use_cache": True, "cache_dir": None}, _ig, reports=True),
     Explainer("grad_x_input", "Gradient × Input", "Shrikumar et al. 2017; Song et al. 2024 §2", "1 forward + backward", True,
               {}, _grad_x_input),
     Explainer("grad_norm", "Gradient norm", "Simonyan et al. 2014 (saliency); Serrano & Smith 2019 §5.2's gradient ranking",
@@ -306,7 +316,16 @@ EXPLAINERS: dict[str, Explainer] = {e.name: e for e in (
     Explainer("attcat", "AttCAT", "Qiang et al. 2022, NeurIPS (the authors' code, github.com/qiangyao1988/AttCAT; "
               "Song et al.'s (2024) baseline)", "1 forward + backward", True, {"attention": "received"}, _attcat),
     Explainer("random", "Random", "Song et al. 2024 and Serrano & Smith 2019 (random baseline)", "none", False, {"seed": 0}, _random),
+    Explainer("occlusion", "Occlusion", "Zeiler & Fergus 2014 (occlusion), over units: captum FeatureAblation with a "
+              "feature mask per unit", "1 + units forwards", True,
+              {"unit": "sentence", "replacement": "mask", "batch_size": None}, occlusion, reports=True),
+    Explainer("shapley", "Shapley sampling", "Štrumbelj & Kononenko 2010; Castro et al. 2009 (Shapley value "
+              "sampling), over units: captum ShapleyValueSampling with a feature mask per unit",
+              "1 + n_samples × units forwards", True,
+              {"unit": "sentence", "n_samples": 25, "seed": 0, "replacement": "mask", "batch_size": None}, shapley,
+              reports=True, by_default=False),
 )}
+DEFAULT_METHODS: tuple[str, ...] = tuple(m for m, e in EXPLAINERS.items() if e.by_default)
 
 
 # ------------------------------------------------------------------------------------------ front door
@@ -314,10 +333,11 @@ def explain(model: LoadedModel, analysis: DocumentAnalysis, method: str, /, targ
             progress: Progress | None = None, **options) -> Explanation:
     """Token scores of `method` (a key of EXPLAINERS) for `target` (default: the predicted class).
 
-    options: the method's own (EXPLAINERS[method].options; e.g. n_steps and method for ig, seed for random; the
-    first three arguments are positional-only so that IG's `method` option can be given). The model must
-    be the one the analysis was made with. Gradient explainers run one forward and one backward pass under
-    COMPUTE; attention explainers read the analysis's bands only."""
+    options: the method's own (EXPLAINERS[method].options; e.g. n_steps and method for ig, seed for random, unit
+    for occlusion and shapley; the first three arguments are positional-only so that IG's `method` option can be
+    given). The model must be the one the analysis was made with. Gradient explainers run one forward and one
+    backward pass under COMPUTE, occlusion and shapley batches of perturbed copies; attention explainers read the
+    analysis's bands only."""
     info = EXPLAINERS.get(method)
     if info is None:
         raise ExplainerError(f"unknown explainer {method!r}; choose from {list(EXPLAINERS)}")
@@ -332,7 +352,9 @@ def explain(model: LoadedModel, analysis: DocumentAnalysis, method: str, /, targ
         raise ExplainerError(f"{method} has no option(s) {unknown}; its options are {sorted(info.options) or 'none'}")
     settings = {**info.options, **options}
     meta: dict = {}
-    extra = {"_progress": progress, "_meta": meta} if method == "ig" else {}
+    extra = {"_progress": progress} if info.reports else {}
+    if method == "ig":
+        extra["_meta"] = meta  # IG read from its cache: the time it took when computed
     heavy = info.cost not in ("none", "attention")
     report(progress, 0.0, f"{info.label}")
     with (COMPUTE.hold() if heavy else nullcontext()), PeakMemory(model.device) as peak:
@@ -349,5 +371,6 @@ def explain(model: LoadedModel, analysis: DocumentAnalysis, method: str, /, targ
                        specials=(analysis.encoded.prefix, analysis.encoded.suffix))
 
 
-__all__ = ["CLS", "EXPLAINERS", "Explainer", "ExplainerError", "Explanation", "cls_rollout", "explain", "head_mean",
+__all__ = ["CLS", "DEFAULT_METHODS", "EXPLAINERS",
+           "Explainer", "ExplainerError", "Explanation", "cls_rollout", "explain", "head_mean",
            "row_sums", "vecmat"]

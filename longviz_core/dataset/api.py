@@ -117,6 +117,7 @@ def dataset_faithfulness(
     batch_size: int | None = None,
     cache_dir=None,
     progress: Progress | None = None,
+    unit: str = "token",
 ) -> DatasetFaithfulness:
     """evaluation.faithfulness.faithfulness on every text (IG of the predicted class, `ig_steps` steps; the attention
     ranking over `layers`, scaled by `scale` (layers, heads) when given), then per ranking the mean and sd over
@@ -124,13 +125,13 @@ def dataset_faithfulness(
     (resumable; a later call with the same texts and settings computes nothing), then the store's aggregation
     (ResultStore.dataset_faithfulness). `labels` go into the per-document rows. `batch_size` is checked but the
     run scores copies in the view's default batches (batching changes the cost, not the numbers); `from_cache`
-    counts the documents found in the store."""
+    counts the documents found in the store. unit: what the deletion test removes (DeletionSettings.unit)."""
     check_settings(rankings, batch_size, seeds, max_removed)
     settings = Settings(max_tokens=max_tokens, n_steps=_ig_steps(ig_steps), target="predicted",
                         rankings=tuple(rankings), ks=ks, replacement=replacement, seeds=seeds,
                         max_removed=max_removed,
                         faithfulness_layers=None if layers is None else np.atleast_1d(np.asarray(layers, dtype=object)),
-                        faithfulness_scaled=scale is not None, importance_values=scale)
+                        faithfulness_scaled=scale is not None, importance_values=scale, unit=unit)
     df = _texts_frame(texts, labels)
     store, summary = local_run(model, df, "faithfulness", settings, progress, cache_dir)
     return replace(store.dataset_faithfulness(), from_cache=summary.skipped["faithfulness"])
@@ -152,13 +153,14 @@ def leaderboard_runs(
     batch_size: int | None = None,
     cache_dir=None,
     progress: Progress | None = None,
+    unit: str = "token",
 ) -> tuple[pd.DataFrame, int]:
     """leaderboard.document_leaderboard on every text (truncated to max_tokens), with a 'doc' column; (runs, documents found
     in the store). The precompute's "leaderboard" kind into the local store for these texts and settings
     (stores.local_store: resumable, a later call with the same texts and settings computes nothing, progress after
     every document with the time left), then the store's aggregation (ResultStore.leaderboard_runs).
     `batch_size` is checked but the run scores copies in the deletion test's default batches (batching changes
-    the cost, not the numbers)."""
+    the cost, not the numbers). unit: what the deletion test removes (DeletionSettings.unit)."""
     texts = list(texts)
     if not texts:
         raise lb.LeaderboardError("No documents to score.")
@@ -169,7 +171,7 @@ def leaderboard_runs(
                               error=lb.LeaderboardError)
     settings = leaderboard_settings(methods, target, max_tokens=max_tokens, ks=ks, seeds=seeds,
                                     replacement=replacement, max_removed=max_removed, rank_by=rank_by,
-                                    options=options)
+                                    options=options, unit=unit)
     store, summary = local_run(model, _texts_frame(texts), "leaderboard", settings, progress, cache_dir)
     return store.leaderboard_runs(), summary.skipped["leaderboard"]
 

@@ -39,10 +39,11 @@ import numpy as np
 import pandas as pd
 import scipy.stats
 
-from ..attribution.explainers import EXPLAINERS, Explanation, explain
+from ..attribution.explainers import DEFAULT_METHODS, EXPLAINERS, Explanation, explain
 from ..errors import LongvizError, whole_number
 from ..model.analysis import DocumentAnalysis
 from ..model.loading import LoadedModel
+from ..model.segments import segment
 from ..progress import Progress, scaled
 from ..evaluation import deletion as dl
 from ..evaluation.deletion import DEFAULT_SEEDS, KS, REPLACEMENTS, k_label
@@ -88,8 +89,10 @@ def document_leaderboard(
     cache_dir=None,
     progress: Progress | None = None,
     stop=None,
+    unit: str = "token",
 ) -> pd.DataFrame:
-    """Every explainer of `methods` (default: all of EXPLAINERS) on one document, scored by one deletion test.
+    """Every explainer of `methods` (default: DEFAULT_METHODS, every explainer but Shapley sampling) on one
+    document, scored by one deletion test.
 
     Returns the runs: one row per explainer, one per seed for 'random' (columns run_columns(ks)): AOPC and LOdds
     at each k and their means, the first flip as a fraction of the text tokens (NaN = no flip within `scanned`)
@@ -99,18 +102,24 @@ def document_leaderboard(
     max_removed / flip_bound: the flip scan's bound (a fraction of the text tokens, a number of tokens; the smaller
     applies; 1.0 and None: exact to the end; flip_bound=0: the curves alone). threshold: a regression head's
     decision (score >= threshold), without which its flips are not defined (NaN; its LOdds are NaN always).
-    Other settings as deletion_test."""
+    unit: what the deletion test removes (DeletionSettings.unit): every explanation ranks the units by its
+    tokens' summed scores, and ks, max_removed, flip_bound and the first flips count units. Occlusion and Shapley
+    perturb the units of their own `unit` option (default "sentence"), whatever this one is: give
+    options={"occlusion": {"unit": ...}} to match. Other settings as deletion_test."""
     explanations = dict(explanations or {})
-    methods = list(EXPLAINERS if methods is None else methods)
+    methods = list(DEFAULT_METHODS if methods is None else methods)
     check_methods(methods, rank_by, replacement, options, explanations)
     options = options or {}
     if target is not None:
         target = whole_number(target, "target (the class explained)", 0, model.num_labels - 1, error=LeaderboardError)
     enc = analysis.encoded
     # the deletion test's settings (the seeds too, used or not) are checked before any explanation is computed
+    unit = dl.DeletionSettings(seeds=(), unit=unit).unit
+    segments = None if unit == "token" else segment(analysis, unit)
     settings = dl.DeletionSettings(ks=ks, replacement=replacement, seeds=seeds,
-                                   flip_bound=dl.scan_bound(max_removed, flip_bound, len(enc.text_positions)),
-                                   batch_size=batch_size, threshold=threshold)
+                                   flip_bound=dl.scan_bound(max_removed, flip_bound, len(enc.text_positions)
+                                                            if segments is None else len(segments)),
+                                   batch_size=batch_size, threshold=threshold, unit=unit)
     if "random" not in methods:
         settings = replace(settings, seeds=())
     seeds = settings.seeds
@@ -123,7 +132,7 @@ def document_leaderboard(
                         progress=scaled(progress, 0.5 * i / len(scored), 0.5 / len(scored), f"{_label(method)}: "))
         _check_explanation(e, method, analysis)
         made[method] = e
-    orders = {m: dl.removal_order(_key(e.scores, rank_by), prefix=enc.prefix, suffix=enc.suffix)
+    orders = {m: dl.removal_order(_key(e.scores, rank_by), prefix=enc.prefix, suffix=enc.suffix, segments=segments)
               for m, e in made.items()}
     result = deletion_test(model, analysis, orders, settings, scaled(progress, 0.5 if scored else 0.0,
                            0.5 if scored else 1.0), labels={m: _label(m) for m in methods}, resume=resume,

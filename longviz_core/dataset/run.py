@@ -22,7 +22,7 @@ import pandas as pd
 
 from .._disk import METADATA_BYTES, file_lock, open_own, package_versions, read_file
 from .._version import __version__
-from ..attribution.explainers import EXPLAINERS
+from ..attribution.explainers import DEFAULT_METHODS, EXPLAINERS
 from ..errors import DatasetError, SelectionError, SettingsError, StoreError, items, whole_number
 from ..model.encoding import DEFAULT_MAX_TOKENS
 from ..model.loading import LoadedModel, dataset_fingerprint
@@ -317,12 +317,14 @@ def leaderboard_settings(
     flip_bound: int | None = None,
     rank_by: str = "signed",
     options: dict | None = None,
+    unit: str = "token",
 ) -> Settings:
     """The precompute settings of the store kind 'leaderboard' for these leaderboard options (as
     leaderboard.document_leaderboard takes them). IG's options that
     change its numbers (n_steps, method, precision) become the settings' IG fields; its cache options change
-    nothing and are left out; the other explainers' options become explainer_options."""
-    methods = list(EXPLAINERS if methods is None else methods)
+    nothing and are left out; the other explainers' options become explainer_options. unit: what the deletion
+    test removes (DeletionSettings.unit)."""
+    methods = list(DEFAULT_METHODS if methods is None else methods)
     lb.check_methods(methods, rank_by, replacement, options)
     options = {m: dict(o) for m, o in (options or {}).items()}
     ig = {**EXPLAINERS["ig"].options, **options.pop("ig", {})}
@@ -335,7 +337,8 @@ def leaderboard_settings(
     return Settings(max_tokens=max_tokens, n_steps=ig["n_steps"], ig_method=ig["method"],
                     precision=ig["precision"], target=target,
                     ks=ks, seeds=seeds, replacement=replacement, max_removed=max_removed,
-                    flip_bound=flip_bound, explainers=tuple(methods), rank_by=rank_by, explainer_options=others or None)
+                    flip_bound=flip_bound, explainers=tuple(methods), rank_by=rank_by, explainer_options=others or None,
+                    unit=unit)
 
 
 __all__ = ["RunSummary", "Settings", "build_manifest", "check_settings", "clamped", "documents_done", "leaderboard_settings", "manifest_versions", "parse_shard",

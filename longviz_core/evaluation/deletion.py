@@ -20,6 +20,12 @@ most probable), and a flip is sigmoid_y crossing 0.5. A regression head: p = the
 s(x~c(k)) in score units, LOdds is undefined (None in the curves, NaN in the rows: a score has no log-odds), and
 a flip is s crossing settings.threshold, with no scan at all without one (RankingCurve.flips False).
 
+Units (settings.unit, model.segments): "token" removes text tokens as above; "word", "sentence" or "paragraph"
+removes whole units. A ranking then orders the m_u units of the document by the sums of their tokens' scores
+(removal_order with `segments`), c(k) = removed_count(k, m_u) units are removed at k, the first flip counts units
+and the flip scan's bound is in units; the random baseline is a seeded permutation of the units. Same engine,
+same stages: a copy is the document with the tokens of the first c units of an order replaced.
+
 Stages (settings.flip_bound): 0 scores the curves only (1 + runs x len(ks) copies at most); an integer N scans
 every count 1 .. N ("no flip within the first N tokens" when none flips); None scans to the end (exact). A scan
 with resume=True keeps its position on disk, so a later call with a larger bound (or after Stop) goes on from the
@@ -35,25 +41,19 @@ from typing import Sequence
 
 import numpy as np
 import pandas as pd
-import torch
 
 from ..attribution.random_order import random_order
 from ..errors import LongvizError, items, real_number, whole_number
+from ..model.copies import BATCH_SIZE, REPLACEMENTS, default_batch_size
 from ..model.heads import REGRESSION
-from ..model.loading import LoadedModel
+from ..model.segments import UNITS, Segments, aggregate
 
 KS: tuple[float, ...] = (0.01, 0.05, 0.10, 0.20, 0.50)
-# what a removed token becomes: the mask or pad token, or "baseline": the token Integrated Gradients' baseline puts
-# on every text token (pad for the encoders, a decoder's filler: pad, else unk, else eos; many decoders have no
-# mask or pad token)
-REPLACEMENTS: tuple[str, ...] = ("mask", "pad", "baseline")
 DEFAULT_SEEDS: tuple[int, ...] = (0, 1, 2, 3, 4)
 # The default first-flip bound in tokens: with eight orders (three rankings, five seeds) it costs at most 8 x 24
 # copies; measured on the demo's document 0 (docs/benchmarks.md, "Faithfulness"), the page's first numbers then
 # arrive within the budget of a few hundred forwards.
 FLIP_BOUND = 24
-BATCH_SIZE = 8
-SINGLE_THREAD_TOKENS = 2048  # a batch's tokens on a one-thread CPU (default_batch_size)
 RANDOM = "random"
 LODDS_UNDEFINED = ("LOdds is undefined for a regression head: it compares log-probabilities, and a score is not a "
                    "probability.")
@@ -72,8 +72,9 @@ class DeletionSettings:
     replacement: str = "mask"  # one of REPLACEMENTS
     seeds: tuple[int, ...] = DEFAULT_SEEDS  # one random order per seed; () = no random baseline
     flip_bound: int | None = FLIP_BOUND  # counts the flip scan covers: 0 = none, None = every count (exact)
-    batch_size: int | None = None  # copies per forward; None = default_batch_size(model)
+    batch_size: int | None = None  # copies per forward; None = default_batch_size(model, n)
     threshold: float | None = None  # a regression head's decision, score >= threshold; None = no flips to find
+    unit: str = "token"  # what is removed (model.segments.UNITS); ks, counts and flip_bound count these units
 
     def __post_init__(self):
         # every count through errors.whole_number, every fraction through errors.real_number: NaN, infinity, 2.5,
@@ -88,6 +89,8 @@ class DeletionSettings:
             raise DeletionError(f"random seeds must be distinct and >= 0, got {seeds}")
         if self.replacement not in REPLACEMENTS:
             raise DeletionError(f"replacement must be one of {REPLACEMENTS}, got {self.replacement!r}")
+        if self.unit not in UNITS:
+            raise DeletionError(f"unit must be one of {', '.join(UNITS)}, got {self.unit!r}")
         if self.flip_bound is not None:
             object.__setattr__(self, "flip_bound", whole_number(
                 self.flip_bound, "flip_bound (tokens the flip scan covers; None = every count)", lo=0,
@@ -102,7 +105,7 @@ class DeletionSettings:
         object.__setattr__(self, "seeds", seeds)
 
     def limit(self, m: int) -> int:
-        """The last count the scan covers for m removable tokens."""
+        """The last count the scan covers for m removable tokens (units)."""
         return m if self.flip_bound is None else min(m, self.flip_bound)
 
     def key(self) -> dict:
@@ -111,6 +114,8 @@ class DeletionSettings:
                "flip_bound": self.flip_bound}
         if self.threshold is not None:  # only a regression's flips depend on it; label heads keep their keys
             key["threshold"] = float(self.threshold)
+        if self.unit != "token":  # deletion by tokens keeps the keys it had
+            key["unit"] = self.unit
         return key
 
 
@@ -119,8 +124,8 @@ class RankingCurve:
     """One removal order's curves and first flip (p: the head's explained quantity, a probability or the score)."""
 
     name: str
-    order: np.ndarray = field(repr=False)  # (m,) removable positions, most important first
-    removed: np.ndarray  # (K,) tokens removed at each k
+    order: np.ndarray = field(repr=False)  # (m,) removable positions (by units: unit indices), most important first
+    removed: np.ndarray  # (K,) tokens (units) removed at each k
     probs: np.ndarray  # (K,) p(y | x with the top-k removed)
     aopc_k: np.ndarray  # (K,) p(y | x) - p(y | x~k)
     lodds_k: np.ndarray | None  # (K,) log p(y | x~k) - log p(y | x); None for a regression's score
@@ -141,14 +146,14 @@ class RankingCurve:
             raise DeletionError(LODDS_UNDEFINED)
         return float(self.lodds_k.mean())
 
-    def flip_text(self, m: int) -> str:
+    def flip_text(self, m: int, unit: str = "token") -> str:
         """The first flip in words: '12 tokens (0.046)', 'no flip within the first 24 tokens', 'no flip' or
-        NO_THRESHOLD."""
+        NO_THRESHOLD (m removable units of kind `unit`)."""
         if not self.flips:
             return NO_THRESHOLD
         if self.flip_removed is not None:
-            return f"{self.flip_removed:,} tokens ({self.flip_fraction:.3f})"
-        return "no flip" if self.scanned >= m else f"no flip within the first {self.scanned:,} tokens"
+            return f"{self.flip_removed:,} {unit}s ({self.flip_fraction:.3f})"
+        return "no flip" if self.scanned >= m else f"no flip within the first {self.scanned:,} {unit}s"
 
 
 @dataclass(frozen=True)
@@ -202,9 +207,9 @@ class DeletionResult:
     predicted: int  # y: the label explained (the most probable on the intact input; 0 for a regression's score)
     p_original: float  # p(y | x) (the head's explained quantity), from the same batched forward as the copies
     n: int  # tokens, <s> and </s> included
-    n_removable: int  # the text tokens: n - 2 between <s> and </s>
+    n_removable: int  # the text tokens: n - 2 between <s> and </s> (by units: the document's units)
     replacement: str  # the token written over deleted ones, e.g. '<mask>'
-    flip_limit: int  # the scan's bound in tokens for this document (n_removable = exact to the end)
+    flip_limit: int  # the scan's bound in tokens (units) for this document (n_removable = exact to the end)
     runs: tuple[RankingCurve, ...]  # the given orders, then one per random seed
     labels: dict  # name -> label for tables and charts
     forward_passes: int  # copies scored by this call (the intact input included)
@@ -213,6 +218,7 @@ class DeletionResult:
     head: str  # the head's kind (model.heads.KINDS): what p is, whether LOdds and flips are defined
     threshold: float | None  # a regression's decision threshold (score >= threshold); None for label heads
     stopped: bool = False  # Stop was pressed: the scans hold what they had scored
+    unit: str = "token"  # what was removed (DeletionSettings.unit): counts, bounds and flips are in these units
 
     @property
     def lodds_defined(self) -> bool:
@@ -380,10 +386,17 @@ def summarise(runs: pd.DataFrame, ks: Sequence[float] = KS) -> pd.DataFrame:
 
 
 # ------------------------------------------------------------------------------------------- orders
-def removal_order(scores, n: int | None = None, prefix: int = 1, suffix: int = 1) -> np.ndarray:
+def removal_order(scores, n: int | None = None, prefix: int = 1, suffix: int = 1, *,
+                  segments: Segments | None = None) -> np.ndarray:
     """Removable positions (the text tokens prefix .. n-1-suffix; <s> and </s>: 1 .. n-2) sorted from the highest
-    score to the lowest; ties keep the lower position first, so the order is deterministic."""
+    score to the lowest; ties keep the lower position first, so the order is deterministic. With `segments`
+    (deletion by units, model.segments.segment): the unit indices 0 .. m_u-1 sorted by the sums of their tokens'
+    scores (model.segments.aggregate), highest first, ties by position."""
     scores = check_vector(scores, n, "scores")
+    if segments is not None:
+        if segments.n != len(scores):
+            raise DeletionError(f"scores has {len(scores)} values but the units cover {segments.n} tokens")
+        return np.argsort(-aggregate(scores, segments), kind="stable").astype(np.int64)
     return (np.argsort(-scores[prefix : len(scores) - suffix], kind="stable") + prefix).astype(np.int64)
 
 
@@ -405,19 +418,6 @@ def scan_bound(max_removed: float, flip_bound: int | None, m: int) -> int | None
     bounds = [bound_of(max_removed, m), DeletionSettings(seeds=(), flip_bound=flip_bound).flip_bound]
     bounds = [b for b in bounds if b is not None]
     return min(bounds) if bounds else None
-
-
-def default_batch_size(model: LoadedModel, n: int | None = None) -> int:
-    """Copies per forward of an `n`-token document: BATCH_SIZE, except on a CPU running one torch thread, where a
-    long copy costs the same alone or batched and copies go one at a time, while short ones still share a forward's
-    fixed cost (the model's Python and its small matrix products): there a batch holds up to SINGLE_THREAD_TOKENS
-    tokens. Measured on the demo with one thread (docs/benchmarks.md "Faithfulness"): per copy 22.9 ms alone and
-    9.2 ms in a batch of 8 at 128 tokens, 27.3 and 15.4 ms at 256, 47.3 and 34.3 ms (batch 4) at 512, 90.9 and
-    83.6 ms at 1,024; with two threads a lone copy cost 3-4x one in a batch of 8; a GPU needs batches to be used."""
-    single_thread_cpu = torch.device(model.device).type == "cpu" and torch.get_num_threads() == 1
-    if not single_thread_cpu:
-        return BATCH_SIZE
-    return 1 if n is None else max(1, min(BATCH_SIZE, SINGLE_THREAD_TOKENS // max(int(n), 1)))
 
 
 def check_vector(values, n: int | None, what: str) -> np.ndarray:

@@ -9,16 +9,17 @@ import time
 from typing import Mapping
 
 import numpy as np
-import torch
 
 from .._disk import JsonStore, array_digest, digest
+from ..model import copies
 from ..model.analysis import DocumentAnalysis
 from ..model.encoding import Encoded
 from ..model.loading import LoadedModel
+from ..model.segments import segment
 from ..progress import Progress, format_seconds, report
 from ..runtime import COMPUTE
 from .deletion import (
-    RANDOM, REPLACEMENTS, DeletionError, DeletionResult, DeletionSettings, RankingCurve, default_batch_size,
+    RANDOM, DeletionError, DeletionResult, DeletionSettings, RankingCurve, default_batch_size,
     random_order, removed_count,
 )
 
@@ -37,7 +38,10 @@ def deletion_test(
     stop: threading.Event | None = None,
 ) -> DeletionResult:
     """Curves and first flips of every order in `orders` (name -> removable positions, most important first) and
-    of one random order per settings.seed (named 'random'), on one document.
+    of one random order per settings.seed (named 'random'), on one document. Deletion by units
+    (settings.unit other than "token"): each order is a permutation of the unit indices 0 .. m_u-1 of
+    model.segments.segment(analysis, settings.unit) (evaluation.deletion.removal_order with `segments`), and
+    every count is a count of units.
 
     resume: keep each scan's position on disk (LONGVIZ_CACHE_DIR/flip-scans/, or under cache_dir), keyed by the
     model's fingerprint, the document, the replacement and the order. stop: when set, the scans end after the
@@ -53,17 +57,23 @@ def deletion_test(
     n, m = analysis.n, len(enc.text_positions)
     if m < 1:
         raise DeletionError(f"a document needs at least one text token between its special tokens, got n={n}")
+    segments = None if settings.unit == "token" else segment(analysis, settings.unit)
+    removable = enc.text_positions if segments is None else np.arange(len(segments), dtype=np.int64)
+    m = len(removable)
     runs: list[tuple[str, int | None, np.ndarray]] = []
     for name, order in orders.items():
         if name == RANDOM:
             raise DeletionError("'random' is the seeded baseline: give its seeds in the settings, not an order")
         order = np.asarray(order, dtype=np.int64)
-        if order.shape != (m,) or sorted(order.tolist()) != enc.text_positions.tolist():
-            raise DeletionError(f"the order {name!r} must be a permutation of the {m} removable positions")
+        if order.shape != (m,) or sorted(order.tolist()) != removable.tolist():
+            what = "removable positions" if segments is None else f"{settings.unit} units (their indices)"
+            raise DeletionError(f"the order {name!r} must be a permutation of the {m} {what}")
         runs.append((name, None, order))
-    runs += [(RANDOM, s, random_order(n, s, enc.prefix, enc.suffix)) for s in settings.seeds]
+    runs += [(RANDOM, s, random_order(n, s, enc.prefix, enc.suffix) if segments is None
+              else random_order(m, s, 0, 0)) for s in settings.seeds]
     if not runs:
         raise DeletionError("choose at least one ranking")
+    removals = [_removal(order, segments) for _, _, order in runs]
     scorer = _Scorer(model, analysis.encoded, replacement_id(model, settings.replacement),
                      default_batch_size(model, n) if settings.batch_size is None else settings.batch_size)
     counts = [removed_count(k, m) for k in settings.ks]
@@ -71,10 +81,10 @@ def deletion_test(
     limit = settings.limit(m) if flips else 0  # no decision, no scan
     with COMPUTE.hold():
         report(progress, 0.0, f"Deletion curves: {len(runs)} rankings")
-        intact = scorer.log_outputs([(runs[0][2], 0)], owner=-1)[0]
+        intact = scorer.log_outputs([(removals[0][0], 0)], owner=-1)[0]
         predicted = head.predicted(intact)  # an argmax: the same on the log scale, without exp's underflow
         base = intact[predicted]
-        curve_logp = scorer.log_outputs([(order, c) for _, _, order in runs for c in counts],
+        curve_logp = scorer.log_outputs([(tokens, cuts[c]) for tokens, cuts in removals for c in counts],
                                         owners=[i for i in range(len(runs)) for _ in counts])
         curve_logp = curve_logp[:, predicted].reshape(len(runs), len(counts))  # (runs, K)
 
@@ -82,9 +92,9 @@ def deletion_test(
             return head.decision(log_outputs, predicted, threshold) != head.decision(intact, predicted, threshold)
 
         saved = _ScanStore(model, analysis.encoded, scorer.replacement_id, predicted, threshold,
-                           cache_dir) if resume and flips else None
-        scans = _Scans(scorer, [order for _, _, order in runs], flipped, limit, saved, progress, stop,
-                       [labels_of(labels, name, seed) for name, seed, _ in runs])
+                           cache_dir, segments) if resume and flips else None
+        scans = _Scans(scorer, [order for _, _, order in runs], removals, flipped, limit, saved, progress, stop,
+                       [labels_of(labels, name, seed) for name, seed, _ in runs], settings.unit)
         scans.run()
         report(progress, 1.0, "Done")
     out = []
@@ -102,7 +112,18 @@ def deletion_test(
         ks=settings.ks, predicted=predicted, p_original=float(head.value(base)), n=n, n_removable=m,
         replacement=model.tokenizer.convert_ids_to_tokens(scorer.replacement_id), flip_limit=limit, runs=tuple(out),
         labels={RANDOM: "Random", **(labels or {})}, forward_passes=scorer.copies, copies_needed=needed,
-        seconds=time.monotonic() - started, head=head.kind, threshold=threshold, stopped=scans.stopped)
+        seconds=time.monotonic() - started, head=head.kind, threshold=threshold, stopped=scans.stopped,
+        unit=settings.unit)
+
+
+def _removal(order: np.ndarray, segments) -> tuple[np.ndarray, np.ndarray]:
+    """(tokens, cuts) of a removal order: removing its first c entries replaces tokens[:cuts[c]]. By tokens the
+    order itself and cuts = 0 .. m; by units the units' tokens one unit after another, cuts at their ends."""
+    if segments is None:
+        return order, np.arange(len(order) + 1, dtype=np.int64)
+    spans = np.asarray(segments.spans, dtype=np.int64)[order]  # (m_u, 2)
+    tokens = np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in spans])
+    return tokens, np.r_[0, np.cumsum(spans[:, 1] - spans[:, 0])].astype(np.int64)
 
 
 def labels_of(labels, name: str, seed) -> str:
@@ -111,26 +132,8 @@ def labels_of(labels, name: str, seed) -> str:
 
 
 def replacement_id(model: LoadedModel, replacement: str) -> int:
-    """The token id a removed token becomes (REPLACEMENTS)."""
-    if replacement not in REPLACEMENTS:
-        raise DeletionError(f"replacement must be one of {REPLACEMENTS}, got {replacement!r}")
-    token_id = _replacement_ids(model).get(replacement)
-    if token_id is None:
-        raise DeletionError(f"The tokenizer has no {replacement} token; choose one of "
-                            f"{', '.join(replacements_for(model))}.")
-    return int(token_id)
-
-
-def replacements_for(model: LoadedModel) -> tuple[str, ...]:
-    """The REPLACEMENTS this model's tokenizer has a token for, in REPLACEMENTS' order."""
-    ids = _replacement_ids(model)
-    return tuple(r for r in REPLACEMENTS if ids.get(r) is not None)
-
-
-def _replacement_ids(model: LoadedModel) -> dict:
-    tok = model.tokenizer
-    baseline = tok.pad_token_id if model.template is None else model.template.filler
-    return {"mask": tok.mask_token_id, "pad": tok.pad_token_id, "baseline": baseline}
+    """The token id a removed token becomes (REPLACEMENTS); DeletionError when the tokenizer has none."""
+    return copies.replacement_id(model, replacement, DeletionError)
 
 
 class _Scorer:
@@ -170,22 +173,20 @@ class _Scorer:
         return np.stack([self.known[k] for k in keys])
 
     def _forward(self, ids: np.ndarray) -> np.ndarray:
-        inputs = self.model.family.inputs(self.enc, self.model.device, ids=ids)
-        with torch.no_grad():
-            logits = self.model(**inputs).logits
-        return self.model.head.log_outputs(logits.double()).cpu().numpy()  # (B, classes)
+        return self.model.head.log_outputs(copies.copy_logits(self.model, self.enc, ids)).cpu().numpy()  # (B, classes)
 
 
 class _Scans:
     """The exact first-flip scans of every order, advanced together: each round gives every unfinished scan its
     next consecutive counts (the batch shared between them), then settles a scan at the smallest flipping count of
     its chunk. clear[i]: every count 1 .. clear[i] keeps the decision; flip[i]: the first count that does not, or
-    None. `flipped`: (copies, classes) log-outputs -> whether each copy's decision differs from the intact one."""
+    None. `flipped`: (copies, classes) log-outputs -> whether each copy's decision differs from the intact one.
+    Counts are of `unit`s; removals[i] = _removal(orders[i]) says which tokens each count removes."""
 
-    def __init__(self, scorer: _Scorer, orders: list[np.ndarray], flipped, limit: int, saved, progress,
-                 stop, names: list[str]) -> None:
-        self.scorer, self.orders, self.flipped, self.limit = scorer, orders, flipped, limit
-        self.saved, self.progress, self.stop, self.names = saved, progress, stop, names
+    def __init__(self, scorer: _Scorer, orders: list[np.ndarray], removals: list, flipped, limit: int, saved,
+                 progress, stop, names: list[str], unit: str = "token") -> None:
+        self.scorer, self.orders, self.removals, self.flipped, self.limit = scorer, orders, removals, flipped, limit
+        self.saved, self.progress, self.stop, self.names, self.unit = saved, progress, stop, names, unit
         self.clear = [0] * len(orders)
         self.flip: list[int | None] = [None] * len(orders)
         self.stopped = False
@@ -210,7 +211,7 @@ class _Scans:
                 break
             per = max(1, self.scorer.batch_size // len(open_))
             chunks = {i: list(range(self.clear[i] + 1, min(self.limit, self.clear[i] + per) + 1)) for i in open_}
-            probes = [(self.orders[i], c) for i in open_ for c in chunks[i]]
+            probes = [(self.removals[i][0], self.removals[i][1][c]) for i in open_ for c in chunks[i]]
             owners = [i for i in open_ for _ in chunks[i]]
             flipped = self.flipped(self.scorer.log_outputs(probes, owners))
             at = 0
@@ -232,7 +233,7 @@ class _Scans:
                 scored = self.scorer.copies - copies0
                 left = (now - started) / scored * (total - done) if scored else math.nan
                 eta = f"; at most about {format_seconds(left)} left" if scored else ""
-                report(self.progress, done / total, f"Decision flips (exact scan to {self.limit:,} tokens), "
+                report(self.progress, done / total, f"Decision flips (exact scan to {self.limit:,} {self.unit}s), "
                        f"{len(open_)} rankings open, {self.names[open_[0]]} at {self.clear[open_[0]]:,}{eta}")
         if self.saved is not None:
             for i, order in enumerate(self.orders):
@@ -241,19 +242,21 @@ class _Scans:
 
 class _ScanStore:
     """Where each flip scan has got to, on disk: {"clear": c, "flip": f or None} per (document, replacement,
-    predicted class, regression threshold, order), written at most every few seconds while scans run and when
-    they end."""
+    predicted class, regression threshold, units, order), written at most every few seconds while scans run and
+    when they end."""
 
     EVERY_S = 5.0
 
     def __init__(self, model: LoadedModel, enc: Encoded, replacement_id: int, predicted: int,
-                 threshold: float | None, cache_dir) -> None:
+                 threshold: float | None, cache_dir, segments=None) -> None:
         self.store = JsonStore("flip-scans", cache_dir)
         self.base = {"v": 2, "model": model.fingerprint, "ids": array_digest(enc.input_ids),
                      "positions": array_digest(enc.position_ids), "global": array_digest(enc.global_mask),
                      "replacement": int(replacement_id), "predicted": int(predicted)}
         if threshold is not None:  # a regression's decision; label heads keep the keys they had
             self.base["threshold"] = float(threshold)
+        if segments is not None:  # by units, a count means the units' tokens; by tokens the keys stay as they were
+            self.base["units"] = array_digest(np.asarray(segments.spans, dtype=np.int64))
         self.last = time.monotonic()
 
     def _key(self, order: np.ndarray) -> str:
@@ -273,4 +276,6 @@ class _ScanStore:
         self.last = time.monotonic()
 
 
-__all__ = ["deletion_test", "replacement_id"]
+replacements_for = copies.replacements_for
+
+__all__ = ["deletion_test", "replacement_id", "replacements_for"]

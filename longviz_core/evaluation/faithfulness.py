@@ -21,6 +21,7 @@ import numpy as np
 
 from ..model.analysis import DocumentAnalysis
 from ..model.loading import LoadedModel
+from ..model.segments import segment
 from ..progress import Progress
 from .deletion import (
     BATCH_SIZE, DEFAULT_SEEDS, FLIP_BOUND, KS, LODDS_UNDEFINED, NO_THRESHOLD, RANDOM, REPLACEMENTS, DeletionError,
@@ -51,12 +52,14 @@ def ranking_scores(analysis: DocumentAnalysis, attribution, layers=None, scale=N
 
 
 def ranking_orders(analysis: DocumentAnalysis, attribution, rankings: Sequence[str] = RANKINGS, layers=None,
-                   scale=None) -> dict[str, np.ndarray]:
-    """The removal orders of the score-based `rankings` (random's come from the settings' seeds)."""
+                   scale=None, unit: str = "token") -> dict[str, np.ndarray]:
+    """The removal orders of the score-based `rankings` (random's come from the settings' seeds): text-token
+    positions, or by `unit` the unit indices by their summed scores (removal_order)."""
     scored = [r for r in rankings if r != RANDOM]
     scores = ranking_scores(analysis, attribution, layers, scale) if scored else {}
     enc = analysis.encoded
-    return {r: removal_order(scores[r], prefix=enc.prefix, suffix=enc.suffix) for r in scored}
+    segments = None if unit == "token" else segment(analysis, unit)
+    return {r: removal_order(scores[r], prefix=enc.prefix, suffix=enc.suffix, segments=segments) for r in scored}
 
 
 def faithfulness(
@@ -78,6 +81,7 @@ def faithfulness(
     cache_dir=None,
     progress: Progress | None = None,
     stop=None,
+    unit: str = "token",
 ) -> DeletionResult:
     """Deletion curves and first decision flips of `rankings` for one document (the deletion test of
     evaluation.deletion_engine with the three score-based orders and the random seeds).
@@ -88,14 +92,17 @@ def faithfulness(
     max_removed / flip_bound: the flip scan's bound, a fraction of the removable tokens and a number of tokens
     (the smaller applies; 1.0 and None: every count, exact to the end; flip_bound=0: the curves alone).
     threshold: a regression head's decision (score >= threshold); without one it has no flips to find.
-    Other options as deletion_test."""
+    unit: what is deleted (DeletionSettings.unit): "token", or whole words, sentences or paragraphs ranked by
+    their summed scores; ks, max_removed and flip_bound then count units. Other options as deletion_test."""
     attribution = check_vector(attribution, analysis.n, "attribution")  # checked even when only random uses none
     seeds = check_settings(rankings, batch_size, seeds, max_removed)
+    unit = DeletionSettings(seeds=(), unit=unit).unit
+    m = len(analysis.encoded.text_positions) if unit == "token" else len(segment(analysis, unit))
     settings = DeletionSettings(ks=check_ks(ks), replacement=replacement,
                                 seeds=seeds if RANDOM in rankings else (),
-                                flip_bound=scan_bound(max_removed, flip_bound, len(analysis.encoded.text_positions)),
-                                batch_size=batch_size, threshold=threshold)
-    return deletion_test(model, analysis, ranking_orders(analysis, attribution, rankings, layers, scale), settings,
+                                flip_bound=scan_bound(max_removed, flip_bound, m),
+                                batch_size=batch_size, threshold=threshold, unit=unit)
+    return deletion_test(model, analysis, ranking_orders(analysis, attribution, rankings, layers, scale, unit), settings,
                          progress, labels=RANKING_LABELS, resume=resume, cache_dir=cache_dir,
                          stop=stop)
 

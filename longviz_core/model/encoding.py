@@ -44,6 +44,9 @@ class Encoded:
     max_tokens: int
     prefix: int = 1  # special tokens before the text (<s>)
     suffix: int = 1  # special tokens after it (</s>)
+    # (n - prefix - suffix, 2) int64: each text token's characters [start, end) in the document (a fast
+    # tokenizer's offset_mapping); None where the tokenizer gives none. model.segments maps units through them.
+    offsets: np.ndarray | None = field(default=None, repr=False)
 
     @property
     def n(self) -> int:
@@ -90,8 +93,16 @@ def text_token_ids(tokenizer, text: str) -> list[int]:
     """The ids of `text` read as text: a special token's spelling written in the document (`<s>`, `</s>`,
     `<pad>`, `<mask>`, `[CLS]`, …) is split like any other characters, never turned into the special id, so
     the model's own special tokens are only those `encode` adds by position (first and last)."""
-    return tokenizer(text, add_special_tokens=False, truncation=False, verbose=False,
-                     split_special_tokens=True)["input_ids"]
+    return text_tokens(tokenizer, text)[0]
+
+
+def text_tokens(tokenizer, text: str) -> tuple[list[int], list[tuple[int, int]] | None]:
+    """(text_token_ids, each token's character offsets in `text`): the offsets from a fast tokenizer's
+    offset_mapping, None from a tokenizer without them (a slow, Python tokenizer)."""
+    offsets = bool(getattr(tokenizer, "is_fast", False))
+    out = tokenizer(text, add_special_tokens=False, truncation=False, verbose=False, split_special_tokens=True,
+                    **({"return_offsets_mapping": True} if offsets else {}))
+    return out["input_ids"], (out["offset_mapping"] if offsets else None)
 
 
 def encode(
@@ -129,7 +140,7 @@ def encode(
     max_tokens = whole_number(max_tokens, what, lo=specials + 1, error=InputTextError)
     if model_max is not None and max_tokens > model_max:
         raise InputTextError(f"max_tokens={max_tokens} exceeds what this model accepts ({model_max} tokens).")
-    text_ids = text_token_ids(tokenizer, text)
+    text_ids, offsets = text_tokens(tokenizer, text)
     if not text_ids:
         raise InputTextError("The document produced no tokens.")
     kept = text_ids[: max_tokens - specials]
@@ -152,4 +163,5 @@ def encode(
         max_tokens=max_tokens,
         prefix=len(before),
         suffix=len(after),
+        offsets=None if offsets is None else np.asarray(offsets[: len(kept)], dtype=np.int64).reshape(-1, 2),
     )

@@ -24,6 +24,7 @@ PUBLIC = {
     "model.heads": ["Head", "HeadError"],
     "model.analysis": ["DocumentAnalysis", "analyze", "pick_document", "predict_probs"],
     "model.bands": ["AttentionBands", "head_weights"],
+    "model.segments": ["Segments", "UNITS", "aggregate", "segment"],
     "attribution.ig": ["Attribution", "integrated_gradients"],
     "attribution.cost": ["estimate_ig_seconds"],
     "attribution.explainers": ["EXPLAINERS", "ExplainerError", "Explanation", "explain"],

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ...errors import StoreError
 from ..store.units import Record, load_unit
 from .job import Doc, Job, Kind
-from .settings import Settings, flip_bound
+from .settings import Settings, flip_bound, with_unit
 
 
 def _faithfulness(job: Job, doc: Doc) -> Record:
@@ -17,7 +17,7 @@ def _faithfulness(job: Job, doc: Doc) -> Record:
     result = faithfulness(job.model, a, doc.load("attribution").arrays["scores"], layers=cfg["attention_layers"],
                           scale=scale, rankings=cfg["rankings"], ks=cfg["ks"], replacement=cfg["replacement"],
                           seeds=cfg["seeds"], max_removed=cfg["max_removed"], flip_bound=cfg["flip_bound"],
-                          resume=job.use_cache, cache_dir=job.cache_dir)
+                          resume=job.use_cache, cache_dir=job.cache_dir, unit=cfg.get("unit", "token"))
     rows = result.table()
     rows.insert(0, "p_original", result.p_original)
     rows.insert(0, "n", result.n)
@@ -30,11 +30,11 @@ def _faithfulness_settings(s: Settings) -> dict:
 
     rankings = list(RANKINGS if s.rankings is None else s.rankings)
     seeds = check_settings(rankings, None, DEFAULT_SEEDS if s.seeds is None else s.seeds, s.max_removed)
-    return {"rankings": rankings, "ks": list(check_ks(KS if s.ks is None else s.ks)), "replacement": s.replacement,
-            "flip": "exact scan", "max_removed": float(s.max_removed), "flip_bound": flip_bound(s),
-            "seeds": list(seeds),
-            "attention_layers": None if s.faithfulness_layers is None else list(s.faithfulness_layers),
-            "scaled": bool(s.faithfulness_scaled)}
+    return with_unit({"rankings": rankings, "ks": list(check_ks(KS if s.ks is None else s.ks)),
+                      "replacement": s.replacement, "flip": "exact scan", "max_removed": float(s.max_removed),
+                      "flip_bound": flip_bound(s), "seeds": list(seeds),
+                      "attention_layers": None if s.faithfulness_layers is None else list(s.faithfulness_layers),
+                      "scaled": bool(s.faithfulness_scaled)}, s)
 
 
 KIND = Kind("faithfulness", ("attention", "attribution"), _faithfulness_settings, _faithfulness)

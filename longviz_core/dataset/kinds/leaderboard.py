@@ -7,7 +7,7 @@ from ...errors import StoreError
 from ..store.units import Record
 from .attribution import attribution_settings
 from .job import Doc, Job, Kind, target_class
-from .settings import Settings, flip_bound
+from .settings import Settings, flip_bound, with_unit
 
 
 def _leaderboard(job: Job, doc: Doc) -> Record:
@@ -28,16 +28,16 @@ def _leaderboard(job: Job, doc: Doc) -> Record:
     runs = document_leaderboard(job.model, a, cfg["methods"], target, ks=cfg["ks"], seeds=cfg["seeds"] or (),
                                 replacement=cfg["replacement"], max_removed=cfg["max_removed"],
                                 flip_bound=cfg["flip_bound"], rank_by=cfg["rank_by"], options=options,
-                                resume=job.use_cache, cache_dir=job.cache_dir)
+                                resume=job.use_cache, cache_dir=job.cache_dir, unit=cfg.get("unit", "token"))
     return Record(tables={"runs": runs})
 
 
 def _leaderboard_settings(s: Settings) -> dict:
-    from ...attribution.explainers import EXPLAINERS
+    from ...attribution.explainers import DEFAULT_METHODS, EXPLAINERS
     from ...evaluation.faithfulness import DEFAULT_SEEDS, KS, check_ks, check_settings
     from ..leaderboard import check_methods
 
-    methods = list(EXPLAINERS if s.explainers is None else s.explainers)
+    methods = list(DEFAULT_METHODS if s.explainers is None else s.explainers)
     options: dict = {}
     for method, option, value in s.explainer_options or ():
         options.setdefault(method, {})[option] = value
@@ -52,12 +52,12 @@ def _leaderboard_settings(s: Settings) -> dict:
     seeds = (check_settings(["random"], None, DEFAULT_SEEDS if s.seeds is None else s.seeds, s.max_removed)
              if "random" in methods else None)
     ig = attribution_settings(s) if "ig" in methods else None
-    return {"methods": methods, "target": str(s.target), "rank_by": s.rank_by,
-            "ks": list(check_ks(KS if s.ks is None else s.ks)), "replacement": s.replacement, "flip": "exact scan",
-            "max_removed": float(s.max_removed), "flip_bound": flip_bound(s),
-            "seeds": None if seeds is None else list(seeds),
-            "ig": None if ig is None else {k: ig[k] for k in ("n_steps", "method", "precision", "scores")},
-            "options": options}
+    return with_unit({"methods": methods, "target": str(s.target), "rank_by": s.rank_by,
+                      "ks": list(check_ks(KS if s.ks is None else s.ks)), "replacement": s.replacement,
+                      "flip": "exact scan", "max_removed": float(s.max_removed), "flip_bound": flip_bound(s),
+                      "seeds": None if seeds is None else list(seeds),
+                      "ig": None if ig is None else {k: ig[k] for k in ("n_steps", "method", "precision", "scores")},
+                      "options": options}, s)
 
 
 KIND = Kind("leaderboard", (), _leaderboard_settings, _leaderboard)

@@ -46,9 +46,12 @@ class Settings:
     flip_bound: int | None = None  # the flip scan's limit in tokens (the smaller limit applies); None = no bound
     faithfulness_layers: tuple | None = None  # the attention ranking's layers (0-based); None = all
     faithfulness_scaled: bool = False  # the attention ranking scaled by the store's head importance
+    # what the faithfulness and leaderboard kinds' deletion test removes: model.segments.UNITS (ks, max_removed
+    # and flip_bound then count these units)
+    unit: str = "token"
     # the explainer leaderboard (also ks, seeds, replacement, max_removed, target; its IG: n_steps, ig_method,
     # precision)
-    explainers: tuple | None = None  # methods of attribution.explainers.EXPLAINERS; None = all of them
+    explainers: tuple | None = None  # methods of attribution.explainers.EXPLAINERS; None = DEFAULT_METHODS
     rank_by: str = "signed"  # deletion order: "signed" (score, high to low) or "magnitude" (|score|)
     explainer_options: tuple | None = None  # (method, option, value) triples for the explainers other than IG
 
@@ -80,6 +83,10 @@ class Settings:
 
         if self.replacement not in REPLACEMENTS:
             raise SettingsError(f"replacement must be one of {REPLACEMENTS}, got {self.replacement!r}")
+        from ...model.segments import UNITS
+
+        if self.unit not in UNITS:
+            raise SettingsError(f"unit must be one of {', '.join(UNITS)}, got {self.unit!r}")
         object.__setattr__(self, "max_removed", real_number(self.max_removed, "max_removed (a fraction of the "
                                                             "removable tokens)", 0, 1, above=True))
         if self.flip_bound is not None:
@@ -104,6 +111,12 @@ def mask_rule() -> str:
     from ...views.masking import RULE
 
     return RULE
+
+
+def with_unit(settings: dict, s: Settings) -> dict:
+    """A kind's manifest settings with the deletion unit, named only when it is not "token": stores made before
+    units existed keep their settings, and a store by units is another store."""
+    return settings if s.unit == "token" else {**settings, "unit": s.unit}
 
 
 def flip_bound(s: Settings) -> int | None:
