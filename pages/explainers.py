@@ -15,7 +15,7 @@ from longviz_core.evaluation import faithfulness as fa
 from pages._ui import current, dataset, deletion, export, hosting, shell
 from pages._ui.ig import ig_steps_picker
 from pages._ui.keys import K
-from pages._ui.leaderboard import show_leaderboard, show_table
+from pages._ui.leaderboard import show_leaderboard
 
 shell.run_through_app()
 

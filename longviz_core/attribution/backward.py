@@ -15,7 +15,6 @@ from ..model.bands import AttentionBands
 from ..model.block_sparse import BlockSparseLayer
 from ..model.capture import implementation
 from ..model.loading import LoadedModel
-from ..runtime import COMPUTE
 
 
 def _producer(t: torch.Tensor):

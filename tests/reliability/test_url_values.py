@@ -11,7 +11,6 @@ import unicodedata
 from pathlib import Path
 
 import pytest
-from streamlit.testing.v1 import AppTest
 
 from pages._ui import url
 from pages._ui.keys import K
