@@ -1,6 +1,7 @@
 """Figures and display tables for the explainer leaderboard (Altair + pandas + HTML strings; no Streamlit).
 
 - `leaderboard_view`: the leaderboard as shown: explainer, AOPC, LOdds and first flip with random's ± sd, cost.
+- `every_number`: every number of the leaderboard, a column per explainer and a row per number.
 - `agreement_heatmap`: explainers x explainers Kendall tau / RBO of their token rankings.
 - `scores_table`: every explainer's score per token, for the CSV export.
 - `explainer_header_html`: the overlay header naming the explainer, the class explained and the prediction.
@@ -43,6 +44,25 @@ def leaderboard_view(table: pd.DataFrame) -> pd.DataFrame:
         "peak MB": table["peak_bytes"].to_numpy() / 2**20,
         "cost": table["cost"].to_numpy(),
     })
+
+
+def every_number(table: pd.DataFrame) -> pd.DataFrame:
+    """leaderboard.summarise's table turned a column per explainer (its method id; the label goes in the column's
+    help) and a row per number: AOPC and LOdds at each k and their means, the first flip in words (flip_text) and
+    the flip rate, random's sd over its seeds of each, seconds, peak MB, documents and runs; numbers to 4
+    decimals. A row per explainer was 3,377 px wide; eight explainers' columns fit 528 px (issue 30)."""
+    require_columns(table, ("method", "first_flip", "flip_rate", "seconds", "peak_bytes"))
+    metrics = [c for c in table.columns if c.split("@")[0] in ("aopc", "lodds") and not c.endswith("_sd")]
+    sds = [f"{c}_sd" for c in [*metrics, "first_flip"] if f"{c}_sd" in table]
+    rows = {c: table[c].round(4) for c in metrics}
+    rows["first flip"] = [flip_text(v, w, short=True) for v, w in zip(table["first_flip"], _within(table))]
+    rows["flip rate"] = table["flip_rate"].round(4)
+    rows.update({c: table[c].round(4) for c in sds})
+    rows["seconds"] = table["seconds"].round(4)
+    rows["peak MB"] = (table["peak_bytes"] / 2**20).round(1)
+    rows.update({c: table[c] for c in ("documents", "runs") if c in table})
+    wide = pd.DataFrame({name: list(values) for name, values in rows.items()}, index=table["method"]).T
+    return wide.astype(object).rename_axis("number").reset_index().rename_axis(None, axis=1)
 
 
 NO_FLIP = "no flip"

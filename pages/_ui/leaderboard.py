@@ -57,10 +57,13 @@ def show_leaderboard(runs, model, meta, title, pending=None):
     flips are still being scanned (their cells say so, no downloads yet, the flips tab waits)."""
     table = show_table(runs, model, meta, title, pending)
     with st.expander("Every number (AOPC and LOdds at each k, sds)"):
+        wide = fig.every_number(table.assign(first_flip=float("nan"), no_flip_within=float("nan")) if pending
+                                else table)
+        heads = {m: st.column_config.Column(m, help=label) for m, label in zip(table["method"], table["label"])}
         if pending:
-            st.dataframe(table.assign(first_flip="…"), hide_index=True)
-        else:
-            shell.table(flips_in_words(table), "explainer leaderboard every number", model, meta, download=table)
+            st.dataframe(wide[wide["number"] != "first flip"], hide_index=True, column_config=heads)
+        else:  # the CSV keeps a row per explainer, every column at full precision
+            shell.table(wide, "explainer leaderboard every number", model, meta, download=table, column_config=heads)
     tabs = st.tabs(["AOPC", "LOdds", "first flip (exact scan)", "runs"])
     curves = lb.curves(runs)
     for tab, metric in zip(tabs, ("aopc", "lodds")):

@@ -108,9 +108,11 @@ def test_document_leaderboard_equals_the_command_line(demo, private_cache, tmp_p
     _ok(at)
     cli = _leaderboard_cli(tmp_path, 1, "--flip-bound", str(lb.dl.FLIP_BOUND))  # the page's second stage
     _same(at.dataframe[0].value, cli)
-    every = at.dataframe[1].value.set_index("method")  # the "Every number" table: no empty cell for "no flip"
-    assert list(every.loc[cli.index, "first_flip"]) == [flip_text(v, w) for v, w in
-                                                        zip(cli["first_flip"], cli["no_flip_within"])]
+    # the "Every number" table: a column per explainer, a row per number; no empty cell for "no flip"
+    every = at.dataframe[1].value.set_index("number")
+    assert list(every.loc["first flip", cli.index]) == [flip_text(v, w, short=True) for v, w in
+                                                         zip(cli["first_flip"], cli["no_flip_within"])]
+    np.testing.assert_allclose(every.loc["aopc", cli.index].to_numpy(float), cli["aopc"], atol=5e-5 + 1e-9)  # 4 dp
     runs = at.dataframe[2].value["first_flip"]  # the runs tab: a number or "no flip …", never blank
     assert runs.notna().all() and (pd.to_numeric(runs, errors="coerce").notna() | runs.str.startswith(NO_FLIP)).all()
     # the flips still open are offered to the exact scan, with the copies it may take

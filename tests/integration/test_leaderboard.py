@@ -288,6 +288,18 @@ def test_figures_from_runs(tiny_longformer, doc):
     table = lb.summarise(runs).assign(first_flip=[0.123456, math.nan])
     assert list(fig.leaderboard_view(table)["first flip"]) == ["0.1235", fig.NO_FLIP]
     assert "no flip. Peak" in fig.random_floor(fig.leaderboard_view(table.assign(method=["gae", "random"])))
+    # every number: a column per explainer, a row per number, each cell the summary's own value (random's sd
+    # over its seeds from the runs by hand)
+    wide = fig.every_number(table).set_index("number")
+    assert list(wide.columns) == list(table["method"])
+    at_k = [c for c in table.columns if c.startswith("aopc@") and not c.endswith("_sd")]
+    assert len(at_k) == len(fa.KS)
+    for label in at_k:
+        assert wide.loc[label, "random"] == round(seeds[label].mean(), 4)
+        assert wide.loc[f"{label}_sd", "random"] == round(seeds[label].std(ddof=0), 4)
+    gae = runs[runs["method"] == "gae"].iloc[0]
+    assert wide.loc["lodds", "gae"] == round(gae["lodds"], 4) and wide.loc["runs", "random"] == 3
+    assert list(wide.loc["first flip"]) == ["0.1235", fig.NO_FLIP]
     scores = fig.scores_table(doc.tokens, {"gae": lv.explain(tiny_longformer, doc, "gae")})
     assert list(scores.columns) == ["position", "token", "gae"] and len(scores) == doc.n
     header = fig.explainer_header_html("GAE", "Chefer et al.", "class_1", "class_0", 0.7, None)
