@@ -42,6 +42,7 @@ from .streamed import StreamedLayer
 IMPLEMENTATION = "longviz"
 _ROWS = 256  # query rows per chunk of a layer's attention
 _MASK_CELLS = 1 << 22  # query x key cells per chunk of mask rows (transformers' builder holds int64 indices)
+_MEMO_CELLS = 1 << 26  # mask cells a LazyMask keeps for its layers (64 MiB of bools: 32,768 rows x 2,048 keys)
 
 
 class AttentionPatternError(LongvizError, RuntimeError):
@@ -51,7 +52,8 @@ class AttentionPatternError(LongvizError, RuntimeError):
 @dataclass(frozen=True, eq=False)
 class LazyMask:
     """The mask transformers would build for one layer type, as the recipe it hands the mask builder; rows are
-    built on demand. `kind` classifies it once (chunk by chunk): "full" (every pair), "causal" (j <= i) or "other"."""
+    built on demand, in pieces of query rows over the keys they reach (`pieces`, kept between the layers that
+    share the mask); `kind` classifies it: "full" (every pair), "causal" (j <= i) or "other"."""
 
     batch_size: int
     q_length: int
@@ -61,7 +63,7 @@ class LazyMask:
     mask_function: object
     attention_mask: torch.Tensor | None
     device: object
-    _kind: list = field(default_factory=list, repr=False)
+    _memo: dict = field(default_factory=dict, repr=False)
 
     def rows(self, a: int, b: int) -> torch.Tensor:
         """(batch, 1, b - a, keys) bool, True = attend: rows a .. b-1 of the mask."""
@@ -72,29 +74,47 @@ class LazyMask:
                          attention_mask=self.attention_mask, allow_is_causal_skip=False,
                          allow_is_bidirectional_skip=False, device=self.device)
 
-    def chunks(self):
-        """(a, b, rows a..b-1 as (batch, 1, rows, keys) bool) in chunks of about _MASK_CELLS cells."""
-        step = max(1, _MASK_CELLS // max(self.kv_length, 1))
+    def pieces(self):
+        """(a, b, lo, hi, rows a..b-1 over keys lo..hi-1 as (batch, 1, rows, keys) bool) for chunks of at most
+        _ROWS query rows and _MASK_CELLS mask cells; keys lo..hi-1 are those the rows reach (every key: none).
+        Every layer of one type reads the same mask, and transformers' builder evaluates its mask function on every
+        query x key pair (a third of a 32,768-token decoder analysis): the pieces are built once, classifying the
+        mask on the way (`kind`), and kept while they hold at most _MEMO_CELLS cells (a window's band at any
+        length); a mask reaching further (padding in a full layer) is built again for each reader."""
+        if "pieces" in self._memo:
+            yield from self._memo["pieces"]
+            return
+        kept, cells, full, causal = [], 0, True, True
+        step = max(1, min(_ROWS, _MASK_CELLS // max(self.kv_length, 1)))
         for a in range(0, self.q_length, step):
             b = min(a + step, self.q_length)
-            yield a, b, self.rows(a, b)
+            m = self.rows(a, b)  # (B, 1, rows, keys)
+            # the rows are built on the model's device (a GPU's): the positions they are compared with too
+            i = torch.arange(a, b, device=m.device)[:, None] + self.q_offset
+            j = torch.arange(self.kv_length, device=m.device)[None, :] + self.kv_offset
+            full = full and bool(m.all())
+            causal = causal and bool((m == (j <= i)).all())
+            cols = torch.nonzero(m.any(dim=(0, 1, 2))).flatten()
+            # rows that reach no key (a left pad's) run over every key, all masked, as sdpa would run them whole
+            lo, hi = (int(cols[0]), int(cols[-1]) + 1) if len(cols) else (0, self.kv_length)
+            piece = (a, b, lo, hi, m[..., lo:hi].contiguous())  # a copy: the whole rows are freed
+            cells += piece[4].numel()
+            if kept is not None and cells <= _MEMO_CELLS:
+                kept.append(piece)
+            else:
+                kept = None
+            yield piece
+        self._memo["kind"] = "causal" if causal else "full" if full else "other"  # one q x one k is both
+        if kept is not None:
+            self._memo["pieces"] = kept
 
     @property
     def kind(self) -> str:
-        if not self._kind:
-            kind = {"full", "causal"}
-            for a, b, m in self.chunks():
-                # the rows are built on the model's device (a GPU's): the positions they are compared with too
-                i = torch.arange(a, b, device=m.device)[:, None] + self.q_offset
-                j = torch.arange(self.kv_length, device=m.device)[None, :] + self.kv_offset
-                if "full" in kind and not bool(m.all()):
-                    kind.discard("full")
-                if "causal" in kind and not bool((m == (j <= i)).all()):
-                    kind.discard("causal")
-                if not kind:
-                    break
-            self._kind.append(min(kind) if kind else "other")  # "causal" < "full": one q x one k is both
-        return self._kind[0]
+        """"full" (every pair), "causal" (j <= i) or "other", from one pass over the pieces."""
+        if "kind" not in self._memo:
+            for _ in self.pieces():
+                pass
+        return self._memo["kind"]
 
 
 def analyze_layers(model, inputs: dict, patterns) -> tuple:
@@ -157,32 +177,47 @@ def band_of(q: torch.Tensor, k: torch.Tensor, scaling: float, r: int) -> Attenti
     return AttentionBands(local, empty_c, empty_r, np.zeros(0, dtype=np.int64), r, (r,))
 
 
-def _expected(p, a: int, b: int, n: int, device=None) -> torch.Tensor:
-    """(b - a, n) bool on `device` (the CPU: None): rows a .. b-1 of the pattern `p` (a LayerPattern)."""
-    i, j = torch.arange(a, b, device=device)[:, None], torch.arange(n, device=device)[None, :]
+def _reach(p, a: int, b: int, n: int) -> tuple[int, int]:
+    """(lo, hi): the keys lo .. hi-1 that query rows a .. b-1 of the pattern `p` reach, together."""
+    if p.kind == BANDED:
+        return max(0, a - p.radius), min(n, b + p.radius)
+    if p.kind == CAUSAL:
+        return (max(0, a - p.radius) if p.radius else 0), b
+    return 0, n
+
+
+def _expected(p, a: int, b: int, lo: int, hi: int, device=None) -> torch.Tensor:
+    """(b - a, hi - lo) bool on `device` (the CPU: None): rows a .. b-1, keys lo .. hi-1 of the pattern `p`."""
+    i, j = torch.arange(a, b, device=device)[:, None], torch.arange(lo, hi, device=device)[None, :]
     if p.kind == BANDED:
         return (i - j).abs() <= p.radius
     if p.kind == CAUSAL:
         return (j <= i) & (j >= i - p.radius) if p.radius else j <= i
-    return torch.ones((b - a, n), dtype=torch.bool, device=device)
+    return torch.ones((b - a, hi - lo), dtype=torch.bool, device=device)
 
 
 def _check_mask(module, mask, n: int, p, layer: int) -> None:
     """The mask the model built for this layer (a LazyMask, a bool tensor, or None: every pair, or causal where
-    the module is causal, as sdpa reads it) must allow exactly the pattern `p` the config names."""
+    the module is causal, as sdpa reads it) must allow exactly the pattern `p` the config names. Read in pieces of
+    query rows over the keys lo .. hi-1 outside which the mask allows nothing: the pattern must reach no key
+    outside them either, and allow the same pairs inside."""
     if mask is None:
         seen = LayerPattern(CAUSAL if getattr(module, "is_causal", False) else FULL, 0, n)
-        parts = ((a, min(a + _ROWS, n), _expected(seen, a, min(a + _ROWS, n), n)) for a in range(0, n, _ROWS))
+        if (seen.kind, seen.radius) == (p.kind, p.radius):
+            return
+        parts = ((a, b, *_reach(seen, a, b, n), _expected(seen, a, b, *_reach(seen, a, b, n)))
+                 for a, b in ((a, min(a + _ROWS, n)) for a in range(0, n, _ROWS)))
     elif isinstance(mask, LazyMask):
-        parts = ((a, b, m[0, 0]) for a, b, m in mask.chunks())
+        parts = ((a, b, lo, hi, m[0, 0]) for a, b, lo, hi, m in mask.pieces())
     else:
         m = mask[0, 0] if mask.dim() == 4 else mask
         if m.shape[-2:] != (n, n):
             raise AttentionPatternError(f"layer {layer}: a mask of shape {tuple(m.shape)} for {n} tokens")
         m = m if m.dtype == torch.bool else m == 0
-        parts = ((a, min(a + _ROWS, n), m[a : a + _ROWS]) for a in range(0, n, _ROWS))
-    for a, b, rows in parts:
-        if not bool((rows == _expected(p, a, b, n, rows.device)).all()):  # a mask's rows: the model's device
+        parts = ((a, min(a + _ROWS, n), 0, n, m[a : a + _ROWS]) for a in range(0, n, _ROWS))
+    for a, b, lo, hi, rows in parts:  # rows: (b - a, hi - lo) on the mask's device (the model's)
+        want_lo, want_hi = _reach(p, a, b, n)
+        if not (lo <= want_lo and want_hi <= hi and bool((rows == _expected(p, a, b, lo, hi, rows.device)).all())):
             what = {CAUSAL: f"causal attention{f' reaching {p.radius} tokens back' if p.radius else ''}",
                     BANDED: f"a sliding window of radius {p.radius}"}.get(p.kind, "full attention")
             raise AttentionPatternError(f"layer {layer}: the config names {what}, but the model's mask differs "
@@ -224,18 +259,14 @@ def _attention(module, query, key, value, attention_mask, dropout=0.0, scaling=N
 
 def _row_chunks(mask, n: int):
     """(a, b, lo, hi, mask rows a..b-1 over keys lo..hi-1) for chunks of at most _ROWS query rows and _MASK_CELLS
-    mask cells (transformers' builder holds int64 indices of every cell); keys lo..hi-1 are the ones the rows
-    reach. `mask` a LazyMask, or None: every pair."""
+    mask cells; keys lo..hi-1 are the ones the rows reach (LazyMask.pieces). `mask` a LazyMask, or None: every
+    pair."""
+    if mask is not None:
+        yield from mask.pieces()
+        return
     step = max(1, min(_ROWS, _MASK_CELLS // max(n, 1)))
     for a in range(0, n, step):
-        b = min(a + step, n)
-        if mask is None:
-            yield a, b, 0, n, None
-            continue
-        m = mask.rows(a, b)  # (B, 1, rows, n)
-        cols = torch.nonzero(m.any(dim=(0, 1, 2))).flatten()
-        lo, hi = (int(cols[0]), int(cols[-1]) + 1) if len(cols) else (0, n)
-        yield a, b, lo, hi, m[..., lo:hi]
+        yield a, min(a + step, n), 0, n, None
 
 
 def _capped(module, query, key, value, mask, scaling, softcap) -> torch.Tensor:
