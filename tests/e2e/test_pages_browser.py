@@ -1,9 +1,9 @@
 """Issue 15's acceptance in a real browser: every page through its main flows (the per-document jobs run, every
 tab opened) at 1,440 and 1,024 px, checked from the DOM and the charts' SVG: every chart at least 250 x 150 px
 with a plot area that is not squashed, no chart text cut, outside its chart or overlapping another axis label,
-every table of up to 30 rows whole, no metric value cut, no traceback. A full-page screenshot of every page at
-both widths goes to $LONGVIZ_SCREENSHOTS (or a temporary directory, printed); with LONGVIZ_UPDATE_SCREENSHOT=1
-the attribution page at 1,440 px replaces docs/screenshot.png."""
+every table of up to 30 rows whole, no metric value cut, no traceback. With $LONGVIZ_SCREENSHOTS set, a full-page
+screenshot of every page at both widths goes there; with LONGVIZ_UPDATE_SCREENSHOT=1 the attribution page at
+1,440 px replaces docs/screenshot.png (through a temporary directory when the other is unset)."""
 from __future__ import annotations
 
 import os

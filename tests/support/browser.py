@@ -291,7 +291,11 @@ def visible_tabs(driver) -> list:
 
 
 def full_page_screenshot(driver, path, width: int, height: int = 1400, limit: int = 9000) -> None:
-    """The whole page: the window grown to the main area's height for the shot, then back to `height`."""
+    """The whole page: the window grown to the main area's height for the shot, then back to `height`. Only when a
+    person will read it ($LONGVIZ_SCREENSHOTS or $LONGVIZ_UPDATE_SCREENSHOT set): a shot asserts nothing, and
+    growing the window, letting the charts re-layout and encoding a page-long PNG took seconds a shot in CI."""
+    if not (os.environ.get("LONGVIZ_SCREENSHOTS") or os.environ.get("LONGVIZ_UPDATE_SCREENSHOT") == "1"):
+        return
     tall = driver.execute_script(
         'const m = document.querySelector(\'[data-testid="stMain"]\'); return m ? m.scrollHeight : 0;')
     driver.set_window_size(width, min(max(height, int(tall) + 80), limit))
