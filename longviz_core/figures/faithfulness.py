@@ -51,8 +51,12 @@ def deletion_curves_chart(curves: pd.DataFrame, metric: str = "aopc", title: str
     require_columns(curves, ["ranking", "k", metric])
     data = curves.assign(k=curves["k"].astype(float))
     label, direction = metrics[metric]
-    x = alt.X("k:Q", title="fraction of text tokens removed", scale=alt.Scale(domain=[0, 1], nice=False),
-              axis=alt.Axis(format=".0%", values=[0, 0.2, 0.4, 0.6, 0.8, 1.0]))
+    # the axis ends where the curves do (the largest k, up to the next tenth): KS stops at 50 %, and an axis to
+    # 100 % left half the chart empty
+    end = min(1.0, float(np.ceil(np.round(data["k"].max() * 10, 9))) / 10) if len(data) else 1.0
+    ticks = [round(t, 2) for t in np.arange(0, end + 1e-9, 0.1 if end <= 0.5 else 0.2)]
+    x = alt.X("k:Q", title="fraction of text tokens removed", scale=alt.Scale(domain=[0, end], nice=False),
+              axis=alt.Axis(format=".0%", values=ticks))
     y_scale = alt.Scale(domain=[0, 1], nice=False) if metric == "probability" and not score else alt.Scale(zero=True)
     colour = alt.Color("ranking:N", sort=_order(data["ranking"]), title="ranking",
                        legend=alt.Legend(orient="bottom", direction="horizontal", columns=2, labelLimit=0,

@@ -275,7 +275,9 @@ def test_figures_from_runs(tiny_longformer, doc):
     rnd = curves[curves["ranking"] == "Random"]
     assert (rnd["aopc_hi"] - rnd["aopc_lo"] >= 0).all() and curves[curves["ranking"] == "GAE"]["aopc_sd"].isna().all()
     for metric in ("aopc", "lodds"):
-        assert deletion_curves_chart(curves, metric).to_dict()
+        spec = deletion_curves_chart(curves, metric).to_dict()
+        x = spec["layer"][-1]["encoding"]["x"]  # the axis ends where the curves do: the largest k, 50 %
+        assert x["scale"]["domain"] == [0, max(fa.KS)] and x["axis"]["values"] == [0, 0.1, 0.2, 0.3, 0.4, 0.5]
     assert flip_chart(lb.flips(runs)).to_dict()
     view = fig.leaderboard_view(lb.summarise(runs))
     assert view["explainer"].iloc[0].startswith("★ ") and not view["explainer"].iloc[1].startswith("★")

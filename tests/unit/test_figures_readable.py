@@ -35,7 +35,7 @@ def test_head_heatmap_is_layers_by_heads_with_range_legend_and_tooltip():
     assert (small["width"], small["height"]) == (300, 200)  # never a thin line
 
 
-def test_deletion_curves_fixed_aspect_full_axes_and_band():
+def test_deletion_curves_fixed_aspect_axes_and_band():
     ks = [0.01, 0.05, 0.1, 0.2, 0.5]
     curves = pd.concat([
         pd.DataFrame({"ranking": "|IG|", "k": ks, "probability": [0.9, 0.8, 0.6, 0.4, 0.2]}),
@@ -47,7 +47,11 @@ def test_deletion_curves_fixed_aspect_full_axes_and_band():
     band, line = _layers(spec)
     assert band["mark"]["type"] == "area" and band["mark"]["clip"] and line["mark"]["clip"]
     enc = line["encoding"]
-    assert enc["x"]["scale"]["domain"] == [0, 1] and enc["y"]["scale"]["domain"] == [0, 1]
+    # the probability axis whole; the removed fraction's axis ends where the curves do, at the next tenth
+    assert enc["x"]["scale"]["domain"] == [0, 0.5] and enc["y"]["scale"]["domain"] == [0, 1]
+    for last, end in ((0.25, 0.3), (1.0, 1.0), (0.3, 0.3)):
+        longer = ffig.deletion_curves_chart(curves.assign(k=curves["k"].replace(0.5, last)), "probability")
+        assert _layers(longer.to_dict())[-1]["encoding"]["x"]["scale"]["domain"] == [0, end]
     assert enc["color"]["legend"]["orient"] == "bottom"
     assert "mean ± sd over seeds" in spec["title"]["subtitle"]
     aopc = ffig.deletion_curves_chart(curves.assign(aopc=0.1), "aopc").to_dict()
