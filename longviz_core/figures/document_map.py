@@ -42,7 +42,7 @@ def document_map_chart(dmap: DocumentMap, mode: str = "diverging", selected: int
     scale = (alt.Scale(domain=[-vmax, 0, vmax], range=[RED, WHITE, GREEN], interpolate="rgb")
              if mode == "diverging" else alt.Scale(domain=[0, vmax], range=[WHITE, RED], interpolate="rgb"))
     positions = alt.Scale(domain=[0, dmap.n], nice=False, zero=True)
-    x = alt.X("start:Q", title="token position", scale=positions, axis=alt.Axis(format=",d", tickCount=8, grid=False))
+    x = alt.X("start:Q", title=None, scale=positions, axis=alt.Axis(format=",d", tickCount=8, grid=False))
     unit = dmap.unit
     tooltip = [alt.Tooltip("rank:Q", title="rank"), alt.Tooltip("text:N", title=unit),
                alt.Tooltip("score:Q", title=score_name, format="+.4g"),
@@ -64,6 +64,7 @@ def document_map_chart(dmap: DocumentMap, mode: str = "diverging", selected: int
     ranked = "by score, high to low" if dmap.rank_by == "signed" else "by |score|"
     return (strip + bars + ranks + outline).properties(
         title=alt.TitleParams(title or f"Document map: {m:,} {unit}s over {dmap.n:,} tokens", anchor="start",
-                              subtitle=f"colour = {score_name} per token of each {unit} ({signed}); width = its "
-                                       f"tokens; 1 … {len(dmap.top)} = the top {unit}s {ranked}"),
+                              subtitle=[f"x = token position; colour = {score_name} per token of each {unit} "
+                                        f"({signed}), width = its tokens;",
+                                        f"1 … {len(dmap.top)} = the top {unit}s {ranked}"]),
         height=HEIGHT, autosize=FIT_WIDTH)

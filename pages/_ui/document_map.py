@@ -39,9 +39,8 @@ def show(page: str, model: lv.LoadedModel, analysis, scores, meta: dict, *, unit
         if points and isinstance(points[0].get("start"), (int, float)):
             state.pick(page, int(points[0]["start"]))
 
-    export.chart(document_map_chart(dmap, mode, shown, score_name), "document map", model,
-                 {**meta, "map_unit": unit, "map_rank_by": rank_by}, key=strip_key, on_select=clicked,
-                 selection_mode=SELECT)
+    chart = document_map_chart(dmap, mode, shown, score_name)
+    st.altair_chart(chart, key=strip_key, on_select=clicked, selection_mode=SELECT)
     top = dmap.table()
     # the top passage holding the selected token shows as the selected row
     state.table_selection(rows_key, top["position"], -1 if shown is None else int(dmap.starts[shown]))
@@ -55,18 +54,26 @@ def show(page: str, model: lv.LoadedModel, analysis, scores, meta: dict, *, unit
     st.markdown(f"**Top {unit}s by {what}** · click one to bring the overlay to it")
     if top.empty:
         st.caption(f"No {unit} has a score above 0.")
-        return selected
-    shell.table(top.drop(columns="tokens"), f"document map {unit}s", model, meta, key=rows_key, on_select=picked,
-                selection_mode="single-row", download=dmap.table(np.arange(len(dmap))),
-                column_config={"rank": st.column_config.NumberColumn("#", width=30),
-                               "score": st.column_config.NumberColumn(score_name, format="%+.4g",
-                                                                      width="small"),
-                               "share": st.column_config.NumberColumn("share", format="percent", width=60,
-                                                                      help="of Σ |score| over every passage"),
-                               "position": st.column_config.NumberColumn("token", width=60,
-                                                                         help="its first token"),
-                               unit: st.column_config.TextColumn(unit, width="large")})
+    else:
+        st.dataframe(top.drop(columns=["position", "tokens"]), hide_index=True, key=rows_key, on_select=picked,
+                     selection_mode="single-row", column_config=_columns(unit, score_name, mode))
+    # one row of downloads under both (the first screen holds the strip and the table): the strip's PNG and SVG,
+    # every passage's numbers as CSV with the run's metadata
+    row = st.container(horizontal=True, gap="small")
+    export.download_chart(chart, "document map", where=row)
+    export.download_table(dmap.table(np.arange(len(dmap))), f"document map {unit}s", model,
+                          {**meta, "map_unit": unit, "map_rank_by": rank_by}, where=row)
     return selected
+
+
+def _columns(unit: str, score_name: str, mode: str) -> dict:
+    """The top passages' columns in pixels, 513 with the row's checkbox: they fit the 528 px of the content
+    column at 1,024 px (a text column sized by its text ran past it) and stretch to fill a wider one."""
+    column = st.column_config
+    return {"rank": column.NumberColumn("#", width=30),
+            "score": column.NumberColumn(score_name, format="%+.4g" if mode == "diverging" else "%.4g", width=70),
+            "share": column.NumberColumn("share", format="percent", width=60, help="of Σ |score| over every passage"),
+            unit: column.TextColumn(unit, width=320)}
 
 
 def explainers(page: str, model: lv.LoadedModel, analysis, explanations: dict, rank_by: str, meta: dict) -> None:

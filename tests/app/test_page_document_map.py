@@ -57,7 +57,7 @@ def _select_row(at, page_name: str, row: int):
 
 def _check_map(at, page_name: str, analysis, scores, mask=None):
     """The map's strip is drawn and its top sentences are the sentences with the largest sums of `scores` over
-    their unmasked tokens, high to low."""
+    their unmasked tokens, high to low; their first tokens, best first."""
     titles = [json.loads(c.proto.spec)["title"]["text"] for c in at.get("vega_lite_chart")
               if "Document map" in c.proto.spec]
     seg = lv.segment(analysis, "sentence")
@@ -65,9 +65,11 @@ def _check_map(at, page_name: str, analysis, scores, mask=None):
     sums = [sum(scores[p] for p in range(a, b) if mask is None or not mask[p]) for a, b in seg.spans]
     best = sorted((u for u in range(len(seg)) if sums[u] > 0), key=lambda u: -sums[u])[:5]
     top = _top(at, page_name)
-    assert top["position"].tolist() == [seg.spans[u][0] for u in best] and top["rank"].tolist() == [1, 2, 3, 4, 5]
+    assert top["rank"].tolist() == [1, 2, 3, 4, 5]
     np.testing.assert_allclose(top.iloc[:, 1], [sums[u] for u in best], rtol=1e-9)
-    return top
+    texts = [" ".join(seg.texts[u].replace("\n", "↵").split()) for u in best]
+    assert all(text.startswith(shown.rstrip("…")) for shown, text in zip(top["sentence"], texts))
+    return [seg.spans[u][0] for u in best]
 
 
 def test_summed_attention_map_brings_the_overlay_to_a_sentence(demo, demo_model, demo_dataset):
@@ -78,7 +80,7 @@ def test_summed_attention_map_brings_the_overlay_to_a_sentence(demo, demo_model,
     mask = build_mask(analysis.tokens, special_tokens=("<s>", "</s>"))  # masked by default
     top = _check_map(at, "overlay", analysis, received, mask)
     assert overlays(at)[0]["selected"] is None  # nothing chosen yet
-    chosen = int(top["position"].iloc[2])
+    chosen = top[2]
     _select_row(at, "overlay", 2)
     assert overlays(at)[0]["selected"] == chosen and f'lv-sel" data-pos="{chosen}"' in overlay_html(at)
     assert at.session_state[K.page("overlay", "map_top")]["selection"]["rows"] == [2]
@@ -97,7 +99,7 @@ def test_attribution_map_selects_the_token_everywhere(demo, demo_model, demo_dat
     analysis = lv.analyze(demo_model, demo_dataset["text"].iloc[0], MAX_TOKENS)
     attr = A.cached_attribution(demo_model, analysis, n_steps=4)
     top = _check_map(at, "attribution", analysis, attr.scores)
-    chosen = int(top["position"].iloc[1])
+    chosen = top[1]
     assert at.number_input(key=K.page("attribution", "pos")).value != chosen
     _select_row(at, "attribution", 1)
     assert at.number_input(key=K.page("attribution", "pos")).value == chosen  # the page's one selection
@@ -121,7 +123,7 @@ def test_explainers_map_over_the_chosen_explainers_overlay(demo, demo_model, dem
         _ok(at)
         shown = lv.explain(demo_model, analysis, method)
         top = _check_map(at, P, analysis, shown.scores)
-    chosen = int(top["position"].iloc[0])
+    chosen = top[0]
     _select_row(at, P, 0)
     (overlay,) = overlays(at)
     assert overlay["selected"] == chosen and f'data-pos="{chosen}"' in overlay["html"]
