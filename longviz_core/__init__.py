@@ -35,6 +35,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "views.similarity": ("METRICS", "SimilarityError", "compare", "compare_many"),
     "views.agreement": ("TopSets", "agreement_table", "head_agreement", "top_sets"),
     "views.attribution_tables": ("attribution_by_token", "top_attributions"),
+    "views.document_map": ("DocumentMap", "document_map"),
     "evaluation.importance": ("HeadImportanceError", "IMPORTANCE_METHODS", "cached_head_importance",
         "head_importance", "load_head_importance", "normalise_importance"),
     "evaluation.faithfulness": ("FaithfulnessError", "FaithfulnessResult", "RankingCurve"),

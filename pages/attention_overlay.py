@@ -6,7 +6,7 @@ import streamlit as st
 from longviz_core.figures.text import legend_html, scale_max, token_overlay_html
 from longviz_core.views.masking import build_mask
 from longviz_core.views.units import overlay_table
-from pages._ui import current, export, labels, overlay, shell
+from pages._ui import current, document_map, export, labels, overlay, shell
 from pages._ui.importance import head_importance
 from pages._ui.keys import K
 
@@ -56,8 +56,12 @@ settings = current.export_settings(model, description, heads=preset, layers=laye
 values_df = overlay_table(analysis.tokens, values, "received", mask, unit)  # a word receives what its pieces do
 live = values_df["received"].where(~values_df["masked"]).to_numpy()
 scale_note = "" if mask is not None else " (special tokens outside the scale, drawn at its top)"
-export.overlay(token_overlay_html(analysis.tokens, values, mode="sequential", mask=mask, vmax=vmax, unit=unit),
-               values_df, "summed attention", model, settings, n=analysis.n,
+# sentences for now: the app's Unit choice (paragraph -> paragraphs) is wired at the merge
+selected = document_map.show(P, model, analysis, values, settings, mask=mask, mode="sequential",
+                             score_name="received")
+export.overlay(token_overlay_html(analysis.tokens, values, mode="sequential", mask=mask, vmax=vmax, unit=unit,
+                                  selected=selected),
+               values_df, "summed attention", model, settings, n=analysis.n, selected=selected,
                legend_html=legend_html("sequential", vmax=vmax, label=f"received attention per head{scale_note}"))
 if mask is not None:
     st.caption(f"{int(mask.sum()):,} masked tokens shown in grey.")

@@ -9,7 +9,7 @@ from longviz_core.progress import format_seconds
 from longviz_core.views import attribution_tables as tables
 from longviz_core.views.masking import build_mask
 from longviz_core.views.units import overlay_table, unit_start, units
-from pages._ui import current, dataset, export, hosting, labels, overlay, shell, state
+from pages._ui import current, dataset, document_map, export, hosting, labels, overlay, shell, state
 from pages._ui.ig import ig_steps_picker, max_ig_steps
 from pages._ui.keys import K
 
@@ -68,6 +68,7 @@ h[4].metric("F(x) − F(baseline)", f"{attr.expected:+.4f}",
             **shell.NO_ARROW, help=f"What the raw attributions add up to (completeness): "
                                    f"{analysis.explained_name(attr.target)} for the text minus for the <s> <pad>… </s> "
                                    "baseline. The normalised scores hide this scale.")
+map_slot = st.container()  # the document map, under the header (on the first screen), drawn once its scores are known
 st.caption(f"Explained: {analysis.explained_name(attr.target)} · the model is {model.head.words}.")
 if attr.weak_explanation:
     st.warning(attr.weak_explanation)
@@ -91,6 +92,8 @@ vmax = scale_max(analysis.tokens, shown.scores, mask, unit)
 pos = state.selected_token(st, P, analysis.n, int(attr.scores.argmax()))
 box = unit_start(units(analysis.tokens, shown.scores, mask, unit), int(pos))  # a word's box: its first token
 values = overlay_table(analysis.tokens, shown.scores, shown.column, mask, unit)
+with map_slot:  # sentences for now: the app's Unit choice (paragraph -> paragraphs) is wired at the merge
+    document_map.show(P, model, analysis, shown.scores, meta, mask=mask, score_name=shown.column, selected=int(pos))
 export.overlay(token_overlay_html(analysis.tokens, shown.scores, mask=mask, vmax=vmax, selected=int(pos), unit=unit),
                values, shown.name, model, {**meta, "masked": masked, "explainer": shown.method, "unit": unit},
                header_html=shown.header, legend_html=legend_html("diverging", vmax=vmax, label=shown.legend),

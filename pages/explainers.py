@@ -12,7 +12,7 @@ from longviz_core.dataset import run
 from longviz_core.figures import explainers as fig
 from longviz_core.progress import format_seconds
 from longviz_core.evaluation import faithfulness as fa
-from pages._ui import current, dataset, deletion, export, hosting, shell
+from pages._ui import current, dataset, deletion, document_map, export, hosting, shell
 from pages._ui.ig import ig_steps_picker
 from pages._ui.keys import K
 from pages._ui.leaderboard import show_leaderboard
@@ -128,6 +128,7 @@ if scope == "this document":
                      meta)
     export.download_table(fig.scores_table(analysis.tokens, explanations), "explainer scores per token", model,
                           meta)
+    document_map.explainers(P, model, analysis, explanations, rank_by, meta)  # a map over one explainer's overlay
 else:
     with shell.guard():
         df = current.required_dataset(model, "The dataset leaderboard")

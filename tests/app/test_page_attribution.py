@@ -54,6 +54,10 @@ def _open(max_tokens=200, steps=4, link=None, **state):
     return at
 
 
+def _table(at, key):
+    return next(d for d in at.dataframe if d.key == K.page(P, key)).value
+
+
 def _metric(at, label):
     return next(m for m in at.metric if m.label == label)
 
@@ -79,7 +83,7 @@ def test_overlay_tables_toggles_and_cache(demo, calls):
     assert overlay.count("data-pos=") == 200 and 'class="lv-t lv-m' not in overlay
     assert any("Attribution to" in h.proto.body for h in at.html)  # the legend
     assert len(at.dataframe) >= 4 and len(at.download_button) >= 5
-    top = at.dataframe[0].value
+    top = _table(at, "t_tokens_positive")  # the top 10 positive tokens (the document map's table comes first)
     assert list(top.columns) == ["token", "position", "attribution"] and (top["attribution"] > 0).all()
     assert top["attribution"].iloc[0] == pytest.approx(attr.scores.max())
 
@@ -119,7 +123,7 @@ def test_words_overlay_tables_and_one_selection(demo, calls):
     overlay = overlay_html(at)
     assert overlay.count("data-pos=") == len(words) + 2  # and <s>, </s>
     shown = units(analysis.tokens, attr.scores, unit="word")
-    top = at.dataframe[0].value
+    top = _table(at, "t_words_positive")
     assert list(top.columns) == ["word", "position", "attribution"]
     assert top["attribution"].iloc[0] == pytest.approx(shown.values.max())  # a word's sum of its pieces
     assert top["position"].iloc[0] == shown.positions[shown.values.argmax()]

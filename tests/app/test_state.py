@@ -104,7 +104,7 @@ def test_target_and_token_round_trip_through_the_url(at):
 
 def test_mask_toggle_keeps_the_selection(at):
     table = K.page(P, "t_tokens_positive")
-    chosen = int(at.dataframe[0].value["position"].iloc[3])  # the 4th most positive token
+    chosen = int(_table(at)["position"].iloc[3])  # the 4th most positive token
     at.number_input(key=K.page(P, "pos")).set_value(chosen).run()
     _ok(at)
     assert at.session_state[table]["selection"]["rows"] == [3]  # the table shows the box's token
@@ -112,10 +112,15 @@ def test_mask_toggle_keeps_the_selection(at):
         at.toggle(key=K.page(P, "mask")).set_value(masked).run()
         _ok(at)
         assert _pos(at) == chosen
-        positions = at.dataframe[0].value["position"].tolist()
+        positions = _table(at)["position"].tolist()
         rows = at.session_state[table]["selection"]["rows"]
         assert [positions[r] for r in rows] == ([chosen] if chosen in positions else [])
         assert f'lv-sel" data-pos="{chosen}"' in overlay_html(at) and overlays(at)[0]["selected"] == chosen
+
+
+def _table(at, table: str = "t_tokens_positive"):
+    """The values of table `table` (by default the top 10 positive tokens)."""
+    return next(d for d in at.dataframe if d.key == K.page(P, table)).value
 
 
 def _selected_rows(at, table: str) -> list[int]:
@@ -127,7 +132,7 @@ def _selected_rows(at, table: str) -> list[int]:
 def test_a_click_on_the_overlay_selects_the_token_everywhere(at):
     (shown,) = overlays(at)
     assert shown["clickable"] and shown["selected"] == _pos(at)
-    top = at.dataframe[0].value["position"].tolist()  # the top-10 positive tokens
+    top = _table(at)["position"].tolist()  # the top-10 positive tokens
     chosen, elsewhere = top[2], next(p for p in range(MAX_TOKENS) if p not in top and p != _pos(at))
     click_token(at, chosen)
     _ok(at)

@@ -240,3 +240,42 @@ def _deletion_page_at_defaults(browser, base: str, shots: Path, page: str) -> No
             assert "Scan to the end (exact first flips)" in main
         found = layout_problems(browser)
         assert not found, (page, width, found)
+
+
+# The document map (issue 30) on the default document (the demo's document 0, Max tokens empty: 2,597 tokens) as a
+# new user opens the page: its strip and its top sentences on the first screen, nothing scrolled, at both widths.
+FIRST_SCREEN = HEIGHT  # px: the walk's window (its viewport about 1,260 px high)
+MAP_JS = """
+const main = document.querySelector('[data-testid="stMain"]');
+const chart = [...main.querySelectorAll('[data-testid="stVegaLiteChart"]')].find(
+  c => [...c.querySelectorAll('svg.marks .role-title-text text')].some(t => t.textContent.startsWith('Document map')));
+const table = main.querySelector(`.st-key-${arguments[0]}-map_top [data-testid="stDataFrame"]`);
+const rect = e => { if (!e) return null; const r = e.getBoundingClientRect(); return [r.top, r.bottom, r.width]; };
+return {chart: rect(chart), table: rect(table), scrolled: [window.scrollY, main.scrollTop],
+        rows: table ? [...table.querySelectorAll('[aria-rowcount] td')].map(c => c.textContent.trim()) : []};
+"""
+
+
+@pytest.mark.parametrize("page", ["attention_overlay", "attribution"])
+def test_document_map_on_the_first_screen(app_server, browser, shots, page):
+    base, log = app_server
+    key = {"attention_overlay": "overlay"}.get(page, page)
+    browser.set_window_size(WIDTHS[0], FIRST_SCREEN)
+    browser.get(f"{base}/{page}")
+    wait_idle(browser, timeout=600)
+    click_run_buttons(browser)  # Attribution: Integrated Gradients at the page's default steps
+    for width in WIDTHS:
+        browser.set_window_size(width, FIRST_SCREEN)
+        browser.execute_script('document.querySelector(\'[data-testid="stMain"]\').scrollTo(0, 0); scrollTo(0, 0);')
+        settle(browser)
+        found = browser.execute_script(MAP_JS, key)
+        screen = browser.execute_script("return window.innerHeight;")
+        browser.save_screenshot(str(shots / f"{page}-map-first-screen-{width}.png"))
+        assert found["chart"] and found["table"], (page, width, found)
+        assert found["scrolled"] == [0, 0], found
+        assert found["chart"][1] <= screen and found["table"][1] <= screen, (page, width, screen, found)
+        assert found["chart"][2] > 0.6 * width - 400, found  # across the content column
+        assert len([c for c in found["rows"] if NUMBER.match(c.lstrip("+"))]) >= 5, found["rows"]  # scores read
+        mine = [p for p in layout_problems(browser) if "Document map" in p or p.startswith("table 0 ")]  # the map's
+        assert not problems(browser) and not mine, (problems(browser), mine)
+    assert "Traceback" not in log.read_text()
