@@ -17,6 +17,7 @@ from pathlib import Path
 
 import altair as alt
 import pandas as pd
+from PIL import Image
 
 from . import export
 from ._disk import atomic_write
@@ -180,18 +181,21 @@ def _chart(chart) -> str:
 
 
 # ------------------------------------------------------------------------------------------ saving
-SAVE_FORMATS = {"chart": (".svg", ".png"), "HTML": (".html",), "table": (".csv",), "result": (".html",)}
+SAVE_FORMATS = {"chart": (".svg", ".png"), "raster": (".png",), "HTML": (".html",), "table": (".csv",),
+                "result": (".html",)}
 
 
 def save(figure, path) -> Path:
     """Write `figure` to `path` in the format its suffix names, through the app's exports (longviz_core.export):
-    an Altair chart (any page's, from longviz_core.figures) as .svg or .png (at twice its size), an overlay's HTML
-    (figures.text) as a complete .html page, a table (a leaderboard too) as .csv (spreadsheet-safe), and a result
+    an Altair chart (any page's, from longviz_core.figures) as .svg or .png (at twice its size), a raster (the
+    heatmap grid's image) as .png, an overlay's HTML (figures.text) as a complete .html page, a table (a leaderboard too) as .csv (spreadsheet-safe), and a result
     a notebook shows (`html`) as a .html page of that display. Returns the path."""
     path = Path(path)
     suffix = path.suffix.lower()
     if isinstance(figure, alt.TopLevelMixin):
         kind, data = "chart", {".svg": export.chart_svg, ".png": export.chart_png}.get(suffix)
+    elif isinstance(figure, Image.Image):
+        kind, data = "raster", export.image_png
     elif isinstance(figure, str):
         kind, data = "HTML", lambda body: export.standalone_html(body, title=path.stem)
     elif isinstance(figure, tuple(_DRAWINGS)) and not (isinstance(figure, pd.DataFrame) and suffix == ".csv"):
@@ -199,8 +203,8 @@ def save(figure, path) -> Path:
     elif isinstance(figure, pd.DataFrame):
         kind, data = "table", export.table_csv
     else:
-        raise SettingsError(f"save writes an Altair chart, an overlay's HTML, a DataFrame or a longviz result, not a "
-                            f"{type(figure).__name__}.")
+        raise SettingsError(f"save writes an Altair chart, an image, an overlay's HTML, a DataFrame or a longviz "
+                            f"result, not a {type(figure).__name__}.")
     if data is None or suffix not in SAVE_FORMATS[kind]:
         raise SettingsError(f"A {kind} saves as {' or '.join(SAVE_FORMATS[kind])}, not {suffix or 'no suffix'!r}: "
                             f"name the file accordingly.")

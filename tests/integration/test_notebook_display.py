@@ -15,9 +15,10 @@ import pandas as pd
 import pytest
 
 import longviz_core as lv
-from longviz_core import notebook
+from longviz_core import export, notebook
 from longviz_core.dataset.leaderboard import Leaderboard, summarise
 from longviz_core.evaluation.deletion import removal_order
+from longviz_core.figures.attention import grid_image
 from longviz_core.figures.faithfulness import deletion_curves_chart
 from longviz_core.figures.layout import OVERLAY_HEIGHT
 from longviz_core.figures.text import token_overlay_html
@@ -99,7 +100,8 @@ def test_integrated_gradients_shows_its_header_overlay_and_top_tables(results):
         assert note is None or note in shown.visible
     np.testing.assert_allclose(shown.span_values(), attr.scores, rtol=1e-3, atol=1e-12)
     positive, negative = shown.tables_with(["token", "position", "attribution"])
-    for rows, order in ((positive, np.argsort(-attr.scores, kind="stable")), (negative, np.argsort(attr.scores, kind="stable"))):
+    for rows, order in ((positive, np.argsort(-attr.scores, kind="stable")),
+                        (negative, np.argsort(attr.scores, kind="stable"))):
         assert len(rows) == notebook.TOP
         assert rows == [{"token": token_label(a.tokens[i]), "position": str(i), "attribution": f"{attr.scores[i]:.4f}"}
                         for i in order[:notebook.TOP]]
@@ -195,6 +197,8 @@ def test_save_writes_figures_and_results_through_the_exports(results, tmp_path):
     assert page.startswith("<!DOCTYPE html>") and '<div class="lv-nb"' in page
     assert inert(page.split("<body", 1)[1].split(">", 1)[1].rsplit("</body>", 1)[0]).table(
         ["number", PAYLOAD, "Random"])  # the display's numbers table, its payload header escaped
+    grid = grid_image(lv.normalised_maps(lv.pool_attention(a.attention, grid=8)))  # the heatmap grid's raster
+    assert lv.save(grid, tmp_path / "g.png").read_bytes() == export.image_png(grid)
     csv = lv.save(results["leaderboard"], tmp_path / "l.csv").read_text(encoding="utf-8-sig")
     assert csv.splitlines()[0].startswith("method,label,aopc")
     with pytest.raises(lv.SettingsError, match=r"A chart saves as \.svg or \.png, not '\.html'"):
