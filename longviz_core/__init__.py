@@ -7,6 +7,7 @@ first time the name is used. `longviz_core.<name>` and `from longviz_core import
 from __future__ import annotations
 
 import importlib
+import sys
 
 from ._version import __version__  # noqa: F401  (the package version, here as everywhere)
 
@@ -49,6 +50,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "dataset.store": ("Record", "ResultStore"),
     "dataset.aggregate": ("DatasetAgreement", "DatasetAttribution", "DatasetFaithfulness", "dataset_type_counts"),
     "dataset.leaderboard": ("LeaderboardError", "document_leaderboard"),
+    "notebook": ("save",),
 }
 _ALIASES = {"PrecomputeSettings": "Settings"}  # public name -> its name in its module
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
@@ -68,3 +70,30 @@ def __getattr__(name: str):
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
+
+
+# The result types a notebook shows by themselves (longviz_core.notebook draws them). They live below the figures,
+# which no lower module may import, even inside a function (tests/unit/test_architecture.py): so the front door
+# registers the drawing with IPython's HTML formatter, by the types' names, and nothing loads until one is shown.
+_SHOWN = (("model.analysis", "DocumentAnalysis"), ("attribution.ig", "Attribution"),
+          ("attribution.explainers", "Explanation"), ("evaluation.deletion", "DeletionResult"),
+          ("dataset.leaderboard", "Leaderboard"))
+
+
+def _show(result) -> str:
+    return importlib.import_module(".notebook", __name__).html(result)
+
+
+def _register_displays() -> None:
+    """In an IPython kernel (Jupyter, VS Code), every type of _SHOWN displays as longviz_core.notebook draws it;
+    elsewhere nothing happens (IPython is not imported here)."""
+    ipython = sys.modules.get("IPython")
+    shell = getattr(ipython, "get_ipython", lambda: None)()
+    if shell is None:
+        return
+    formatter = shell.display_formatter.formatters["text/html"]
+    for module, name in _SHOWN:
+        formatter.for_type_by_name(f"{__name__}.{module}", name, _show)
+
+
+_register_displays()

@@ -53,7 +53,7 @@ import numpy as np
 import torch
 
 from ..errors import ExplainerError, finite_vector, whole_number
-from ..model.analysis import DocumentAnalysis
+from ..model.analysis import DocumentAnalysis, DocumentSummary
 from ..model.bands import AttentionBands
 from ..model.loading import LoadedModel
 from ..progress import Progress, report
@@ -95,6 +95,8 @@ class Explanation:
     options: dict = field(default_factory=dict)  # every option that produced the scores, defaults included
     from_cache: bool = False  # IG read from its disk cache (peak_bytes is then that of the read)
     specials: tuple[int, int] = (1, 1)  # special tokens before and after the text (Encoded.prefix, .suffix)
+    # the tokens and the prediction, for a notebook's display
+    document: DocumentSummary | None = field(default=None, repr=False, compare=False)
 
     @property
     def text_scores(self) -> np.ndarray:
@@ -368,7 +370,7 @@ def explain(model: LoadedModel, analysis: DocumentAnalysis, method: str, /, targ
     shown = {k: v for k, v in settings.items() if k not in ("cache_dir", "use_cache")}
     return Explanation(method=method, target=int(target), scores=scores, seconds=float(meta.get("seconds", seconds)),
                        peak_bytes=peak.bytes, options=shown, from_cache=bool(meta.get("from_cache", False)),
-                       specials=(analysis.encoded.prefix, analysis.encoded.suffix))
+                       specials=(analysis.encoded.prefix, analysis.encoded.suffix), document=analysis.summary())
 
 
 __all__ = ["CLS", "DEFAULT_METHODS", "EXPLAINERS",

@@ -42,7 +42,7 @@ import torch
 
 from .._disk import bytes_digest, digest, open_sealed, read_sealed, write_sealed
 from ..errors import AttributionError, real_number, whole_number
-from ..model.analysis import DocumentAnalysis
+from ..model.analysis import DocumentAnalysis, DocumentSummary
 from ..model.encoding import Encoded
 from ..model.heads import REGRESSION
 from ..model.loading import LoadedModel
@@ -97,6 +97,8 @@ class Attribution:
     key: str  # cache key
     head: str  # the head's kind (model.heads.KINDS): F is a probability, or a regression's score
     from_cache: bool = field(default=False, compare=False)
+    # the tokens and the prediction, for a notebook's display (None when attributing an Encoded input)
+    document: DocumentSummary | None = field(default=None, repr=False, compare=False)
     scores: np.ndarray = field(init=False, repr=False, compare=False)  # (n,) raw / ||raw||_2: what views show
 
     def __post_init__(self):
@@ -197,14 +199,14 @@ def integrated_gradients(
         hit = _try_read(path, key, enc.n)
         if hit is not None:
             report(progress, 1.0, "Loaded from cache")
-            return hit
+            return _with_document(hit, analysis)
     steps = n_steps
     with COMPUTE.hold():
         # another session may have computed this very entry while we waited in the queue
         hit = _try_read(path, key, enc.n) if use_cache else None
         if hit is not None:
             report(progress, 1.0, "Loaded from cache")
-            return hit
+            return _with_document(hit, analysis)
         while True:
             round_progress = progress if not adaptive else prefixed(progress, f"{steps} steps: ")
             result = _compute(model, enc, target, steps, method, precision, internal_batch_size, round_progress,
@@ -218,7 +220,7 @@ def integrated_gradients(
     if result.warning:
         warnings.warn(result.warning, ConvergenceWarning, stacklevel=2)
     cost.record_timing(model, enc.n, precision, result, cache_dir)
-    return result
+    return _with_document(result, analysis)
 
 
 def cached_attribution(
@@ -238,7 +240,8 @@ def cached_attribution(
     enc, target = _resolve(model, analysis, target)
     n_steps, _, tolerance, max_steps = validate_settings(n_steps, method, precision, None, tolerance, max_steps)
     key = _cache_key(model, enc, target, n_steps, method, precision, adaptive, tolerance, max_steps)
-    return _try_read(_cache_path(cache_dir, key), key, enc.n)
+    hit = _try_read(_cache_path(cache_dir, key), key, enc.n)
+    return None if hit is None else _with_document(hit, analysis)
 
 
 # ----------------------------------------------------------------------------------------- the maths
@@ -397,6 +400,11 @@ def _try_read(path: Path, key: str, n: int) -> Attribution | None:
 
 
 # ----------------------------------------------------------------------------------------- helpers
+def _with_document(result: Attribution, analysis: DocumentAnalysis | Encoded) -> Attribution:
+    """The result with its document's tokens and prediction (a notebook shows them); an Encoded has no prediction."""
+    return replace(result, document=analysis.summary()) if isinstance(analysis, DocumentAnalysis) else result
+
+
 def _resolve(model, analysis, target) -> tuple[Encoded, int]:
     if not isinstance(model, LoadedModel):
         raise AttributionError(f"model must be a LoadedModel, got {type(model).__name__}: load it with "

@@ -191,7 +191,16 @@ def _check_explanation(e: Explanation, method: str, analysis: DocumentAnalysis) 
 
 
 # ------------------------------------------------------------------------------------------ the leaderboard
-def summarise(runs: pd.DataFrame, ks: Sequence[float] = KS) -> pd.DataFrame:
+class Leaderboard(pd.DataFrame):
+    """summarise's table: a DataFrame whose own type tells a notebook to show it as the Explainers page does
+    (longviz_core.notebook). Every pandas operation on it gives a plain DataFrame, which shows as any other."""
+
+    @property
+    def _constructor(self):
+        return pd.DataFrame
+
+
+def summarise(runs: pd.DataFrame, ks: Sequence[float] = KS) -> Leaderboard:
     """The leaderboard from the runs of one document or many (a 'doc' column tells documents apart): the deletion
     test's summary (evaluation.deletion.summarise: means over documents, random's mean and sd over its seeds) with
     each explainer's label and cost, one row per explainer, sorted by AOPC (highest first), `best` on the first row.
@@ -213,7 +222,7 @@ def summarise(runs: pd.DataFrame, ks: Sequence[float] = KS) -> pd.DataFrame:
     out["best"] = out.index == 0
     lead = ["method", "label", "aopc", "lodds", "first_flip", "seconds", "best", "aopc_sd", "lodds_sd",
             "first_flip_sd", "flip_rate", "no_flip_within", "peak_bytes", "cost", "documents", "runs"]
-    return out[lead + [c for c in out.columns if c not in lead]]
+    return Leaderboard(out[lead + [c for c in out.columns if c not in lead]])
 
 
 def curves(runs: pd.DataFrame, ks: Sequence[float] = KS) -> pd.DataFrame:

@@ -279,6 +279,16 @@ class DeletionResult:
         table.insert(0, "ranking", [self.labels.get(m, m) for m in table["method"]])
         return table
 
+    def numbers(self, flips: bool = True) -> pd.DataFrame:
+        """The numbers as the Faithfulness page and a notebook show them, one row per ranking (indexed by its
+        label): AOPC and LOdds (where defined) at each k and their means, the first flip, its count and the flip
+        rate (with `flips`, where defined), the runs, then the sds; rounded to 4 decimals. Its transpose, a column
+        per ranking, is the table on screen."""
+        metrics = [c for c in metric_columns(self.ks) if self.lodds_defined or not c.startswith("lodds")]
+        flip = ["first_flip", "flip_removed", "flip_rate"] if flips and self.flips_defined else []
+        columns = metrics + flip + ["runs"] + [f"{c}_sd" for c in metrics + flip[:1]]
+        return self.table().set_index("ranking")[columns].round(4)
+
     def long_curves(self) -> pd.DataFrame:
         """Tidy curves for charts: ranking, k, removed, then probability, aopc and lodds, each with '_sd', '_lo' and
         '_hi' (mean -+ sd over the random seeds; NaN for the other rankings)."""

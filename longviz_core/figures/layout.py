@@ -10,6 +10,8 @@ import pandas as pd
 # squeezes them all into width x height instead, which left a 5 px tall plot under a two-row legend.
 PAD = alt.AutoSizeParams(type="pad")
 FIT_WIDTH = alt.AutoSizeParams(type="fit-x", contains="padding")  # as wide as the page, the height its own
+# px: a long document's overlay scrolls inside a box this high, in the app and in a notebook
+OVERLAY_HEIGHT = 480
 
 
 def require_columns(df: pd.DataFrame, columns: Sequence[str]) -> None:

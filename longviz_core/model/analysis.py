@@ -20,6 +20,17 @@ from .loading import LoadedModel
 
 
 @dataclass(frozen=True)
+class DocumentSummary:
+    """What a result keeps of its document to show itself in a notebook (longviz_core.notebook): the tokens and the
+    prediction, not the attention, which a result kept in a notebook or a cache would otherwise keep alive."""
+
+    tokens: tuple[str, ...]
+    labels: tuple[str, ...]  # (classes,) every class's name, by index
+    probs: tuple[float, ...]  # (classes,) the head's outputs (DocumentAnalysis.probs)
+    predicted: int  # DocumentAnalysis.predicted
+
+
+@dataclass(frozen=True)
 class DocumentAnalysis:
     text: str = field(repr=False)
     encoded: Encoded = field(repr=False)
@@ -68,6 +79,11 @@ class DocumentAnalysis:
             names = ", ".join(self.label_name(i) for i in self.predicted_set) or "no label"
             return f"{names} (labels with p ≥ {MULTI_LABEL_CUT:g})"
         return f"{self.label_name(self.predicted)} (p = {self.probs[self.predicted]:.3f})"
+
+    def summary(self) -> DocumentSummary:
+        """The tokens and the prediction, for a result computed from this analysis to show itself."""
+        return DocumentSummary(tuple(self.tokens), tuple(self.label_name(i) for i in range(len(self.probs))),
+                               tuple(float(p) for p in self.probs), int(self.predicted))
 
     def explained_name(self, target: int | None = None) -> str:
         """What an explanation of `target` (default: the predicted label) explains, in words."""

@@ -14,7 +14,7 @@ import streamlit as st
 
 from longviz_core.progress import format_seconds
 from longviz_core.runtime import JOBS
-from longviz_core.evaluation.deletion import FLIP_BOUND, LODDS_UNDEFINED, NO_THRESHOLD, metric_columns
+from longviz_core.evaluation.deletion import FLIP_BOUND, LODDS_UNDEFINED, NO_THRESHOLD
 from pages._ui import shell
 from pages._ui.keys import K
 
@@ -61,11 +61,7 @@ def replacement_picker(model, page: str, where=st) -> str:
 def numbers(result, name: str, model, meta, pending: str | None = None) -> None:
     """The result's table, one column per ranking and one row per number (every number fits the page; the CSV
     keeps a row per ranking), and each unflipped run's flip in words; `pending`: the flips are not scanned yet."""
-    table = result.table()
-    flips = [] if pending or not result.flips_defined else ["first_flip", "flip_removed", "flip_rate"]
-    metrics = [c for c in metric_columns(result.ks) if result.lodds_defined or not c.startswith("lodds")]
-    cols = metrics + flips + ["runs"] + [f"{c}_sd" for c in metrics + flips[:1]]
-    shown = table.set_index("ranking")[cols].round(4)
+    shown = result.numbers(flips=not pending)
     wide = shown.T.rename_axis("number").reset_index()
     if pending:  # drawn again once the flips are known: no download button yet (one per page run)
         st.dataframe(wide, hide_index=True)

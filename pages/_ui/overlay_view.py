@@ -9,8 +9,10 @@ from typing import Callable
 
 import streamlit as st
 
+from longviz_core.figures.layout import OVERLAY_HEIGHT
+
 SELECTED = "lv-sel"  # the class token_overlay_html gives the selected token (its outline)
-HEIGHT = 480  # px: a long document scrolls inside this box
+HEIGHT = OVERLAY_HEIGHT  # px: a long document scrolls inside this box
 
 _CSS = """
 .lv-box { box-sizing: border-box; overflow-y: auto; padding: 0.25rem 0.75rem; border-radius: 0.5rem;

@@ -12,8 +12,8 @@ CORE = "longviz_core"
 # Lowest first. A module may import modules of its own layer and of the layers it lists, never any other.
 # evaluation runs the model again over views' inputs (deletion test, head importance); dataset combines both.
 # figures render what views compute (types, labels) and sit beside dataset: neither imports the other, and no
-# computation imports a renderer. The front door, the Streamlit caches, the command line and the exports for
-# downloads are the top: they may use anything.
+# computation imports a renderer. The front door, the Streamlit caches, the command line, the exports for
+# downloads and the notebook displays are the top: they may use anything.
 LAYERS: dict[str, set[str]] = {
     "base": {"errors", "progress", "_disk", "tokens", "config", "runtime", "_version"},
     "demo": {"demo"},
@@ -23,7 +23,7 @@ LAYERS: dict[str, set[str]] = {
     "evaluation": {"evaluation"},
     "figures": {"figures"},
     "dataset": {"dataset"},
-    "top": {"__init__", "__main__", "cache", "cli", "export"},
+    "top": {"__init__", "__main__", "cache", "cli", "export", "notebook"},
 }
 MAY_IMPORT: dict[str, set[str]] = {
     "base": set(),

@@ -49,6 +49,7 @@ PUBLIC = {
     "dataset.store": ["Record", "ResultStore"],
     "dataset.aggregate": ["DatasetAgreement", "DatasetAttribution", "DatasetFaithfulness", "dataset_type_counts"],
     "dataset.leaderboard": ["LeaderboardError", "document_leaderboard"],
+    "notebook": ["save"],
 }
 
 
