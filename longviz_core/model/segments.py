@@ -226,4 +226,4 @@ def _punkt():
     return PunktSentenceTokenizer(params)
 
 
-__all__ = ["ABBREVIATIONS", "Segments", "UNITS", "Unit", "aggregate", "segment", "token_segments"]
+__all__ = ["ABBREVIATIONS", "UNITS", "Segments", "Unit", "aggregate", "segment", "token_segments"]

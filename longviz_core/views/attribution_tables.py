@@ -12,11 +12,17 @@ import numpy as np
 import pandas as pd
 
 from ..attribution.ig import Attribution
-from ..errors import AttributionError, SelectionError, SettingsError, finite_vector, whole_number
+from ..errors import (
+    AttributionError,
+    SelectionError,
+    SettingsError,
+    finite_vector,
+    whole_number,
+)
 from ..model.analysis import DocumentAnalysis
+from ..model.segments import Segments
 from ..tokens import token_label
 from .masking import build_mask, special_mask
-from ..model.segments import Segments
 from .units import Unit, units
 
 

@@ -8,6 +8,7 @@ from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import longviz_core as lv
@@ -123,3 +124,68 @@ def test_tables_overlay_and_scale_by_sentence(bpe):
     assert re.findall(r'lv-sel" data-pos="(\d+)"', html) == [str(a)]
     with pytest.raises(lv.SettingsError, match="segment this document"):
         units(doc.tokens[:-1], scores[:-1], unit=seg)
+
+
+# ------------------------------------------------------------------------------------------ agreement by units
+def _by_hand(seg, values):
+    """Per unit, the sum of its tokens' values, in a plain loop."""
+    return np.array([sum(values[a:b]) for a, b in seg.spans])
+
+
+@pytest.fixture(scope="module")
+def sentences(tiny_longformer):
+    analysis = lv.analyze(tiny_longformer, TEXT * 2, 128)
+    return analysis, lv.segment(analysis, "sentence")
+
+
+def test_agreement_by_units_compares_the_hand_summed_vectors(sentences):
+    from longviz_core.views import agreement as ag
+    from longviz_core.views.similarity import compare, compare_many
+
+    analysis, seg = sentences
+    attribution = np.random.default_rng(5).normal(size=analysis.n)
+    mask = ag.mask_for(analysis.tokens, ag.MASK_KINDS)
+    a, b = seg.spans[3]
+    mask[a:b] = True  # a sentence of masked tokens only: the one masked unit
+    unit_mask = np.array([all(mask[a:b]) for a, b in seg.spans])
+    assert unit_mask.sum() == 1 and len(seg) == 7
+    table = ag.agreement_table(analysis, attribution, mask=mask, segments=seg)
+    ig = _by_hand(seg, np.abs(attribution))  # |IG| summed per sentence
+    for _, row in table.iterrows():
+        layers = (analysis.attention.num_layers - 1,) if "final" in row["source"] else None
+        attention = _by_hand(seg, analysis.attention.received(layers=layers))
+        expected = compare(attention, ig, mask=None if row["masked"] == "no" else unit_mask,
+                           mode="zero" if row["masked"] == "no" else row["masked"])
+        assert [row[m] for m in expected] == pytest.approx(list(expected.values()), nan_ok=True), row
+    # it differs from the token comparison: the check can fail
+    assert not np.allclose(table["cosine"], ag.agreement_table(analysis, attribution, mask=mask)["cosine"])
+    per_head = analysis.attention.received_per_head()
+    grid = ag.head_agreement(analysis, attribution, "kendall_tau", mask, "drop", segments=seg)
+    hand = np.array([[_by_hand(seg, per_head[i, j]) for j in range(per_head.shape[1])]
+                     for i in range(per_head.shape[0])])
+    assert grid == pytest.approx(compare_many(hand, ig, "kendall_tau", unit_mask, "drop"), nan_ok=True)
+    sets = ag.top_sets(analysis.tokens, analysis.attention.received(), attribution, mask, "drop", segments=seg)
+    starts = {s for s, _ in seg.spans}
+    rows = pd.concat(sets.tables())
+    assert set(rows["position"]) <= starts and a not in set(rows["position"])  # the masked sentence is dropped
+    assert list(rows.columns[:2]) == ["sentence", "position"] and sets.counts().columns[0] == "sentence"
+
+
+def test_explainer_agreement_by_units_ranks_the_summed_keys(sentences, tiny_longformer):
+    import scipy.stats
+
+    from longviz_core.attribution.explainers import Explanation
+    from longviz_core.dataset import leaderboard as lb
+
+    analysis, seg = sentences
+    rng = np.random.default_rng(2)
+    made = {m: Explanation(m, 0, rng.normal(size=analysis.n), 0.0, None) for m in ("ig", "grad_norm")}
+    matrix = lb.agreement_matrix(made, "kendall_tau", rank_by="magnitude", segments=seg)
+    hand = [_by_hand(seg, np.abs(e.scores)) for e in made.values()]
+    assert matrix.loc["ig", "grad_norm"] == pytest.approx(scipy.stats.kendalltau(*hand).statistic)
+    short = lv.analyze(tiny_longformer, "One sentence, and only one", 64)
+    alone = {m: Explanation(m, 0, rng.normal(size=short.n), 0.0, None) for m in made}
+    with pytest.raises(lb.LeaderboardError, match="at least two sentences to rank; this document has one"):
+        lb.agreement_matrix(alone, segments=lv.segment(short, "sentence"))
+    with pytest.raises(lb.LeaderboardError, match="segment the explanations' document"):
+        lb.agreement_matrix(alone, segments=seg)
