@@ -274,7 +274,7 @@ def _word_spans(tokens: tuple[str, ...], scheme: Scheme) -> Words:
     first[1:] = word_of[inside[1:]] != word_of[inside[:-1]]
     starts = inside[first]
     stops = np.append(inside[np.flatnonzero(first)[1:] - 1] + 1, inside[-1] + 1) if len(inside) else inside
-    text = tuple(_join(tokens[a:b], scheme) for a, b in zip(starts, stops))
+    text = tuple(join_pieces(tokens[a:b], scheme) for a, b in zip(starts, stops))
     types = tuple(comparable_text(t) or _whitespace_type(t) for t in text)
     return Words(word_of, starts.astype(np.int64), stops.astype(np.int64), text, types)
 
@@ -333,9 +333,10 @@ def _byte_level_starts(tokens: tuple[str, ...]) -> list[bool]:
     return out
 
 
-def _join(pieces: tuple[str, ...], scheme: Scheme) -> str:
-    """A word's readable text: byte-level pieces decoded together (a character cut across pieces comes whole;
-    bytes of a character cut by truncation show as '\ufffd'), the others piece by piece."""
+def join_pieces(pieces: Sequence[str], scheme: Scheme) -> str:
+    """The readable text of consecutive tokens (a word's pieces, or any run of them): byte-level pieces decoded
+    together (a character cut across pieces comes whole; bytes of a character cut by truncation show as
+    '\ufffd'), the others piece by piece."""
     if scheme == "byte_level":
         joined = "".join(pieces)
         text = decode_byte_level(joined, errors="replace")

@@ -8,7 +8,7 @@ from longviz_core.views.similarity import DEFAULT_P, METRICS, rbo_top_weight
 from pages._ui import current, dataset, export, hosting, labels, shell
 from pages._ui.ig import attribution_after_click, ig_steps_picker
 from pages._ui.importance import head_importance
-from pages._ui.keys import K
+from pages._ui.keys import UNIT_NAMES, K
 
 shell.run_through_app()
 
@@ -39,8 +39,14 @@ kinds = st.multiselect("Mask (paper §3.4)", ag.MASK_KINDS, default=list(ag.MASK
 c1, c2 = st.columns(2)
 lo, hi = c1.slider("Extra attention source: layers", 1, L, (1, L), **K.option(P, "layers")) if L > 1 else (1, 1)
 scale = c2.checkbox("Add rows scaled by head importance", value=True, **K.option(P, "scale"))
-depth = max(1, round(0.05 * analysis.n))
-st.caption(f"With p = {p}, the top {depth:,} ranks (5 % of this document) carry "
+# the sidebar's unit: this document's vectors are summed per unit before every metric; the dataset's stay by tokens
+unit = current.unit() if scope == "this document" else "token"
+segments = current.segments(analysis) if unit != "token" else None
+if scope == "dataset" and current.unit() != "token":
+    st.caption("Dataset-wide numbers compare tokens (the result stores hold them by token), whatever the sidebar's "
+               "unit.")
+depth = max(1, round(0.05 * (analysis.n if segments is None else len(segments))))
+st.caption(f"With p = {p}, the top {depth:,} ranks (5 % of this document's {UNIT_NAMES[unit]}) carry "
            f"{100 * rbo_top_weight(p, depth):.1f} % of RBO's weight. Every metric: higher = more agreement.")
 with st.expander("Masked: 'zero' (the paper) vs 'drop'"):
     st.markdown(
@@ -59,7 +65,7 @@ if scaling is not None:
                    sections=("importance",))
 
 
-meta = current.export_settings(model, description, scope=scope, ig_steps=steps, rbo_p=p, mask=kinds,
+meta = current.export_settings(model, description, scope=scope, unit=unit, ig_steps=steps, rbo_p=p, mask=kinds,
                               layer_range=[lo, hi], scaled_by_head_importance=importance is not None,
                               head_importance=None if scaling is None else scaling.name)
 
@@ -70,7 +76,12 @@ if scope == "this document":
         if ig.warning:
             st.warning(ig.warning)
         mask = ag.mask_for(analysis.tokens, kinds, **current.mask_options(analysis))
-        table = ag.agreement_table(analysis, ig.scores, importance=importance, mask=mask, layer_range=layer_range, p=p)
+        table = ag.agreement_table(analysis, ig.scores, importance=importance, mask=mask, layer_range=layer_range, p=p,
+                                   segments=segments)
+    if segments is not None:
+        st.caption(f"Compared per {unit}: received attention and |IG| summed over each {unit}'s tokens "
+                   f"({len(segments):,} {UNIT_NAMES[unit]}; <s> and </s> belong to none); a {unit} is masked only "
+                   "if all its tokens are.")
     st.subheader("Table 1: similarity of attention and |IG|")
     shell.table(fig.table1(table), "table 1", model, meta, column_config=SHORT_NAMES)
     with st.expander("The notebook's extra cosine variants"):
@@ -91,10 +102,10 @@ if scope == "this document":
     with shell.guard():
         attention = analysis.attention.received(layers=source.layers,
                                                 scale=importance if set_scaled and importance is not None else None)
-        sets = ag.top_sets(analysis.tokens, attention, ig.scores, mask, set_mode)
+        sets = ag.top_sets(analysis.tokens, attention, ig.scores, mask, set_mode, segments=segments)
     st.caption(f"Jaccard = {sets.jaccard:.3f}. Ranks: 1 = highest among the compared tokens.")
     set_meta = {**meta, "set_source": source.label, "set_scaled": set_scaled, "set_masked": set_mode}
-    names = [*ag.SET_NAMES, "counts by token"]
+    names = [*ag.SET_NAMES, f"counts by {unit}"]
     tabs = st.tabs([f"{name} ({len(t)})" for name, t in zip(ag.SET_NAMES, sets.tables())] + [names[-1]])
     for tab, name, t in zip(tabs, names, [*sets.tables(), sets.counts()]):
         shell.table(t, f"top 5 percent {name}", model, set_meta, where=tab, column_config=SHORT_NAMES)
@@ -106,7 +117,7 @@ if scope == "this document":
     head_mode = c2.radio("Masked ", ag.MASK_MODES if mask is not None else ("no",), horizontal=True,
                          **K.option(P, "head_mode"))
     with shell.guard():
-        grid = ag.head_agreement(analysis, ig.scores, metric, mask, head_mode, p=p)
+        grid = ag.head_agreement(analysis, ig.scores, metric, mask, head_mode, p=p, segments=segments)
     export.chart(fig.head_agreement_heatmap(grid, metric), f"per-head {metric}", model,
                  {**meta, "head_metric": metric, "head_masked": head_mode})
 else:

@@ -6,9 +6,9 @@ import streamlit as st
 from longviz_core.figures.text import legend_html, scale_max, token_overlay_html
 from longviz_core.views.masking import build_mask
 from longviz_core.views.units import overlay_table
-from pages._ui import current, document_map, export, labels, overlay, shell
+from pages._ui import current, document_map, export, labels, shell
 from pages._ui.importance import head_importance
-from pages._ui.keys import K
+from pages._ui.keys import UNIT_NAMES, K
 
 shell.run_through_app()
 
@@ -28,7 +28,7 @@ scale = c2.checkbox("Scale by head importance", **K.option(P, "scale"))
 masked = c3.toggle("Mask (§3.4)", value=True, **K.option(P, "mask"),  # short: a column is narrow at 1,024 px
                    help="Special tokens, punctuation and stopwords shown grey and left out of the colour scale. On "
                         "by default, as the paper shows it.")
-unit = overlay.unit_picker(c3, P)
+unit, segments = current.unit(), current.segments(analysis)  # the sidebar's unit
 layers, heads = None, None
 if preset == PRESETS[0]:
     layers = [L - 1]
@@ -49,17 +49,17 @@ with shell.guard():
     values = values / n_heads  # averaged over the chosen heads; the colours are relative anyway
     mask = build_mask(analysis.tokens, **current.mask_options(analysis)) if masked else None
 
-vmax = scale_max(analysis.tokens, values, mask, unit)
+vmax = scale_max(analysis.tokens, values, mask, segments)
 settings = current.export_settings(model, description, heads=preset, layers=layers, head_indices=heads,
                                   scaled_by_head_importance=importance is not None, masked=masked,
                                   head_importance=None if importance is None else importance.name, unit=unit)
-values_df = overlay_table(analysis.tokens, values, "received", mask, unit)  # a word receives what its pieces do
+values_df = overlay_table(analysis.tokens, values, "received", mask, segments)  # a unit receives what its tokens do
 live = values_df["received"].where(~values_df["masked"]).to_numpy()
 scale_note = "" if mask is not None else " (special tokens outside the scale, drawn at its top)"
-# sentences for now: the app's Unit choice (paragraph -> paragraphs) is wired at the merge
+# passages: sentences, or paragraphs when the sidebar's unit is paragraph
 selected = document_map.show(P, model, analysis, values, settings, mask=mask, mode="sequential",
                              score_name="received")
-export.overlay(token_overlay_html(analysis.tokens, values, mode="sequential", mask=mask, vmax=vmax, unit=unit,
+export.overlay(token_overlay_html(analysis.tokens, values, mode="sequential", mask=mask, vmax=vmax, unit=segments,
                                   selected=selected),
                values_df, "summed attention", model, settings, n=analysis.n, selected=selected,
                legend_html=legend_html("sequential", vmax=vmax, label=f"received attention per head{scale_note}"))
@@ -68,7 +68,7 @@ if mask is not None:
 if importance is not None:
     labels.caption(labels.importance(importance), "heads weighted by it", sections=("importance",))
 
-with st.expander(f"{overlay.UNIT_NAMES[unit].capitalize()} receiving the most attention"):
+with st.expander(f"{UNIT_NAMES[unit].capitalize()} receiving the most attention"):
     order = np.argsort(-np.nan_to_num(live, nan=-np.inf), kind="stable")[:25]
-    shell.table(values_df.iloc[order][["position", unit, "received"]], f"most attended {overlay.UNIT_NAMES[unit]}",
-                 model, settings)
+    shell.table(values_df.iloc[order][["position", unit, "received"]], f"most attended {UNIT_NAMES[unit]}",
+                model, settings)

@@ -11,7 +11,7 @@ from longviz_core.views.masking import build_mask
 from longviz_core.views.units import overlay_table, unit_start, units
 from pages._ui import current, dataset, document_map, export, hosting, labels, overlay, shell, state
 from pages._ui.ig import ig_steps_picker, max_ig_steps
-from pages._ui.keys import K
+from pages._ui.keys import UNIT_NAMES, K
 
 shell.run_through_app()
 
@@ -82,20 +82,21 @@ if attr.warning:
     st.warning(attr.warning)
 
 labels.caption(labels.explained(name(attr.target)), labels.scores(), sections=("class", "scores"))
-m1, m2 = st.columns([3, 1])
-masked = m1.toggle("Mask special tokens, punctuation and stopwords", **K.option(P, "mask"))
-unit = overlay.unit_picker(m2, P)
+masked = st.toggle("Mask special tokens, punctuation and stopwords", **K.option(P, "mask"))
+unit, segments = current.unit(), current.segments(analysis)  # the sidebar's unit
+by_unit = {**meta, "unit": unit}  # the exports read by units (the token-type tables stay by type)
 mask = build_mask(analysis.tokens, **current.mask_options(analysis)) if masked else None
 # ---- the overlay: Integrated Gradients, or any explainer of the Explainers page for the same class
 shown = overlay.overlay_scores(P, model, analysis, attr, label)
-vmax = scale_max(analysis.tokens, shown.scores, mask, unit)
+vmax = scale_max(analysis.tokens, shown.scores, mask, segments)
 pos = state.selected_token(st, P, analysis.n, int(attr.scores.argmax()))
-box = unit_start(units(analysis.tokens, shown.scores, mask, unit), int(pos))  # a word's box: its first token
-values = overlay_table(analysis.tokens, shown.scores, shown.column, mask, unit)
-with map_slot:  # sentences for now: the app's Unit choice (paragraph -> paragraphs) is wired at the merge
+box = unit_start(units(analysis.tokens, shown.scores, mask, segments), int(pos))  # a unit's box: its first token
+values = overlay_table(analysis.tokens, shown.scores, shown.column, mask, segments)
+with map_slot:  # passages: sentences, or paragraphs when the sidebar's unit is paragraph
     document_map.show(P, model, analysis, shown.scores, meta, mask=mask, score_name=shown.column, selected=int(pos))
-export.overlay(token_overlay_html(analysis.tokens, shown.scores, mask=mask, vmax=vmax, selected=int(pos), unit=unit),
-               values, shown.name, model, {**meta, "masked": masked, "explainer": shown.method, "unit": unit},
+export.overlay(token_overlay_html(analysis.tokens, shown.scores, mask=mask, vmax=vmax, selected=int(pos),
+                                  unit=segments),
+               values, shown.name, model, {**by_unit, "masked": masked, "explainer": shown.method},
                header_html=shown.header, legend_html=legend_html("diverging", vmax=vmax, label=shown.legend),
                selected=box, on_pick=lambda position: state.pick(P, position), n=analysis.n)  # a click selects
 
@@ -110,11 +111,10 @@ t[3].metric("Received attention (all layers, heads)", f"{d['received_attention']
 
 # ---- tables (Fig 10)
 labels.caption(labels.explained(name(attr.target)), labels.scores(), "tables below", sections=("tables", "scores"))
-ranked = tables.top_attributions(analysis.tokens, attr.scores, analysis.n, "positive", mask, unit)
-negative = tables.top_attributions(analysis.tokens, attr.scores, analysis.n, "negative", mask, unit)
+ranked = tables.top_attributions(analysis.tokens, attr.scores, analysis.n, "positive", mask, segments)
+negative = tables.top_attributions(analysis.tokens, attr.scores, analysis.n, "negative", mask, segments)
 overlay.token_table_pair(P, pd.concat([ranked, negative.iloc[::-1]], ignore_index=True), "attribution",
-                         overlay.UNIT_NAMES[unit].capitalize(), overlay.UNIT_NAMES[unit], model, meta,
-                         selected=box)
+                         UNIT_NAMES[unit].capitalize(), UNIT_NAMES[unit], model, by_unit, selected=box)
 overlay.token_table_pair(P, tables.attribution_by_token(analysis.tokens, attr.scores, mask), "attribution",
                          "Token types (sum over the document)", "token_types", model, meta)
 

@@ -14,7 +14,7 @@ from longviz_core.progress import format_seconds
 from longviz_core.evaluation import faithfulness as fa
 from pages._ui import current, dataset, deletion, document_map, export, hosting, shell
 from pages._ui.ig import ig_steps_picker
-from pages._ui.keys import K
+from pages._ui.keys import UNIT_NAMES, K
 from pages._ui.leaderboard import show_leaderboard
 
 shell.run_through_app()
@@ -34,15 +34,21 @@ st.title("Explainers: which explanation can you trust?")
 with shell.guard():
     model, analysis, label, description = current.current_analysis()
 name = analysis.label_name
+unit = current.unit()  # the sidebar's: what the deletion test removes and the agreement compares
+units = UNIT_NAMES[unit]
+removed = "text tokens" if unit == "token" else units
 st.caption(f"{description} · {analysis.n:,} tokens · predicted {analysis.prediction_words}")
 st.markdown(
-    "Each explainer ranks the text tokens; deleting its top tokens (replaced by the chosen token, `<s>`, `</s>`, "
-    "positions and masks kept) should hurt the prediction more than deleting random ones. **AOPC** = mean over "
+    f"Each explainer ranks the {removed}"
+    + ("" if unit == "token" else f" (a {unit} by the sum of its tokens' scores)")
+    + f"; deleting its top {units} (replaced by the chosen token, `<s>`, `</s>`, positions and masks kept) should "
+    "hurt the prediction more than deleting random ones. **AOPC** = mean over "
     "k ∈ {1, 5, 10, 20, 50} % of p(y|x) − p(y|x without the top k %) (higher is better); **LOdds** = the mean of "
-    "log p(y|x without the top k %) − log p(y|x) (lower is better); **first flip** = share of text tokens removed "
+    f"log p(y|x without the top k %) − log p(y|x) (lower is better); **first flip** = share of {removed} removed "
     "when the predicted class first changes (exact scan; lower is better): the table comes with the curves, the "
-    f"flips within the first {fa.FLIP_BOUND} tokens follow, *Scan to the end* settles the rest in the background. "
-    "**Random**: mean ± sd over its seeds, the floor to beat. Definitions: docs/methods.md, *Explainers*.")
+    f"flips within the first {fa.FLIP_BOUND} {units} follow, *Scan to the end* settles the rest in the background. "
+    "**Random**: mean ± sd over its seeds, the floor to beat. The unit is the sidebar's. Definitions: "
+    "docs/methods.md, *Explainers*.")
 
 methods_all = list(lv.EXPLAINERS)
 # pills, not a multiselect: every name stays in sight (a multiselect cuts its chips to one line); chosen at first:
@@ -57,7 +63,7 @@ target_choice = c1.selectbox("Class explained", ["predicted", *range(model.num_l
                              format_func=lambda t: "the predicted class" if t == "predicted" else name(t),
                              help=f"The deletion test always scores {analysis.explained_name()}.")
 target = None if target_choice == "predicted" else int(target_choice)
-rank_by = c2.radio("Delete tokens by", lb.RANK_BY, **K.option(P, "rank_by"), horizontal=True,
+rank_by = c2.radio(f"Delete {units} by", lb.RANK_BY, **K.option(P, "rank_by"), horizontal=True,
                    format_func={"signed": "score (high to low)", "magnitude": "|score|"}.get,
                    help="score: a token pushing towards the class explained goes first, one pushing against it "
                         "last. |score|: the Faithfulness page's |IG| ranking.")
@@ -71,14 +77,14 @@ if not methods:
     st.stop()
 options = {"ig": {"n_steps": steps}} if "ig" in methods else None
 settings = dict(methods=methods, target=target, rank_by=rank_by, replacement=replacement, seeds=seeds,
-                ig_steps=steps, **({} if threshold is None else {"threshold": threshold}))
+                ig_steps=steps, unit=unit, **({} if threshold is None else {"threshold": threshold}))
 
 
 if scope == "this document":
     meta = current.export_settings(model, description, scope=scope, **settings)
     rankings = len([m for m in methods if m != "random"]) + (len(seeds) if "random" in methods else 0)
     note = (f"The deletion test scores first its curves ({1 + rankings * len(fa.KS):,} perturbed copies at most), "
-            f"then every count up to {fa.FLIP_BOUND} tokens for the first flips (up to {rankings * fa.FLIP_BOUND:,} "
+            f"then every count up to {fa.FLIP_BOUND} {units} for the first flips (up to {rankings * fa.FLIP_BOUND:,} "
             "more); the gradient explainers take one forward and backward each")
     if "ig" in methods and attr.cached_attribution(model, analysis, target, steps) is None:
         with shell.queue_notice():
@@ -97,7 +103,7 @@ if scope == "this document":
     def stage(bound, **more):  # no queue notice here: the flip scans run it in a worker, off the page
         return lambda a, **kw: lb.document_leaderboard(
             model, a, methods, target, seeds=seeds, replacement=replacement, flip_bound=bound, rank_by=rank_by,
-            options=options, explanations=explanations, threshold=threshold, **more)
+            options=options, explanations=explanations, threshold=threshold, unit=unit, **more)
 
     key = repr((model.fingerprint, analysis.key, settings))
     with shell.guard():  # the curves first, drawn at once; the flips within the bound fill in from the background
@@ -107,22 +113,24 @@ if scope == "this document":
         runs = cache.derived(analysis, "leaderboard", shell.queued(stage(0)), bound=0, **settings)
         slot = st.container()  # the leaderboard above the flips' progress and the exact scan's offer
         bounded = deletion.flips_stage(P, key, lambda progress, stop: stage(
-            fa.FLIP_BOUND, resume=True, progress=progress, stop=stop)(analysis))
+            fa.FLIP_BOUND, resume=True, progress=progress, stop=stop)(analysis), unit)
         exact = None if bounded is None else deletion.exact_stage(
             P, key, lambda progress, stop: stage(None, resume=True, progress=progress, stop=stop)(analysis),
             *deletion.left_of(bounded))
-    pending = None if bounded is not None else f"First flips within the first {fa.FLIP_BOUND} tokens: scanning …"
+    pending = None if bounded is not None else f"First flips within the first {fa.FLIP_BOUND} {units}: scanning …"
     with slot:
         show_leaderboard(next(r for r in (exact, bounded, runs) if r is not None), model, meta,
-                         "Leaderboard for this document", pending)
+                         "Leaderboard for this document", pending, unit)
     st.subheader("How much do the explainers agree?")
     if len(explanations) >= 2:
         metric = st.radio("Agreement", list(lb.AGREEMENT_METRICS), format_func=lb.AGREEMENT_METRICS.get,
                           **K.option(P, "agreement"), horizontal=True)
         with shell.guard():
-            matrix = lb.agreement_matrix(explanations, metric, rank_by=rank_by)
-        st.caption("Rankings of the text tokens (<s> and </s> left out) by each explainer's deletion key; random is "
-                   "its seed 0. RBO: extrapolated, p = 0.99.")
+            matrix = lb.agreement_matrix(explanations, metric, rank_by=rank_by,
+                                         segments=None if unit == "token" else current.segments(analysis))
+        st.caption(f"Rankings of the {removed} (<s> and </s> left out) by each explainer's deletion key"
+                   + ("" if unit == "token" else f" summed over the {unit}'s tokens")
+                   + "; random is its seed 0. RBO: extrapolated, p = 0.99.")
         labels = {m: lv.EXPLAINERS[m].label for m in matrix.index}
         export.chart(fig.agreement_heatmap(matrix, metric, labels=labels), f"explainer agreement {metric}", model,
                      meta)
@@ -134,7 +142,7 @@ else:
         df = current.required_dataset(model, "The dataset leaderboard")
         store_settings = run.leaderboard_settings(methods, target, max_tokens=current.max_tokens(model), seeds=seeds,
                                                   replacement=replacement, rank_by=rank_by,
-                                                  options=options)
+                                                  options=options, unit=unit)
     store = dataset.store(model, df, P, "leaderboard", store_settings, "Compute the dataset leaderboard")
     with shell.guard():
         runs = store.leaderboard_runs()
@@ -142,4 +150,4 @@ else:
     meta = current.export_settings(model, description, scope=scope, documents=count, **settings)
     st.caption("Explainers: mean over documents (first flip over those that flipped); random: each seed's mean over "
                "documents, then mean ± sd over seeds.")
-    show_leaderboard(runs, model, meta, f"Leaderboard over {count} documents")
+    show_leaderboard(runs, model, meta, f"Leaderboard over {count} documents", unit=unit)

@@ -43,7 +43,7 @@ from ..attribution.explainers import DEFAULT_METHODS, EXPLAINERS, Explanation, e
 from ..errors import LongvizError, whole_number
 from ..model.analysis import DocumentAnalysis
 from ..model.loading import LoadedModel
-from ..model.segments import segment
+from ..model.segments import Segments, aggregate, segment
 from ..progress import Progress, scaled
 from ..evaluation import deletion as dl
 from ..evaluation.deletion import DEFAULT_SEEDS, KS, REPLACEMENTS, k_label
@@ -252,9 +252,11 @@ def flips(runs: pd.DataFrame) -> pd.DataFrame:
 
 # ------------------------------------------------------------------------------------------ agreement
 def agreement_matrix(explanations: dict[str, Explanation], metric: str = "kendall_tau", p: float = DEFAULT_P,
-                     rank_by: str = "signed") -> pd.DataFrame:
+                     rank_by: str = "signed", segments: Segments | None = None) -> pd.DataFrame:
     """How much the explainers agree: `metric` between every two explanations' rankings of the text tokens
-    (special tokens left out; the deletion key of `rank_by`), as a square DataFrame indexed by method.
+    (special tokens left out; the deletion key of `rank_by`), as a square DataFrame indexed by method. With the
+    document's `segments` (model.segments.segment), rankings of its units by their tokens' summed keys: the order
+    the deletion test by units removes them in (evaluation.deletion.removal_order).
 
     kendall_tau: scipy.stats.kendalltau (τ-b) of the two key vectors; rbo: extrapolated rank-biased overlap of the
     two orders (highest first, ties by position), persistence p, by the `rbo` package. NaN where a vector is
@@ -269,7 +271,15 @@ def agreement_matrix(explanations: dict[str, Explanation], metric: str = "kendal
     sizes = {(e.n, e.specials) for e in explanations.values()}
     if len(sizes) != 1 or len(next(iter(explanations.values())).text_scores) < 2:
         raise LeaderboardError("the explanations must cover the same document of at least two text tokens")
-    keys = {m: _key(e.text_scores, rank_by) for m, e in explanations.items()}
+    if segments is None:
+        keys = {m: _key(e.text_scores, rank_by) for m, e in explanations.items()}
+    elif segments.n != next(iter(sizes))[0]:
+        raise LeaderboardError(f"the units cover {segments.n} tokens, the explanations {next(iter(sizes))[0]}: "
+                               "segment the explanations' document")
+    elif len(segments) < 2:
+        raise LeaderboardError(f"agreement needs at least two {segments.unit}s to rank; this document has one")
+    else:
+        keys = {m: aggregate(_key(e.scores, rank_by), segments) for m, e in explanations.items()}
     orders = {m: rank_order(k).tolist() for m, k in keys.items()}
     out = np.full((len(names), len(names)), math.nan)
     for i, a in enumerate(names):

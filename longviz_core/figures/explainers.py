@@ -23,12 +23,12 @@ METRIC_TITLES = {"kendall_tau": "Kendall τ-b", "rbo": "RBO (extrapolated)"}
 _HEADER_STYLE = "font-family:ui-sans-serif,system-ui,sans-serif;font-size:0.8rem;color:#333;margin:4px 0"
 
 
-def leaderboard_view(table: pd.DataFrame) -> pd.DataFrame:
+def leaderboard_view(table: pd.DataFrame, unit: str = "token") -> pd.DataFrame:
     """leaderboard.summarise's table for display: explainer (★ on the best AOPC), AOPC and LOdds with their sd
     over random seeds (blank for the deterministic explainers), first flip (flip_text: "no flip" where the
     decision never changed within the scan limit) and flip rate, seconds per explanation, peak extra memory in
     MB, and the cost class. The other numbers keep full precision (format them in the widget), so a displayed
-    table equals the exported one."""
+    table equals the exported one. `unit`: what the deletion test removed (its flips count these)."""
     require_columns(table, ("method", "label", "aopc", "aopc_sd", "lodds", "lodds_sd", "first_flip", "flip_rate",
                             "seconds", "peak_bytes", "cost", "best"))
     return pd.DataFrame({
@@ -38,7 +38,7 @@ def leaderboard_view(table: pd.DataFrame) -> pd.DataFrame:
         "AOPC sd (seeds)": table["aopc_sd"].to_numpy(),
         "LOdds": table["lodds"].to_numpy(),
         "LOdds sd (seeds)": table["lodds_sd"].to_numpy(),
-        "first flip": [flip_text(v, w, short=True) for v, w in zip(table["first_flip"], _within(table))],
+        "first flip": [flip_text(v, w, short=True, unit=unit) for v, w in zip(table["first_flip"], _within(table))],
         "flip rate": table["flip_rate"].to_numpy(),
         "seconds": table["seconds"].to_numpy(),
         "peak MB": table["peak_bytes"].to_numpy() / 2**20,
@@ -46,7 +46,7 @@ def leaderboard_view(table: pd.DataFrame) -> pd.DataFrame:
     })
 
 
-def every_number(table: pd.DataFrame) -> pd.DataFrame:
+def every_number(table: pd.DataFrame, unit: str = "token") -> pd.DataFrame:
     """leaderboard.summarise's table turned a column per explainer (its method id; the label goes in the column's
     help) and a row per number: AOPC and LOdds at each k and their means, the first flip in words (flip_text) and
     the flip rate, random's sd over its seeds of each, seconds, peak MB, documents and runs; numbers to 4
@@ -55,7 +55,7 @@ def every_number(table: pd.DataFrame) -> pd.DataFrame:
     metrics = [c for c in table.columns if c.split("@")[0] in ("aopc", "lodds") and not c.endswith("_sd")]
     sds = [f"{c}_sd" for c in [*metrics, "first_flip"] if f"{c}_sd" in table]
     rows = {c: table[c].round(4) for c in metrics}
-    rows["first flip"] = [flip_text(v, w, short=True) for v, w in zip(table["first_flip"], _within(table))]
+    rows["first flip"] = [flip_text(v, w, short=True, unit=unit) for v, w in zip(table["first_flip"], _within(table))]
     rows["flip rate"] = table["flip_rate"].round(4)
     rows.update({c: table[c].round(4) for c in sds})
     rows["seconds"] = table["seconds"].round(4)
@@ -68,16 +68,16 @@ def every_number(table: pd.DataFrame) -> pd.DataFrame:
 NO_FLIP = "no flip"
 
 
-def flip_text(fraction, within=None, short: bool = False) -> str:
-    """A first flip as shown: the fraction of text tokens removed to 4 decimals (one token of a 4,096-token
-    document is 0.0002); for NaN, NO_FLIP when the scan reached the end, "no flip within the first N tokens" when
-    it stopped at `within` = N (a bounded scan, evaluation.deletion.summarise's no_flip_within); `short`: "no flip ≤ N
-    tokens", for the leaderboard's narrow column (random_floor's caption says it in full)."""
+def flip_text(fraction, within=None, short: bool = False, unit: str = "token") -> str:
+    """A first flip as shown: the fraction of text tokens (or `unit`s) removed to 4 decimals (one token of a
+    4,096-token document is 0.0002); for NaN, NO_FLIP when the scan reached the end, "no flip within the first N
+    tokens" when it stopped at `within` = N (a bounded scan, evaluation.deletion.summarise's no_flip_within);
+    `short`: "no flip ≤ N tokens", for the leaderboard's narrow column (random_floor's caption says it in full)."""
     if fraction is not None and not np.isnan(fraction):
         return f"{float(fraction):.4f}"
     if within is None or np.isnan(within):
         return NO_FLIP
-    return f"{NO_FLIP} {'≤' if short else 'within the first'} {int(within):,} tokens"
+    return f"{NO_FLIP} {'≤' if short else 'within the first'} {int(within):,} {unit}s"
 
 
 def _within(table: pd.DataFrame):

@@ -35,11 +35,11 @@ CURVE_SIZE = (440, 300)  # width, height in pixels: a fixed aspect, the same for
 
 
 def deletion_curves_chart(curves: pd.DataFrame, metric: str = "aopc", title: str | None = None,
-                          score: bool = False) -> alt.Chart:
-    """Lines of `metric` against the fraction of text tokens removed (0 to 1), one colour per ranking with its
-    own legend entry, at a fixed size (CURVE_SIZE). A probability axis runs 0 to 1; AOPC and LOdds axes
-    include 0. `score`: the curves are a regression head's score (its "probability" column holds the score, on
-    an axis of its own range; no LOdds).
+                          score: bool = False, unit: str = "token") -> alt.Chart:
+    """Lines of `metric` against the fraction of text tokens (words, sentences, paragraphs: `unit`, what the
+    deletion test removed) removed (0 to 1), one colour per ranking with its own legend entry, at a fixed size
+    (CURVE_SIZE). A probability axis runs 0 to 1; AOPC and LOdds axes include 0. `score`: the curves are a
+    regression head's score (its "probability" column holds the score, on an axis of its own range; no LOdds).
 
     curves: tidy rows with columns ranking, k (fraction) and `metric` (FaithfulnessResult.long_curves()); when
     several rows share (ranking, k) — one per document — the chart shows their mean and a +-1 std band.
@@ -55,7 +55,7 @@ def deletion_curves_chart(curves: pd.DataFrame, metric: str = "aopc", title: str
     # 100 % left half the chart empty
     end = min(1.0, float(np.ceil(np.round(data["k"].max() * 10, 9))) / 10) if len(data) else 1.0
     ticks = [round(t, 2) for t in np.arange(0, end + 1e-9, 0.1 if end <= 0.5 else 0.2)]
-    x = alt.X("k:Q", title="fraction of text tokens removed", scale=alt.Scale(domain=[0, end], nice=False),
+    x = alt.X("k:Q", title=f"fraction of {_removed(unit)} removed", scale=alt.Scale(domain=[0, end], nice=False),
               axis=alt.Axis(format=".0%", values=ticks))
     y_scale = alt.Scale(domain=[0, 1], nice=False) if metric == "probability" and not score else alt.Scale(zero=True)
     colour = alt.Color("ranking:N", sort=_order(data["ranking"]), title="ranking",
@@ -93,20 +93,22 @@ def deletion_curves_chart(curves: pd.DataFrame, metric: str = "aopc", title: str
                             width=width, height=height, autosize=PAD)
 
 
-def flip_chart(flips: pd.DataFrame,
-               title: str = "First decision flip (exact scan): fraction of text tokens removed",
-               max_removed: float = 1.0, bound: int | None = None) -> alt.Chart:
+def flip_chart(flips: pd.DataFrame, title: str | None = None, max_removed: float = 1.0, bound: int | None = None,
+               unit: str = "token") -> alt.Chart:
     """One dot per row at its flip fraction (a random seed, or a document), a black tick at each ranking's mean
     and a bar over mean -+ sd (population, over the rows that flipped); rows with flip_fraction NaN are 'no
     flip': not drawn, counted in the ranking's label ("Random (2 no flip)", "... no flip within 20 %" when the
     scan stopped at max_removed < 1; "... within the first N tokens" for a scan stopped at `bound` tokens).
+    `unit`: what the deletion test removed (token, word, sentence, paragraph), named in the title and axis;
+    title: default "First decision flip (exact scan): fraction of text tokens removed".
 
     flips: columns ranking, flip_fraction (NaN = no flip) and optionally doc or seed
     (FaithfulnessResult.flips(), DatasetFaithfulness.per_document)."""
     require_columns(flips, ["ranking", "flip_fraction"])
     data = flips.copy()
     no_flip = data["flip_fraction"].isna().groupby(data["ranking"], sort=False).sum()
-    within = (f" within the first {bound:,} tokens" if bound is not None else
+    title = title or f"First decision flip (exact scan): fraction of {_removed(unit)} removed"
+    within = (f" within the first {bound:,} {unit}s" if bound is not None else
               f" within {100 * max_removed:g} %" if max_removed < 1 else "")
     names = {r: f"{r} ({int(k)} no flip{within})" if k else r for r, k in no_flip.items()}
     data["row"] = data["ranking"].map(names)
@@ -114,7 +116,7 @@ def flip_chart(flips: pd.DataFrame,
     drawn = data[data["flip_fraction"].notna()]
     y = alt.Y("row:N", sort=order, title=None, axis=alt.Axis(labelLimit=0))  # ranking names are never cut
     x = alt.X("flip_fraction:Q", scale=alt.Scale(domain=[0, 1]),
-              title="fraction of text tokens removed (lower = the ranking finds the decision faster)")
+              title=f"fraction of {_removed(unit)} removed (lower = the ranking finds the decision faster)")
     dots = alt.Chart(drawn).mark_circle(size=60, opacity=0.6).encode(
         x=x, y=y, color=alt.Color("ranking:N", sort=_order(data["ranking"]), legend=None),
         tooltip=["ranking:N", alt.Tooltip("flip_fraction:Q", format=".3f", title="fraction removed")]
@@ -145,3 +147,8 @@ def faithfulness_summary(summary: pd.DataFrame, columns: Sequence[str] = ("aopc"
 def _order(rankings: pd.Series) -> list[str]:
     present = list(dict.fromkeys(rankings))
     return [r for r in _RANKING_ORDER if r in present] + [r for r in present if r not in _RANKING_ORDER]
+
+
+def _removed(unit: str) -> str:
+    """What a deletion test removes, in words: text tokens, or units."""
+    return "text tokens" if unit == "token" else f"{unit}s"

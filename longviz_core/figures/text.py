@@ -7,8 +7,8 @@ string: every piece of text is escaped, so a document containing markup shows as
 Readability: tokens are decoded by `longviz_core.tokens` (byte-level BPE markers become what they encode, 'Ġ'
 -> space, 'Ċ' -> line break), subword pieces are joined without a space, and the space that starts a word is
 placed *between* boxes so a word reads as one unit. Special tokens (<s>, </s>, [CLS], ...) appear as small grey
-tags. With unit="word" a word cut into pieces by the tokenizer is one box (`tokens.word_spans`), its value the sum
-of its pieces' (docs/methods.md, "Words").
+tags. With a unit other than "token" (a word, sentence or paragraph: views.units, model.segments) each unit is one
+box, its value the sum of its tokens' (docs/methods.md, "Units").
 
 `attribution_header_html` is the attribution overlay's header row (paper Fig 9), with F(x) − F(baseline).
 """
@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 
-from ..views.units import Unit, unit_start, units
+from ..views.units import Segments, Unit, unit_start, units
 
 _MODES = ("diverging", "sequential")
 # Hue and lightness follow captum's visualisation (hsl(120|0, 75%, 100 - 50 * |x|)): white at 0,
@@ -66,7 +66,7 @@ def token_overlay_html(
     title: str | None = None,
     positions: bool = True,
     selected: int | None = None,
-    unit: Unit = "token",
+    unit: Unit | Segments = "token",
 ) -> str:
     """HTML for the tokens coloured by `values` (one per token).
 
@@ -74,10 +74,11 @@ def token_overlay_html(
     mask: optional booleans, True = masked: shown greyed, uncoloured and left out of the automatic vmax.
     vmax: value of full saturation; default the largest |value| among unmasked units.
     title: optional heading above the text. positions: include the position in each unit's hover text.
-    selected: a token position to outline (the token picked in the UI): with words, the word containing it.
-    unit: "token" (one box per token, the paper's view) or "word" (one box per word of `tokens.word_spans`,
-    coloured by the sum of its pieces' values, masked only if all its pieces are; its data-pos is its first
-    token, so a click on a word selects that token)."""
+    selected: a token position to outline (the token picked in the UI): with larger units, the unit containing it.
+    unit: "token" (one box per token, the paper's view), "word", or the Segments of the document
+    (model.segments.segment(analysis, unit): words, sentences, paragraphs): one box per unit, coloured by the sum
+    of its tokens' values, masked only if all its tokens are; its data-pos is its first token, so a click on a
+    unit selects that token."""
     if mode not in _MODES:
         raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
     shown = units(tokens, values, mask, unit)
@@ -94,8 +95,8 @@ def token_overlay_html(
     out = [_STYLE, '<div class="lv-ov">']
     if title:
         out.append(f'<div style="font-weight:600;margin-bottom:4px">{html.escape(title)}</div>')
-    for i, raw, text, label, v, m, sp in zip(shown.positions, shown.raw, shown.text, shown.labels, shown.values,
-                                            shown.masked, shown.special):
+    for i, text, label, v, m, sp in zip(shown.positions, shown.text, shown.labels, shown.values, shown.masked,
+                                        shown.special):
         hover = (f"#{i} " if positions else "") + f"{label}: {_fmt(v)}" + (" (masked)" if m else "")
         attrs = f'data-pos="{i}" title="{html.escape(hover, quote=True)}"'
         sel = " lv-sel" if selected is not None and i == selected else ""
@@ -106,7 +107,7 @@ def token_overlay_html(
             cls, style = "lv-t", _colour(x, mode)
         style_attr = f' style="{style}"' if style else ""
         if sp:
-            out.append(f' <span class="{cls} lv-sp{sel}" {attrs}{style_attr}>{html.escape(raw)}</span> ')
+            out.append(f' <span class="{cls} lv-sp{sel}" {attrs}{style_attr}>{html.escape(text)}</span> ')
             continue
         core = text.strip()
         if core:
@@ -122,8 +123,8 @@ def token_overlay_html(
     return "".join(out)
 
 
-def scale_max(tokens, values, mask=None, unit: Unit = "token") -> float:
-    """The value of full saturation: the largest |value| among units (tokens, or words with their pieces'
+def scale_max(tokens, values, mask=None, unit: Unit | Segments = "token") -> float:
+    """The value of full saturation: the largest |value| among units (tokens, or larger units with their tokens'
     values summed, as token_overlay_html shows them) that are neither masked nor special. <s> gathers most of
     the attention (hundreds of times a word's) and would take the whole colour scale, so special tokens stay
     out of it even unmasked; their colour saturates. 0.0 when no unit qualifies."""

@@ -32,7 +32,7 @@ from typing import Literal
 import numpy as np
 
 from ..errors import SettingsError, finite_vector
-from ..tokens import detect_scheme, readable_token, word_spans
+from ..tokens import detect_scheme, is_special_token, readable_token, word_spans
 
 Unit = Literal["token", "word", "sentence", "paragraph"]
 UNITS: tuple[str, ...] = ("token", "word", "sentence", "paragraph")
@@ -119,11 +119,8 @@ def segment(analysis, unit: Unit = "sentence") -> Segments:
     enc = analysis.encoded
     tokens = list(analysis.tokens)
     positions = enc.text_positions  # (m,)
-    if unit == "token":
-        return Segments(unit, tuple((int(p), int(p) + 1) for p in positions),
-                        tuple(readable_token(tokens[p]) for p in positions), len(tokens))
-    if unit == "word":
-        return _words(tokens, positions)
+    if unit in ("token", "word"):
+        return _by_tokens(tokens, positions, unit)
     source, chars = _characters(analysis.text, enc, tokens)
     starts = _starts(source[: int(chars[:, 1].max(initial=0))], unit)
     of = _unit_of_tokens(source, chars, starts)  # (m,) nondecreasing
@@ -132,6 +129,26 @@ def segment(analysis, unit: Unit = "sentence") -> Segments:
     spans = tuple((int(positions[a]), int(positions[b - 1]) + 1) for a, b in zip(firsts, lasts))
     texts = tuple(source[chars[a, 0] : max(chars[a, 0], chars[b - 1, 1])] for a, b in zip(firsts, lasts))
     return Segments(unit, spans, texts, len(tokens))
+
+
+def token_segments(tokens, unit: Unit = "token") -> Segments:
+    """The token or word units of a bare token list, without its document (sentences and paragraphs need the
+    text: segment(analysis, unit)): its text tokens are the tokens tokens.is_special_token does not name."""
+    if unit not in ("token", "word"):
+        why = ("sentences and paragraphs need the document's text: segment(analysis, unit)" if unit in UNITS
+               else f"units are {', '.join(UNITS)}")
+        raise SettingsError(f"unit must be 'token' or 'word' for a token list alone, got {unit!r} ({why})")
+    tokens = [str(t) for t in tokens]
+    positions = np.flatnonzero([not is_special_token(t) for t in tokens]).astype(np.int64)  # (m,)
+    return _by_tokens(tokens, positions, unit)
+
+
+def _by_tokens(tokens: list[str], positions: np.ndarray, unit: str) -> Segments:
+    """One unit per text token at `positions`, or their words."""
+    if unit == "word":
+        return _words(tokens, positions)
+    return Segments(unit, tuple((int(p), int(p) + 1) for p in positions),
+                    tuple(readable_token(tokens[p]) for p in positions), len(tokens))
 
 
 # ------------------------------------------------------------------------------------------------ words
@@ -209,4 +226,4 @@ def _punkt():
     return PunktSentenceTokenizer(params)
 
 
-__all__ = ["ABBREVIATIONS", "Segments", "UNITS", "Unit", "aggregate", "segment"]
+__all__ = ["ABBREVIATIONS", "UNITS", "Segments", "Unit", "aggregate", "segment", "token_segments"]

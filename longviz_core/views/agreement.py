@@ -10,6 +10,11 @@ For one document:
 `document_numbers` is one document's share of the dataset-wide numbers (every configuration); the
 precompute stores it and a result store's aggregation turns it into means and sums over documents.
 
+By units (`segments`, model.segments.segment: words, sentences, paragraphs), both vectors are summed per unit
+before any metric (received attention and |IG| per unit, model.segments.aggregate), the special tokens, which
+belong to no unit, left out; a unit is masked only if all its tokens are (as the overlays show it). The dataset
+numbers stay by tokens.
+
 Head-importance scaling multiplies each head's received attention by its importance before the heads are
 summed (the notebook's scale_by_importance). It does not apply to the per-head grid: every metric min-max
 normalises or ranks each head on its own, so multiplying one head by a positive number changes nothing.
@@ -25,7 +30,8 @@ import pandas as pd
 
 from ..errors import SelectionError, items, whole_number
 from ..model.analysis import DocumentAnalysis
-from ..tokens import token_label
+from ..model.segments import Segments, aggregate
+from ..tokens import text_label, token_label
 from .masking import build_mask
 from .similarity import (
     DEFAULT_P,
@@ -95,20 +101,24 @@ def agreement_table(
     layer_range: tuple[int, int] | None = None,
     p: float = DEFAULT_P,
     top: float = DEFAULT_TOP,
+    segments: Segments | None = None,
 ) -> pd.DataFrame:
     """Tables 1-2 for one document: columns source, scaled, masked, every METRICS key, note.
 
     importance: (layers, heads) head importance, or None (then only unscaled rows). mask: bool (n,) True =
-    masked, or None (then only unmasked rows). A configuration where a metric is undefined (e.g. constant
-    attention) gets NaN metrics and the reason in `note`."""
+    masked, or None (then only unmasked rows). segments: compare per unit (module docstring), None = per token.
+    A configuration where a metric is undefined (e.g. constant attention) gets NaN metrics and the reason in
+    `note`."""
     attribution = _attribution(attribution, analysis.n)
+    by_unit = _PerUnit(segments, analysis.n)
+    attribution, mask = by_unit.magnitudes(attribution), by_unit.mask(mask)
     check_p(p)  # checked here: a setting that fits no configuration is not a note on every row
     check_top(top)
     bands = analysis.attention
     rows = []
     for source in attention_sources(bands.num_layers, layer_range):
         for scaled in ((True, False) if importance is not None else (False,)):
-            attention = bands.received(layers=source.layers, scale=importance if scaled else None)
+            attention = by_unit(bands.received(layers=source.layers, scale=importance if scaled else None))
             for masked in (MASK_MODES if mask is not None else ("no",)):
                 row = {"source": source.label, "scaled": scaled, "masked": masked}
                 try:
@@ -129,33 +139,37 @@ class TopSets:
     attribution_only: pd.DataFrame  # same columns
     both: pd.DataFrame  # same columns
     jaccard: float  # |both| / |union|: equals compare(...)["jaccard_top"]
+    unit: str = "token"  # the first column's name: token, or the unit compared (its text), at its first token
 
     def counts(self) -> pd.DataFrame:
-        """Token types in each set: columns token, attention only, attribution only, both, total (descending)."""
-        return _counts({name: df["token"] for name, df in zip(SET_NAMES, self.tables())})
+        """Token types (units' texts) in each set: columns token (the unit), attention only, attribution only,
+        both, total (descending)."""
+        return _counts({name: df[self.unit] for name, df in zip(SET_NAMES, self.tables())}, self.unit)
 
     def tables(self) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
         return self.attention_only, self.attribution_only, self.both
 
 
 def top_sets(tokens: Sequence[str], attention, attribution, mask=None, mode: str = "no",
-             top: float = DEFAULT_TOP) -> TopSets:
+             top: float = DEFAULT_TOP, segments: Segments | None = None) -> TopSets:
     """The positions at or above each vector's (1 - top) quantile, split into attention only / attribution only
     / both, normalised and thresholded exactly as `compare` does for the same mask and mode ('no', 'zero',
     'drop'). Ranks are 1 = highest among the compared tokens (ties: lower position first); masked tokens have
-    no value or rank in 'drop' mode (NaN)."""
+    no value or rank in 'drop' mode (NaN). segments: the units compared instead (module docstring): a row per
+    unit, its text and its first token's position."""
     attribution = _attribution(attribution, len(tokens))
     attention = _attribution(attention, len(tokens))
     _check_mode(mode)
-    n = len(tokens)
+    if mask is not None and np.asarray(mask).shape != (len(tokens),):
+        raise SimilarityError(f"The mask must have one entry per token, shape ({len(tokens)},), got "
+                              f"{np.asarray(mask).shape}: build it from these tokens (mask_for or build_mask).")
+    by_unit = _PerUnit(segments, len(tokens))
+    att, attr, mask = by_unit(attention).copy(), np.abs(by_unit.magnitudes(attribution)), by_unit.mask(mask)
+    labels, starts = by_unit.labels(tokens)
+    n = att.size
     keep = np.arange(n)
     excluded = None
-    att, attr = attention.copy(), np.abs(attribution)
     if mode != "no" and mask is not None:
-        mask = np.asarray(mask, dtype=bool)
-        if mask.shape != (n,):
-            raise SimilarityError(f"The mask must have one entry per token, shape ({n},), got {mask.shape}: build "
-                                  "it from these tokens (mask_for or build_mask).")
         if mode == "zero":
             att[mask], attr[mask], excluded = 0.0, 0.0, mask
         else:
@@ -174,7 +188,7 @@ def top_sets(tokens: Sequence[str], attention, attribution, mask=None, mode: str
     def table(positions) -> pd.DataFrame:
         pos = np.asarray(sorted(positions), dtype=np.int64)
         return pd.DataFrame({
-            "token": [token_label(tokens[i]) for i in pos], "position": pos,
+            by_unit.unit: [labels[i] for i in pos], "position": starts[pos],
             "attention_norm": sides["attention"][0][pos],
             "attention_rank": pd.array(sides["attention"][1][pos], dtype="Int64"),
             "attribution_norm": sides["attribution"][0][pos],
@@ -183,18 +197,24 @@ def top_sets(tokens: Sequence[str], attention, attribution, mask=None, mode: str
 
     union = a_top | b_top
     return TopSets(table(a_top - b_top), table(b_top - a_top), table(a_top & b_top),
-                   len(a_top & b_top) / len(union) if union else math.nan)
+                   len(a_top & b_top) / len(union) if union else math.nan, by_unit.unit)
 
 
 # ------------------------------------------------------------------------------------------- per head
 def head_agreement(analysis: DocumentAnalysis, attribution, metric: str = "rbo", mask=None, mode: str = "no",
-                   p: float = DEFAULT_P, top: float = DEFAULT_TOP) -> np.ndarray:
+                   p: float = DEFAULT_P, top: float = DEFAULT_TOP, segments: Segments | None = None) -> np.ndarray:
     """(layers, heads): `metric` between each head's received attention and |attribution|; NaN for a head whose
-    attention is constant after masking. mode: 'no', 'zero' or 'drop'."""
+    attention is constant after masking. mode: 'no', 'zero' or 'drop'. segments: per unit (module docstring)."""
     _check_mode(mode)
     attribution = _attribution(attribution, analysis.n)
-    return compare_many(analysis.attention.received_per_head(), attribution, metric=metric,
-                        mask=None if mode == "no" else mask, mode="zero" if mode == "no" else mode, p=p, top=top)
+    by_unit = _PerUnit(segments, analysis.n)
+    per_head = analysis.attention.received_per_head()  # (layers, heads, n)
+    if segments is not None:
+        per_head = np.stack([by_unit(v) for v in per_head.reshape(-1, analysis.n)]).reshape(
+            *per_head.shape[:2], len(segments))  # (layers, heads, units)
+    mask = by_unit.mask(mask)
+    return compare_many(per_head, by_unit.magnitudes(attribution), metric=metric, mask=None if mode == "no" else mask,
+                        mode="zero" if mode == "no" else mode, p=p, top=top)
 
 
 # ------------------------------------------------------------------------------------------- per document, for the dataset
@@ -248,17 +268,57 @@ def _attribution(values, n: int) -> np.ndarray:
     return v
 
 
+@dataclass(frozen=True)
+class _PerUnit:
+    """Token vectors as the vectors compared: unchanged (segments None), or summed per unit of `segments`."""
+
+    segments: Segments | None
+    n: int
+
+    def __post_init__(self):
+        if self.segments is not None and self.segments.n != self.n:
+            raise SimilarityError(f"The units cover {self.segments.n} tokens, the document has {self.n}: segment "
+                                  "this document (segment(analysis, unit)).")
+
+    @property
+    def unit(self) -> str:
+        return "token" if self.segments is None else self.segments.unit
+
+    def __call__(self, values) -> np.ndarray:
+        values = np.asarray(values, dtype=np.float64)  # (n,)
+        return values if self.segments is None else aggregate(values, self.segments)  # (units,)
+
+    def magnitudes(self, attribution) -> np.ndarray:
+        """The attribution compared: signed per token (every metric takes its magnitude; cosine_raw reads the
+        sign), |attribution| summed per unit (a unit's magnitude, the deletion test's |IG| ranking by units)."""
+        attribution = np.asarray(attribution, dtype=np.float64)  # (n,)
+        return attribution if self.segments is None else aggregate(np.abs(attribution), self.segments)
+
+    def mask(self, mask) -> np.ndarray | None:
+        """A unit is masked only if all its tokens are."""
+        if mask is None or self.segments is None:
+            return mask
+        return aggregate(~np.asarray(mask, dtype=bool), self.segments) == 0  # (units,) no token kept
+
+    def labels(self, tokens) -> tuple[list[str], np.ndarray]:
+        """(each compared entry's one-line text, the position it stands at: its first token)."""
+        if self.segments is None:
+            return [token_label(t) for t in tokens], np.arange(len(tokens))
+        return ([text_label(t) for t in self.segments.texts],
+                np.array([a for a, _ in self.segments.spans], dtype=np.int64))
+
+
 def _check_mode(mode) -> None:
     if mode not in MASK_MODES:
         raise SimilarityError(f"mode must be one of {', '.join(MASK_MODES)}; got {mode!r}.")
 
 
-def _counts(sets: dict) -> pd.DataFrame:
+def _counts(sets: dict, unit: str = "token") -> pd.DataFrame:
     frame = pd.DataFrame({name: pd.Series(col, dtype=object).value_counts() for name, col in sets.items()})
     frame = frame.reindex(columns=list(SET_NAMES)).fillna(0).astype(np.int64)
     frame["total"] = frame.sum(axis=1)
-    frame = frame.rename_axis("token").reset_index()
-    return frame.sort_values(["total", "token"], ascending=[False, True], kind="stable").reset_index(drop=True)
+    frame = frame.rename_axis(unit).reset_index()
+    return frame.sort_values(["total", unit], ascending=[False, True], kind="stable").reset_index(drop=True)
 
 
 __all__ = [

@@ -12,18 +12,26 @@ import numpy as np
 import pandas as pd
 
 from ..attribution.ig import Attribution
-from ..errors import AttributionError, SelectionError, SettingsError, finite_vector, whole_number
+from ..errors import (
+    AttributionError,
+    SelectionError,
+    SettingsError,
+    finite_vector,
+    whole_number,
+)
 from ..model.analysis import DocumentAnalysis
+from ..model.segments import Segments
 from ..tokens import token_label
 from .masking import build_mask, special_mask
 from .units import Unit, units
 
 
-def top_attributions(tokens, scores, k: int = 10, sign: str = "positive", mask=None, unit: Unit = "token"
-                     ) -> pd.DataFrame:
+def top_attributions(tokens, scores, k: int = 10, sign: str = "positive", mask=None,
+                     unit: Unit | Segments = "token") -> pd.DataFrame:
     """The k most positive (or negative) single tokens: columns token, position, attribution (Fig 10a/b). With
-    unit="word", words (views.units: a word's attribution is the sum of its pieces', a word is left out only if
-    all its pieces are masked): columns word, position (its first token), attribution."""
+    unit="word" or a document's Segments (model.segments.segment: words, sentences, paragraphs), units
+    (views.units: a unit's attribution is the sum of its tokens', a unit is left out only if all its tokens are
+    masked): columns word (sentence, paragraph: its text on one line), position (its first token), attribution."""
     if sign not in ("positive", "negative"):
         raise SettingsError(f"sign must be 'positive' or 'negative', got {sign!r}.")
     k = whole_number(k, "k (rows shown)", lo=1)
@@ -33,7 +41,7 @@ def top_attributions(tokens, scores, k: int = 10, sign: str = "positive", mask=N
     pos = np.flatnonzero(~shown.masked & (vals > 0 if sign == "positive" else vals < 0))
     order = pos[np.argsort(-vals[pos] if sign == "positive" else vals[pos], kind="stable")][:k]
     return pd.DataFrame(
-        {unit: [shown.labels[i] for i in order], "position": shown.positions[order].astype(np.int64),
+        {shown.unit: [shown.labels[i] for i in order], "position": shown.positions[order].astype(np.int64),
          "attribution": vals[order]}
     )
 

@@ -1,5 +1,5 @@
-"""The current model, dataset, document and analysis, read from the sidebar's choices (and the max tokens and
-masking options that go with them)."""
+"""The current model, dataset, document and analysis, read from the sidebar's choices (and the max tokens, unit
+and masking options that go with them)."""
 from __future__ import annotations
 
 import os
@@ -60,6 +60,17 @@ def mask_options(analysis) -> dict:
     words = sorted({w.strip().lower() for w in (ss.get(K.EXTRA_STOPWORDS) or "").split(",") if w.strip()})
     return {"numbers": bool(ss.get(K.MASK_NUMBERS, False)), "extra_stopwords": tuple(words),
             "special_tokens": special_tokens_of(analysis.encoded)}
+
+
+def unit() -> str:
+    """The sidebar's unit (model.segments.UNITS): what every per-token view reads the document by."""
+    chosen = st.session_state.get(K.UNIT)
+    return chosen if chosen in lv.UNITS else lv.UNITS[0]
+
+
+def segments(analysis) -> lv.Segments:
+    """The document's units of the sidebar's unit (lv.segment), kept with the analysis."""
+    return cache.derived(analysis, "segments", lambda a, unit: lv.segment(a, unit), unit=unit())
 
 
 PAGE_BUDGET_S = 15.0  # what a page may spend on one document's analysis and IG's first steps

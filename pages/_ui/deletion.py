@@ -75,13 +75,14 @@ def numbers(result, name: str, model, meta, pending: str | None = None) -> None:
     m, held = result.n_removable, {}
     for run in result.runs:  # one line per "no flip …" text, naming every run it holds for
         if run.flip_removed is None and run.flips:
-            held.setdefault(run.flip_text(m), []).append(
+            held.setdefault(run.flip_text(m, result.unit), []).append(
                 result.label(run) + ("" if run.seed is None else f" (seed {run.seed})"))
     for text, names in held.items():
         st.caption(f"The prediction holds, {text}: {', '.join(names)}.")
+    what = "text tokens" if result.unit == "token" else f"{result.unit}s"
     st.caption(f"{result.forward_passes:,} perturbed copies scored in {result.seconds:.1f} s "
                f"({result.copies_needed:,} without sharing) · removed tokens replaced by {result.replacement} · "
-               f"{m:,} removable text tokens.")
+               f"{m:,} removable {what}.")
 
 
 def left_of(known) -> tuple[int, float]:
@@ -98,11 +99,11 @@ def left_of(known) -> tuple[int, float]:
 FLIPS = "flips:"  # the bounded scans' keys in runtime.JOBS (the exact scans' keys have no prefix)
 
 
-def flips_stage(page: str, key: str, work):
+def flips_stage(page: str, key: str, work, unit: str = "token"):
     """The first flips within the bound, started at once in the background (`work(progress, stop)`, shared by
     `key`): their result once the scan is over; else None, and a fragment here shows its progress and redraws the
     page when it ends. A scan that failed raises its error again (the page's guard shows it). It has no Stop: it is
-    bounded (FLIP_BOUND counts per ranking), and what it scores is kept for the exact scan."""
+    bounded (FLIP_BOUND counts of `unit`s per ranking), and what it scores is kept for the exact scan."""
     me, key = _watcher(), FLIPS + key
     job = JOBS.get(key)
     if job is not None and not job.running:
@@ -110,7 +111,7 @@ def flips_stage(page: str, key: str, work):
             raise job.error
         return job.result
     JOBS.follow(key, work, me)
-    _watch(page + "_flips", key, me, stop=False)
+    _watch(page + "_flips", key, me, stop=False, unit=unit)
     return None
 
 
@@ -152,11 +153,11 @@ def exact_stage(page: str, key: str, work, left: int, seconds_per_copy: float):
     return job.result if stopped else None
 
 
-def _watch(page: str, key: str, me: str, stop: bool = True) -> None:
+def _watch(page: str, key: str, me: str, stop: bool = True, unit: str = "token") -> None:
     """The fragment following job `key`: its progress (and a Stop button if `stop`) while it runs, then one rerun
     of the whole page, which draws the result."""
     shown = K.page(page, "exact_shown")
-    name = "Exact scan" if stop else f"First flips within the first {FLIP_BOUND} tokens"
+    name = "Exact scan" if stop else f"First flips within the first {FLIP_BOUND} {unit}s"
 
     @st.fragment(run_every=REFRESH_S)
     def panel() -> None:

@@ -12,18 +12,20 @@ from longviz_core.figures.document_map import SELECT, document_map_chart
 from longviz_core.figures.text import legend_html, scale_max, token_overlay_html
 from longviz_core.views.document_map import document_map
 from longviz_core.views.units import overlay_table
-from pages._ui import export, shell, state
+from pages._ui import current, export, shell, state
 from pages._ui.keys import K
 
 
-def show(page: str, model: lv.LoadedModel, analysis, scores, meta: dict, *, unit: str = "sentence", mask=None,
+def show(page: str, model: lv.LoadedModel, analysis, scores, meta: dict, *, unit: str | None = None, mask=None,
          mode: str = "diverging", rank_by: str = "signed", score_name: str = "score",
          selected: int | None = None) -> int | None:
     """The map of `scores` ((n,) per token, as the overlay shows them, `mask` as the overlay's) by `unit`
-    ("sentence" or "paragraph"), `mode` the overlay's colours; a passage chosen selects its first token
+    ("sentence" or "paragraph"; None: paragraphs when the sidebar's unit is paragraph, else sentences: the map is
+    of passages whatever the overlay's unit), `mode` the overlay's colours; a passage chosen selects its first token
     (state.pick: the page's selected token). Returns the selected token: `selected` (the page's own, where it
     has one), else the one a passage chose on this page for this document, else None."""
     ss = st.session_state
+    unit = unit or ("paragraph" if current.unit() == "paragraph" else "sentence")
     if selected is None:  # a page without a token box of its own: the map's choice, for this document only
         state.new_document(page, analysis)
         chosen = ss.get(K.page(page, "pos"))
@@ -87,11 +89,12 @@ def explainers(page: str, model: lv.LoadedModel, analysis, explanations: dict, r
                       **K.option(page, "map_method"))
     shown = explanations[method]
     name = analysis.label_name(shown.target)
-    # sentences for now: the app's Unit choice (paragraph -> paragraphs) is wired at the merge
-    selected = show(page, model, analysis, shown.scores, meta, unit="sentence", rank_by=rank_by,
+    selected = show(page, model, analysis, shown.scores, meta, rank_by=rank_by,
                     score_name=shown.label)
-    vmax = scale_max(analysis.tokens, shown.scores)
-    export.overlay(token_overlay_html(analysis.tokens, shown.scores, vmax=vmax, selected=selected),
-                   overlay_table(analysis.tokens, shown.scores, method), f"{method} explainer overlay", model,
-                   {**meta, "explainer": method}, selected=selected, n=analysis.n,
+    segments = current.segments(analysis)  # the overlay in the sidebar's unit, as on the other overlay pages
+    vmax = scale_max(analysis.tokens, shown.scores, unit=segments)
+    export.overlay(token_overlay_html(analysis.tokens, shown.scores, vmax=vmax, selected=selected, unit=segments),
+                   overlay_table(analysis.tokens, shown.scores, method, unit=segments),
+                   f"{method} explainer overlay", model, {**meta, "explainer": method, "unit": segments.unit},
+                   selected=selected, n=analysis.n,
                    legend_html=legend_html("diverging", vmax=vmax, label=f"{shown.label} scores for '{name}'"))

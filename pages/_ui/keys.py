@@ -18,6 +18,7 @@ class K:
     MAX_TOKENS = "max_tokens"
     MASK_NUMBERS = "mask_numbers"
     EXTRA_STOPWORDS = "extra_stopwords"
+    UNIT = "unit"  # what every per-token view reads the document by (model.segments.UNITS)
     IMPORTED_IMPORTANCE = "attention.imported_importance"  # (layers, heads) array imported on the heatmap page
 
     @staticmethod
@@ -33,3 +34,5 @@ class K:
 
 DOC_MODES = ("by index", "random false negative", "random false positive", "most confident positive", "pasted text")
 DATASET_KINDS = ("demo", "file path", "upload")
+# the sidebar's units (model.segments.UNITS, the first the default), named in the plural where a page counts them
+UNIT_NAMES = {"token": "tokens", "word": "words", "sentence": "sentences", "paragraph": "paragraphs"}

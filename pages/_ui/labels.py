@@ -18,6 +18,7 @@ SECTIONS = {
     "agreement": "Agreement metrics",
     "faithfulness": "Faithfulness",
     "words": "Words",
+    "units": "Units",
 }
 NORMALISED = "L2-normalised over tokens, sign kept (paper §2)"
 RAW = "raw sums over the embedding dimension (they add up to F(x) − F(baseline))"

@@ -27,22 +27,23 @@ RUN_FORMATS = {"label": st.column_config.TextColumn("label", width=130),
                "seconds": st.column_config.NumberColumn("seconds", format="%.2f", width=65)}
 
 
-def flips_in_words(df, short: bool = False):
+def flips_in_words(df, short: bool = False, unit: str = "token"):
     """The table as shown: "no flip" (or "no flip within the first N tokens", "no flip ≤ N tokens" if `short`,
-    for a scan not yet at its end) where first_flip is NaN, rather than an empty cell; for the leaderboard or its
-    runs."""
+    for a scan not yet at its end; N of the `unit`s removed) where first_flip is NaN, rather than an empty cell;
+    for the leaderboard or its runs."""
     if "no_flip_within" in df:
         within = df["no_flip_within"]
     else:
         within = df["scanned"].where(~df["settled"].astype(bool))
-    return df.assign(first_flip=[fig.flip_text(v, w, short) for v, w in zip(df["first_flip"], within)])
+    return df.assign(first_flip=[fig.flip_text(v, w, short, unit) for v, w in zip(df["first_flip"], within)])
 
 
-def show_table(runs, model, meta, title, pending=None):
-    """The leaderboard itself; `pending`: the flips are still being scanned (no downloads yet)."""
+def show_table(runs, model, meta, title, pending=None, unit: str = "token"):
+    """The leaderboard itself; `pending`: the flips are still being scanned (no downloads yet); `unit`: what the
+    deletion test removed."""
     table = lb.summarise(runs)
     st.subheader(title)
-    view = fig.leaderboard_view(table)
+    view = fig.leaderboard_view(table, unit)
     if pending:
         st.dataframe(view.assign(**{"first flip": "…"}), hide_index=True, column_config=FORMATS)
         st.caption(pending)
@@ -52,13 +53,14 @@ def show_table(runs, model, meta, title, pending=None):
     return table
 
 
-def show_leaderboard(runs, model, meta, title, pending=None):
+def show_leaderboard(runs, model, meta, title, pending=None, unit: str = "token"):
     """The leaderboard, every number, the curves, the flips and the runs, with their downloads; `pending`: the
-    flips are still being scanned (their cells say so, no downloads yet, the flips tab waits)."""
-    table = show_table(runs, model, meta, title, pending)
+    flips are still being scanned (their cells say so, no downloads yet, the flips tab waits); `unit`: what the
+    deletion test removed (its counts and flips are of these)."""
+    table = show_table(runs, model, meta, title, pending, unit)
     with st.expander("Every number (AOPC and LOdds at each k, sds)"):
         wide = fig.every_number(table.assign(first_flip=float("nan"), no_flip_within=float("nan")) if pending
-                                else table)
+                                else table, unit=unit)
         heads = {m: st.column_config.Column(m, help=label) for m, label in zip(table["method"], table["label"])}
         if pending:
             st.dataframe(wide[wide["number"] != "first flip"], hide_index=True, column_config=heads)
@@ -70,7 +72,7 @@ def show_leaderboard(runs, model, meta, title, pending=None):
         if metric == "lodds" and model.head.regression:
             tab.info(LODDS_UNDEFINED)
             continue
-        export.chart(fig_faith.deletion_curves_chart(curves, metric, score=model.head.regression),
+        export.chart(fig_faith.deletion_curves_chart(curves, metric, score=model.head.regression, unit=unit),
                      f"explainer deletion curve {metric}", model,
                      meta, where=tab, width="content")  # the figure's fixed aspect, not stretched past the column
     shown = ["doc"] * ("doc" in runs) + ["label", "seed", "aopc", "lodds", "first_flip", "seconds"]
@@ -79,9 +81,10 @@ def show_leaderboard(runs, model, meta, title, pending=None):
         tabs[3].dataframe(runs.assign(first_flip="…")[shown], hide_index=True, column_config=RUN_FORMATS)
         return
     open_ = runs[~runs["settled"].astype(bool)]  # scans that stopped at the bound: "no flip within the first N"
-    export.chart(fig_faith.flip_chart(lb.flips(runs), bound=int(open_["scanned"].min()) if len(open_) else None),
+    export.chart(fig_faith.flip_chart(lb.flips(runs), bound=int(open_["scanned"].min()) if len(open_) else None,
+                                      unit=unit),
                  "explainer decision flips", model, meta, where=tabs[2])
-    shell.table(flips_in_words(runs, short=True)[shown], "explainer runs", model, meta, where=tabs[3],
+    shell.table(flips_in_words(runs, short=True, unit=unit)[shown], "explainer runs", model, meta, where=tabs[3],
                 column_config=RUN_FORMATS, download=runs)  # every column, NaN for no flip, in the CSV
 
 

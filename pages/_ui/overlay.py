@@ -1,6 +1,5 @@
-"""The overlay pages' shared pieces: the unit shown (tokens or words), the overlay's scores (Integrated
-Gradients', or any explainer's for the same class, with the header naming it) and the top-10 token tables whose
-rows select a token."""
+"""The overlay pages' shared pieces: the overlay's scores (Integrated Gradients', or any explainer's for the same
+class, with the header naming it) and the top-10 tables of the sidebar's unit whose rows select a unit."""
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -13,18 +12,11 @@ import longviz_core as lv
 from longviz_core import cache
 from longviz_core.figures.explainers import explainer_header_html
 from longviz_core.figures.text import attribution_header_html
-from longviz_core.views.units import UNITS
-from pages._ui import export, labels, shell, state
+from pages._ui import export, shell, state
 from pages._ui.keys import K
 
-UNIT_NAMES = {"token": "tokens", "word": "words"}
-
-
-def unit_picker(where, page: str) -> str:
-    """"Show: tokens | words": the overlay's (and its tables') unit; tokens by default, the paper's view."""
-    return where.radio("Show", UNITS, format_func=UNIT_NAMES.get, horizontal=True, **K.option(page, "unit"),
-                       help="Words: a word the tokenizer cut into pieces is one box, its value the sum of its "
-                            "pieces'; a click on it selects its first token. " + labels.doc_link("words"))
+# units whose text does not fit a narrow cell: their tables take the page's width, one above the other
+LONG_UNITS = ("sentence", "paragraph")
 
 
 class OverlayScores(NamedTuple):
@@ -65,9 +57,11 @@ def overlay_scores(page: str, model: lv.LoadedModel, analysis, attr, label) -> O
 def token_table_pair(page: str, df: pd.DataFrame, col: str, title: str, file: str, model, meta: dict,
                      selected: int | None = None) -> None:
     """Two tables side by side: the 10 largest positive and the 10 largest negative values of `col`, then every
-    row as one CSV. With `selected` (a token position), a click on a row selects that row's token. Tables of more
-    than three columns (the dataset's six) go one above the other: in half the page their last columns were cut."""
-    left, right = (st.container(), st.container()) if len(df.columns) > 3 else st.columns(2)
+    row as one CSV. With `selected` (a token position), a click on a row selects that row's token (a unit's: its
+    first). Tables of more than three columns (the dataset's six) and tables of sentences or paragraphs go one
+    above the other: in half the page their last columns, or their texts, were cut."""
+    stacked = len(df.columns) > 3 or any(u in df.columns for u in LONG_UNITS)
+    left, right = (st.container(), st.container()) if stacked else st.columns(2)
     with left:
         _table(page, df[df[col] > 0].head(10), f"{title}: top 10 positive", f"{file}_positive", model, meta,
                selected)
@@ -90,10 +84,15 @@ SHORT_HEADERS = {"mean_attribution": ("mean", "mean_attribution: the summed scor
 
 def _table(page: str, df: pd.DataFrame, title: str, file: str, model, meta: dict, selected: int | None) -> None:
     st.markdown(f"**{title}**")
+    config = {c: st.column_config.Column(label=SHORT_HEADERS[c][0], help=SHORT_HEADERS[c][1])
+              for c in df.columns if c in SHORT_HEADERS}
+    config.update({u: st.column_config.TextColumn(u, width="large", help=f"The {u}'s text on one line, cut at the "
+                                                  "cell's end: a click on the row shows it whole in the overlay "
+                                                  "above, the CSV holds it whole.")
+                   for u in LONG_UNITS if u in df.columns})
+    config = {"column_config": config} if config else {}
     if selected is None:
-        config = {c: st.column_config.Column(label=SHORT_HEADERS[c][0], help=SHORT_HEADERS[c][1])
-                  for c in df.columns if c in SHORT_HEADERS}
-        shell.table(df, file, model, meta, **({"column_config": config} if config else {}))
+        shell.table(df, file, model, meta, **config)
         return
     key = K.page(page, "t_" + file)  # a click on a row picks that token
     state.table_selection(key, df["position"], selected)
@@ -103,4 +102,4 @@ def _table(page: str, df: pd.DataFrame, title: str, file: str, model, meta: dict
         if rows:
             state.pick(page, df["position"].iloc[rows[0]])
 
-    shell.table(df, file, model, meta, key=key, on_select=pick_row, selection_mode="single-row")
+    shell.table(df, file, model, meta, key=key, on_select=pick_row, selection_mode="single-row", **config)

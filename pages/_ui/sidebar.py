@@ -1,11 +1,11 @@
-"""The sidebar every page shares: model, dataset, document, max tokens and the masking options, each bound to
-the URL so a copied link reopens the same view."""
+"""The sidebar every page shares: model, dataset, document, max tokens, the unit every per-token view reads the
+document by and the masking options, each bound to the URL so a copied link reopens the same view."""
 from __future__ import annotations
 
 import streamlit as st
 
 import longviz_core as lv
-from pages._ui import hosting
+from pages._ui import hosting, labels
 from pages._ui.current import PAGE_BUDGET_S
 from pages._ui.keys import DATASET_KINDS, K
 
@@ -48,6 +48,13 @@ def sidebar() -> None:
                              "own template, e.g. a BOS + text). Empty: the model's maximum "
                              f"when this machine analyses a document that long within {PAGE_BUDGET_S:g} s, else "
                              f"{lv.DEFAULT_MAX_TOKENS:,}; every page says when a text is truncated.")
+        st.selectbox("Unit", lv.UNITS, key=K.UNIT, bind="query-params",
+                     help="What every per-token view reads the document by. The overlays colour whole units (a "
+                          "unit's value is the sum of its tokens'; a click on one selects its first token), the "
+                          "attribution tables list units, Agreement compares unit vectors, Faithfulness and "
+                          "Explainers delete whole units. Tokens: the paper's view. Heatmap grid and Token counts "
+                          "(per-head attention structure) and the dataset-wide tables by token type stay at "
+                          "tokens. " + labels.doc_link("units"))
         st.toggle("Masking also hides numbers", value=cfg is not None and cfg.mask_numbers, key=K.MASK_NUMBERS,
                   bind="query-params",
                   help="Beyond the paper's rule (§3.4, which keeps '7' and '1997': they are alphanumeric). Applies "

@@ -11,6 +11,7 @@ import re
 
 import streamlit as st
 
+from longviz_core.model.segments import UNITS
 from pages._ui.keys import K
 
 MAX_LENGTH = 1000  # longer than any path, class name or option label the app offers
@@ -20,6 +21,11 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # free text: a model (a path or a configured name), a dataset, stopwords, a class name
 TEXT_KEYS = frozenset({K.MODEL, K.DATASET_PATH, K.EXTRA_STOPWORDS, "target"})
 INT_KEYS = frozenset({"seed", "token"})  # whole numbers read by the app itself (pages/_ui/links.py, state.py)
+# a closed set of values, the first the default: anything else is dropped, so the widget shows its default
+OPTION_KEYS = {K.UNIT: UNITS}
+# links made before the sidebar's Unit: the overlay pages' own "Show: tokens | words" (a radio carries its label)
+OLD_UNIT_KEYS = (K.page("attribution", "unit"), K.page("overlay", "unit"))
+_OLD_UNITS = {"tokens": "token", "words": "word"}
 
 
 def url_int(raw, lo: int = 0, hi: int | None = None) -> int | None:
@@ -53,6 +59,8 @@ def url_option(raw) -> str | None:
 
 def usable(key: str, raw) -> bool:
     """Whether the URL value `raw` of parameter `key` passes the parser of its type."""
+    if key in OPTION_KEYS:
+        return raw in OPTION_KEYS[key]
     if key in INT_KEYS:
         return url_int(raw) is not None
     return (url_text if key in TEXT_KEYS else url_option)(raw) is not None
@@ -74,15 +82,30 @@ def inert(text: str) -> str:
 
 def sweep() -> None:
     """Drop every URL value its type's parser refuses (all values of a repeated parameter are checked)."""
+    _old_unit_links()
     for key in list(st.query_params):
         values = st.query_params.get_all(key)
         kept = [v for v in values if usable(key, v)]
         if len(kept) == len(values):
             continue
         bad = next(v for v in values if not usable(key, v))
-        drop(key, bad)
+        options = OPTION_KEYS.get(key)
+        drop(key, bad, *([f"it is one of {', '.join(options)}; showing {options[0]} instead"] if options else []))
         if kept:
             st.query_params[key] = kept if len(kept) > 1 else kept[0]
+
+
+def _old_unit_links() -> None:
+    """A link to an overlay page's own unit (`attribution.unit=words`, before the sidebar's Unit) opens that
+    unit in the sidebar, unless the link names one there too; the old parameter leaves the URL."""
+    for key in OLD_UNIT_KEYS:
+        raw = st.query_params.get(key)
+        if raw is None:
+            continue
+        st.query_params.pop(key, None)
+        _forget_initial(key)
+        if raw in _OLD_UNITS and K.UNIT not in st.query_params:
+            st.session_state.setdefault(K.UNIT, _OLD_UNITS[raw])
 
 
 def _forget_initial(key: str) -> None:

@@ -187,9 +187,9 @@ def test_overlay_shows_words(pieces_doc):
 
     model, analysis, words = pieces_doc
     at = _open_pasted("attention_overlay")
-    assert at.radio(key=K.page("overlay", "unit")).value == "token"
-    assert overlay_html(at).count("data-pos=") == analysis.n
-    at.radio(key=K.page("overlay", "unit")).set_value("word").run()
+    assert overlay_html(at).count("data-pos=") == analysis.n  # tokens by default
+    at.session_state[K.UNIT] = "word"  # the sidebar's Unit (the page runs here without app.py's sidebar)
+    at.run()
     _ok(at)
     assert overlay_html(at).count("data-pos=") == len(words) + 2  # and <s>, </s>
     # the last layer's received attention per head, summed over each word's pieces, masked words left out

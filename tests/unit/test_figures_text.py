@@ -247,8 +247,10 @@ def test_scale_max_by_word_leaves_special_and_masked_words_out():
     assert scale_max(WORD_TOKENS, WORD_VALUES, mask, unit="word") == pytest.approx(0.4)
     mask[5] = False  # 'world' keeps a piece: in the scale again
     assert scale_max(WORD_TOKENS, WORD_VALUES, mask, unit="word") == pytest.approx(1.0)
-    with pytest.raises(ValueError, match="unit must be one of"):
-        scale_max(WORD_TOKENS, WORD_VALUES, unit="sentence")
+    with pytest.raises(ValueError, match="sentences and paragraphs need the document"):
+        scale_max(WORD_TOKENS, WORD_VALUES, unit="sentence")  # a token list alone has no sentences
+    with pytest.raises(ValueError, match="units are token, word, sentence, paragraph"):
+        scale_max(WORD_TOKENS, WORD_VALUES, unit="chapter")
 
 
 def test_a_selected_piece_outlines_its_word():
