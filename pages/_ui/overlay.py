@@ -62,12 +62,16 @@ def token_table_pair(page: str, df: pd.DataFrame, col: str, title: str, file: st
     above the other: in half the page their last columns, or their texts, were cut."""
     stacked = len(df.columns) > 3 or any(u in df.columns for u in LONG_UNITS)
     left, right = (st.container(), st.container()) if stacked else st.columns(2)
+    # side by side at 1,024 px each table has ~270 px: the numbers get what they need and the token what is left
+    # (a long one, "interpretation", is cut in its cell rather than pushing the value out of the table)
+    narrow = {} if stacked else {c: st.column_config.Column(width=w) for c, w in
+                                 (("position", 60), (col, 80), *((u, 100) for u in ("token", "word")))}
     with left:
         _table(page, df[df[col] > 0].head(10), f"{title}: top 10 positive", f"{file}_positive", model, meta,
-               selected)
+               selected, narrow)
     with right:
         neg = df[df[col] < 0].iloc[::-1].head(10).reset_index(drop=True)
-        _table(page, neg, f"{title}: top 10 negative", f"{file}_negative", model, meta, selected)
+        _table(page, neg, f"{title}: top 10 negative", f"{file}_negative", model, meta, selected, narrow)
     st.caption(f"All rows: {title}")
     export.download_table(df, f"{file}_all", model, meta)
 
@@ -82,10 +86,12 @@ SHORT_HEADERS = {"mean_attribution": ("mean", "mean_attribution: the summed scor
                  "total_attribution": ("total", "total_attribution: the type's summed normalised scores")}
 
 
-def _table(page: str, df: pd.DataFrame, title: str, file: str, model, meta: dict, selected: int | None) -> None:
+def _table(page: str, df: pd.DataFrame, title: str, file: str, model, meta: dict, selected: int | None,
+           widths: dict) -> None:
     st.markdown(f"**{title}**")
-    config = {c: st.column_config.Column(label=SHORT_HEADERS[c][0], help=SHORT_HEADERS[c][1])
-              for c in df.columns if c in SHORT_HEADERS}
+    config = {c: widths[c] for c in df.columns if c in widths}
+    config.update({c: st.column_config.Column(label=SHORT_HEADERS[c][0], help=SHORT_HEADERS[c][1])
+                   for c in df.columns if c in SHORT_HEADERS})
     config.update({u: st.column_config.TextColumn(u, width="large", help=f"The {u}'s text on one line, cut at the "
                                                   "cell's end: a click on the row shows it whole in the overlay "
                                                   "above, the CSV holds it whole.")
