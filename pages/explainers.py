@@ -132,8 +132,8 @@ if scope == "this document":
                    + ("" if unit == "token" else f" summed over the {unit}'s tokens")
                    + "; random is its seed 0. RBO: extrapolated, p = 0.99.")
         labels = {m: lv.EXPLAINERS[m].label for m in matrix.index}
-        export.chart(fig.agreement_heatmap(matrix, metric, labels=labels), f"explainer agreement {metric}", model,
-                     meta)
+        export.chart(fig.agreement_heatmap(matrix, metric, labels=labels, unit=unit),
+                     f"explainer agreement {metric}", model, meta)
     export.download_table(fig.scores_table(analysis.tokens, explanations), "explainer scores per token", model,
                           meta)
     document_map.explainers(P, model, analysis, explanations, rank_by, meta)  # a map over one explainer's overlay

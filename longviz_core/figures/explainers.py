@@ -98,9 +98,10 @@ def random_floor(view: pd.DataFrame) -> str:
 
 
 def agreement_heatmap(matrix: pd.DataFrame, metric: str = "kendall_tau", title: str | None = None,
-                      labels: dict[str, str] | None = None) -> alt.Chart:
+                      labels: dict[str, str] | None = None, unit: str = "token") -> alt.Chart:
     """A square heatmap of leaderboard.agreement_matrix (rows and columns: explainers, named by `labels`, method
-    -> label, where given), values printed in the cells; NaN (a constant ranking) grey."""
+    -> label, where given), values printed in the cells; NaN (a constant ranking) grey; `unit`: what the
+    rankings order (leaderboard.agreement_matrix's segments)."""
     if metric not in METRIC_TITLES:
         raise ValueError(f"metric must be one of {list(METRIC_TITLES)}, got {metric!r}")
     if list(matrix.index) != list(matrix.columns):
@@ -126,7 +127,7 @@ def agreement_heatmap(matrix: pd.DataFrame, metric: str = "kendall_tau", title: 
         color=alt.condition(f"datum.value > {(lo + 1.0) / 2}", alt.value("black"), alt.value("white")))
     side = max(200, 48 * len(names))
     return (rect + text).properties(
-        title=title or f"Agreement between explainers: {METRIC_TITLES[metric]} of their token rankings",
+        title=title or f"Agreement between explainers: {METRIC_TITLES[metric]} of their {unit} rankings",
         width=side, height=side)
 
 

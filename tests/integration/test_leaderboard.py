@@ -265,7 +265,8 @@ def test_agreement_matrix_against_scipy_and_rbo(tiny_longformer, doc):
     with pytest.raises(lb.LeaderboardError, match="two"):
         lb.agreement_matrix({"gae": explanations["gae"]})
     chart = fig.agreement_heatmap(tau, "kendall_tau").to_dict()
-    assert chart["title"].startswith("Agreement between explainers")
+    assert chart["title"] == "Agreement between explainers: Kendall τ-b of their token rankings"
+    assert fig.agreement_heatmap(tau, "rbo", unit="sentence").to_dict()["title"].endswith("of their sentence rankings")
 
 
 def test_figures_from_runs(tiny_longformer, doc):
