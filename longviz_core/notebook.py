@@ -86,7 +86,7 @@ def attribution_html(attr: Attribution) -> str:
 
 def explanation_html(e: Explanation) -> str:
     """The overlay header naming the explainer, then its overlay and top tables, at the explanation's own unit
-    ("word" for occlusion and Shapley by words), else by token."""
+    (occlusion and Shapley by words, sentences or paragraphs), else by token."""
     info = EXPLAINERS.get(e.method)
     label = info.label if info else e.method
     options = ", ".join(f"{k}={v}" for k, v in e.options.items())
@@ -97,9 +97,9 @@ def explanation_html(e: Explanation) -> str:
                                               "analysis, ...)."))
     header = explainer_header_html(label, info.source if info else "", doc.labels[e.target],
                                    doc.labels[doc.predicted], doc.probs[doc.predicted])
-    # occlusion and Shapley by sentence or paragraph give each token its unit's score: by token, a unit reads as
-    # one colour
-    unit = "word" if e.options.get("unit") == "word" else "token"
+    # occlusion and Shapley by words, sentences or paragraphs: one box per unit, its value the sum of its tokens'
+    # (the unit's score)
+    unit = doc.segments if doc.segments is not None else "token"
     return _page(header, _caption(caption),
                  *_overlay(doc, e.scores, f"{label} scores for '{doc.labels[e.target]}'", unit))
 
@@ -140,7 +140,7 @@ _DRAWINGS = {DocumentAnalysis: analysis_html, Attribution: attribution_html, Exp
 
 
 # ------------------------------------------------------------------------------------------ pieces
-def _overlay(doc: DocumentSummary, scores, legend: str, unit: str) -> list[str]:
+def _overlay(doc: DocumentSummary, scores, legend: str, unit) -> list[str]:
     """Legend, the coloured text in its scroll box, then the top positive and negative tables side by side."""
     vmax = scale_max(doc.tokens, scores, unit=unit)
     tables = [f'<div style="flex:1 1 18em;min-width:0"><b>{title}</b>'

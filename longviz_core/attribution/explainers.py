@@ -370,7 +370,7 @@ def explain(model: LoadedModel, analysis: DocumentAnalysis, method: str, /, targ
     shown = {k: v for k, v in settings.items() if k not in ("cache_dir", "use_cache")}
     return Explanation(method=method, target=int(target), scores=scores, seconds=float(meta.get("seconds", seconds)),
                        peak_bytes=peak.bytes, options=shown, from_cache=bool(meta.get("from_cache", False)),
-                       specials=(analysis.encoded.prefix, analysis.encoded.suffix), document=analysis.summary())
+                       specials=(analysis.encoded.prefix, analysis.encoded.suffix), document=analysis.summary(shown.get("unit")))
 
 
 __all__ = ["CLS", "DEFAULT_METHODS", "EXPLAINERS",

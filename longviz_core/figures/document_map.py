@@ -66,5 +66,5 @@ def document_map_chart(dmap: DocumentMap, mode: str = "diverging", selected: int
         title=alt.TitleParams(title or f"Document map: {m:,} {unit}s over {dmap.n:,} tokens", anchor="start",
                               subtitle=[f"x = token position; colour = {score_name} per token of each {unit} "
                                         f"({signed}), width = its tokens;",
-                                        f"1 … {len(dmap.top)} = the top {unit}s {ranked}"]),
+                                        f"1 to {len(dmap.top)}: the top {unit}s {ranked}"]),
         height=HEIGHT, autosize=FIT_WIDTH)

@@ -49,20 +49,25 @@ def leaderboard_view(table: pd.DataFrame, unit: str = "token") -> pd.DataFrame:
 def every_number(table: pd.DataFrame, unit: str = "token") -> pd.DataFrame:
     """leaderboard.summarise's table turned a column per explainer (its method id; the label goes in the column's
     help) and a row per number: AOPC and LOdds at each k and their means, the first flip in words (flip_text) and
-    the flip rate, random's sd over its seeds of each, seconds, peak MB, documents and runs; numbers to 4
-    decimals. A row per explainer was 3,377 px wide; eight explainers' columns fit 528 px (issue 30)."""
+    the flip rate, random's sd over its seeds of each, seconds, peak MB, documents and runs. Every cell is text
+    (numbers to 4 decimals, "—" where there is none): a column holds numbers and the flip's words, and Arrow
+    refuses a column of both. A row per explainer was 3,377 px wide; eight explainers' columns fit 528 px."""
     require_columns(table, ("method", "first_flip", "flip_rate", "seconds", "peak_bytes"))
     metrics = [c for c in table.columns if c.split("@")[0] in ("aopc", "lodds") and not c.endswith("_sd")]
     sds = [f"{c}_sd" for c in [*metrics, "first_flip"] if f"{c}_sd" in table]
-    rows = {c: table[c].round(4) for c in metrics}
+
+    def text(values, digits: int = 4) -> list[str]:
+        return ["—" if v is None or pd.isna(v) else f"{float(v):.{digits}f}" for v in values]
+
+    rows = {c: text(table[c]) for c in metrics}
     rows["first flip"] = [flip_text(v, w, short=True, unit=unit) for v, w in zip(table["first_flip"], _within(table))]
-    rows["flip rate"] = table["flip_rate"].round(4)
-    rows.update({c: table[c].round(4) for c in sds})
-    rows["seconds"] = table["seconds"].round(4)
-    rows["peak MB"] = (table["peak_bytes"] / 2**20).round(1)
-    rows.update({c: table[c] for c in ("documents", "runs") if c in table})
-    wide = pd.DataFrame({name: list(values) for name, values in rows.items()}, index=table["method"]).T
-    return wide.astype(object).rename_axis("number").reset_index().rename_axis(None, axis=1)
+    rows["flip rate"] = text(table["flip_rate"])
+    rows.update({c: text(table[c]) for c in sds})
+    rows["seconds"] = text(table["seconds"], 2)
+    rows["peak MB"] = text(table["peak_bytes"] / 2**20, 1)
+    rows.update({c: text(table[c], 0) for c in ("documents", "runs") if c in table})
+    wide = pd.DataFrame(rows, index=table["method"]).T
+    return wide.rename_axis("number").reset_index().rename_axis(None, axis=1)
 
 
 NO_FLIP = "no flip"

@@ -17,6 +17,7 @@ from .families import BANDED_GLOBAL, BLOCK_SPARSE, LayerPattern
 from .heads import MULTI_LABEL, MULTI_LABEL_CUT, SINGLE_LABEL, Head
 from .layered import LayeredAttention
 from .loading import LoadedModel
+from .segments import Segments, segment
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,7 @@ class DocumentSummary:
     labels: tuple[str, ...]  # (classes,) every class's name, by index
     probs: tuple[float, ...]  # (classes,) the head's outputs (DocumentAnalysis.probs)
     predicted: int  # DocumentAnalysis.predicted
+    segments: Segments | None = None  # the units a result scored (occlusion by sentence: its sentences); None: tokens
 
 
 @dataclass(frozen=True)
@@ -80,10 +82,12 @@ class DocumentAnalysis:
             return f"{names} (labels with p ≥ {MULTI_LABEL_CUT:g})"
         return f"{self.label_name(self.predicted)} (p = {self.probs[self.predicted]:.3f})"
 
-    def summary(self) -> DocumentSummary:
-        """The tokens and the prediction, for a result computed from this analysis to show itself."""
+    def summary(self, unit: str | None = None) -> DocumentSummary:
+        """The tokens and the prediction, for a result computed from this analysis to show itself; with `unit`
+        (not "token"), the document's units of that kind, which the result shows as one box each."""
         return DocumentSummary(tuple(self.tokens), tuple(self.label_name(i) for i in range(len(self.probs))),
-                               tuple(float(p) for p in self.probs), int(self.predicted))
+                               tuple(float(p) for p in self.probs), int(self.predicted),
+                               None if unit in (None, "token") else segment(self, unit))
 
     def explained_name(self, target: int | None = None) -> str:
         """What an explanation of `target` (default: the predicted label) explains, in words."""

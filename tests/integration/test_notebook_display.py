@@ -210,10 +210,13 @@ def test_save_writes_figures_and_results_through_the_exports(results, tmp_path):
     assert not (tmp_path / "c.html").exists() and not (tmp_path / "a.csv").exists()
 
 
-def test_an_explanation_by_sentences_shows_each_token_with_its_sentences_score(results, demo_model):
+def test_an_explanation_by_sentences_shows_each_sentence_with_its_score(results, demo_model):
     e = lv.explain(demo_model, results["analysis"], "occlusion", unit="sentence")
     shown = inert(notebook.html(e))
-    np.testing.assert_allclose(shown.span_values(), e.scores, rtol=1e-3, atol=1e-12)
+    # one box per sentence holding its score (the sum of its tokens'), and one per special token (0)
+    spans = lv.segment(results["analysis"], "sentence").spans
+    want = [0.0] + [float(e.scores[a:b].sum()) for a, b in spans] + [0.0]
+    np.testing.assert_allclose(shown.span_values(), want, rtol=1e-3, atol=1e-12)
     assert "unit=sentence" in shown.visible
 
 

@@ -22,9 +22,10 @@ ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 PROJECT = PYPROJECT["project"]
 COMMANDS = ("app", "demo", "precompute", "store-info", "prune-stores", "leaderboard")
-# requirements.txt installs the test tools too (README's second command runs the tests); the package puts them
+# requirements.txt installs the test tools too (README's second command runs the tests; nbclient, ipykernel and
+# nbformat execute the example notebook); the package puts them
 # in [dev], and Ray in [ray].
-EXTRAS_ONLY = {"pytest", "pytest-xdist", "selenium", "hypothesis", "ray"}
+EXTRAS_ONLY = {"pytest", "pytest-xdist", "selenium", "hypothesis", "ray", "nbclient", "ipykernel", "nbformat"}
 
 
 def _requirements_txt() -> dict[str, Requirement]:
@@ -125,4 +126,5 @@ def test_the_built_wheel_holds_the_stopwords_and_no_app(tmp_path):
     requires = {canonicalize_name(Requirement(ln.split(": ", 1)[1]).name)
                 for ln in metadata.splitlines() if ln.startswith("Requires-Dist: ")}
     assert requires == set(_by_name(PROJECT["dependencies"])) | {"ray", "longviz", "pytest", "pytest-xdist",
-                                                                 "selenium", "hypothesis", "ruff"}
+                                                                 "selenium", "hypothesis", "ruff", "nbclient",
+                                                                 "ipykernel", "nbformat"}
