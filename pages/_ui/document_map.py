@@ -73,7 +73,9 @@ def _columns(unit: str, score_name: str, mode: str) -> dict:
     column at 1,024 px (a text column sized by its text ran past it) and stretch to fill a wider one."""
     column = st.column_config
     return {"rank": column.NumberColumn("#", width=30),
-            "score": column.NumberColumn(score_name, format="%+.4g" if mode == "diverging" else "%.4g", width=70),
+            # "score" in the 70 px header ("Integrated Gradients" was cut); its help names what is summed
+            "score": column.NumberColumn("score", format="%+.4g" if mode == "diverging" else "%.4g", width=70,
+                                         help=f"the {unit}'s summed {score_name} scores"),
             "share": column.NumberColumn("share", format="percent", width=60, help="of Σ |score| over every passage"),
             unit: column.TextColumn(unit, width=320)}
 
