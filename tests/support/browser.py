@@ -141,8 +141,8 @@ def set_number(driver, label: str, value: int) -> None:
     wait_idle(driver)
 
 
-def options(driver, words=("mask", "scale")):
-    """Checkbox and toggle labels of the main area that mention masking or scaling."""
+def options(driver, words=("mask", "scale", "importance")):
+    """Checkbox and toggle labels of the main area that mention masking or scaling (by head importance)."""
     from selenium.webdriver.common.by import By
 
     out = []
