@@ -1,7 +1,7 @@
 """Figures and display tables for the explainer leaderboard (Altair + pandas + HTML strings; no Streamlit).
 
 - `leaderboard_view`: the leaderboard as shown: explainer, AOPC, LOdds and first flip with random's ± sd, cost.
-- `every_number`: every number of the leaderboard, a column per explainer and a row per number.
+- `every_number`: every number of the leaderboard in parts that read whole at 1,024 px.
 - `agreement_heatmap`: explainers x explainers Kendall tau / RBO of their token rankings.
 - `scores_table`: every explainer's score per token, for the CSV export.
 - `explainer_header_html`: the overlay header naming the explainer, the class explained and the prediction.
@@ -46,28 +46,32 @@ def leaderboard_view(table: pd.DataFrame, unit: str = "token") -> pd.DataFrame:
     })
 
 
-def every_number(table: pd.DataFrame, unit: str = "token") -> pd.DataFrame:
-    """leaderboard.summarise's table turned a column per explainer (its method id; the label goes in the column's
-    help) and a row per number: AOPC and LOdds at each k and their means, the first flip in words (flip_text) and
-    the flip rate, random's sd over its seeds of each, seconds, peak MB, documents and runs. Every cell is text
-    (numbers to 4 decimals, "—" where there is none): a column holds numbers and the flip's words, and Arrow
-    refuses a column of both. A row per explainer was 3,377 px wide; eight explainers' columns fit 528 px."""
-    require_columns(table, ("method", "first_flip", "flip_rate", "seconds", "peak_bytes"))
-    metrics = [c for c in table.columns if c.split("@")[0] in ("aopc", "lodds") and not c.endswith("_sd")]
-    sds = [f"{c}_sd" for c in [*metrics, "first_flip"] if f"{c}_sd" in table]
+def every_number(table: pd.DataFrame, unit: str = "token") -> dict[str, pd.DataFrame]:
+    """Every number of leaderboard.summarise's table, split so that each part reads whole at 1,024 px whatever the
+    number of explainers (a row per explainer and a column per number was 3,377 px wide; a column per explainer,
+    808 px for ten): "AOPC" and "LOdds", a row per explainer (its label) and a column per k and their mean; "flips
+    and cost", the first flip in words (flip_text), the flip rate, seconds, peak MB and runs; "sd over seeds", a
+    row per number and a column per seeded explainer (random): the sd of each number over its seeds. Numbers stay
+    numbers (the widget formats them); "—" nowhere: a missing sd is NaN, shown blank."""
+    require_columns(table, ("method", "label", "first_flip", "flip_rate", "seconds", "peak_bytes"))
+    names = {"explainer": table["label"].to_numpy()}
 
-    def text(values, digits: int = 4) -> list[str]:
-        return ["—" if v is None or pd.isna(v) else f"{float(v):.{digits}f}" for v in values]
+    def at_k(metric: str) -> pd.DataFrame:
+        columns = [c for c in table.columns if c.startswith(f"{metric}@") and not c.endswith("_sd")]
+        return pd.DataFrame({**names, **{c.split("@")[1]: table[c].to_numpy() for c in columns},
+                             "mean": table[metric].to_numpy()})
 
-    rows = {c: text(table[c]) for c in metrics}
-    rows["first flip"] = [flip_text(v, w, short=True, unit=unit) for v, w in zip(table["first_flip"], _within(table))]
-    rows["flip rate"] = text(table["flip_rate"])
-    rows.update({c: text(table[c]) for c in sds})
-    rows["seconds"] = text(table["seconds"], 2)
-    rows["peak MB"] = text(table["peak_bytes"] / 2**20, 1)
-    rows.update({c: text(table[c], 0) for c in ("documents", "runs") if c in table})
-    wide = pd.DataFrame(rows, index=table["method"]).T
-    return wide.rename_axis("number").reset_index().rename_axis(None, axis=1)
+    flips = pd.DataFrame({**names, "first flip": [flip_text(v, w, short=True, unit=unit) for v, w in
+                                                  zip(table["first_flip"], _within(table))],
+                          "flip rate": table["flip_rate"].to_numpy(), "seconds": table["seconds"].to_numpy(),
+                          "peak MB": table["peak_bytes"].to_numpy() / 2**20,
+                          **{c: table[c].to_numpy() for c in ("runs",) if c in table}})
+    sd_columns = [c for c in table.columns if c.endswith("_sd")]
+    seeded = table[table[sd_columns].notna().any(axis=1)] if sd_columns else table.iloc[:0]
+    sds = pd.DataFrame({label: seeded.loc[i, sd_columns].to_numpy(dtype=float) for i, label in
+                        zip(seeded.index, seeded["label"])}, index=[c[: -len("_sd")] for c in sd_columns])
+    return {"AOPC": at_k("aopc"), "LOdds": at_k("lodds"), "flips and cost": flips,
+            "sd over seeds": sds.rename_axis("number").reset_index()}
 
 
 NO_FLIP = "no flip"

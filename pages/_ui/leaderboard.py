@@ -59,13 +59,16 @@ def show_leaderboard(runs, model, meta, title, pending=None, unit: str = "token"
     deletion test removed (its counts and flips are of these)."""
     table = show_table(runs, model, meta, title, pending, unit)
     with st.expander("Every number (AOPC and LOdds at each k, sds)"):
-        wide = fig.every_number(table.assign(first_flip=float("nan"), no_flip_within=float("nan")) if pending
-                                else table, unit=unit)
-        heads = {m: st.column_config.Column(m, help=label) for m, label in zip(table["method"], table["label"])}
+        parts = fig.every_number(table.assign(first_flip=float("nan"), no_flip_within=float("nan")) if pending
+                                 else table, unit=unit)
         if pending:
-            st.dataframe(wide[wide["number"] != "first flip"], hide_index=True, column_config=heads)
-        else:  # the CSV keeps a row per explainer, every column at full precision
-            shell.table(wide, "explainer leaderboard every number", model, meta, download=table, column_config=heads)
+            parts.pop("flips and cost")
+        number = st.column_config.NumberColumn(format="%.4f")
+        for (name, part), where in zip(parts.items(), st.tabs(list(parts))):
+            config = {c: number for c in part.columns if c not in ("explainer", "number", "first flip", "runs")}
+            where.dataframe(part, hide_index=True, column_config=config)
+        if not pending:  # the CSV: a row per explainer, every column at full precision
+            export.download_table(table, "explainer leaderboard every number", model, meta)
     tabs = st.tabs(["AOPC", "LOdds", "first flip (exact scan)", "runs"])
     curves = lb.curves(runs)
     for tab, metric in zip(tabs, ("aopc", "lodds")):

@@ -108,12 +108,17 @@ def test_document_leaderboard_equals_the_command_line(demo, private_cache, tmp_p
     _ok(at)
     cli = _leaderboard_cli(tmp_path, 1, "--flip-bound", str(lb.dl.FLIP_BOUND))  # the page's second stage
     _same(at.dataframe[0].value, cli)
-    # the "Every number" table: a column per explainer, a row per number; no empty cell for "no flip"
-    every = at.dataframe[1].value.set_index("number")
-    assert list(every.loc["first flip", cli.index]) == [flip_text(v, w, short=True) for v, w in
-                                                         zip(cli["first_flip"], cli["no_flip_within"])]
-    np.testing.assert_allclose(every.loc["aopc", cli.index].to_numpy(float), cli["aopc"], atol=5e-5 + 1e-9)  # 4 dp
-    runs = at.dataframe[2].value["first_flip"]  # the runs tab: a number or "no flip …", never blank
+    # "Every number" in parts: the flips (no empty cell for "no flip") and AOPC at each k, a row per explainer
+    frames = [d.value for d in at.dataframe]
+    flips = next(f for f in frames if "first flip" in f and "method" not in f).set_index("explainer")
+    labels = cli["label"]  # the explainers as the leaderboard names them
+    assert [flips.loc[labels[m], "first flip"] for m in cli.index] == [
+        flip_text(v, w, short=True) for v, w in zip(cli["first_flip"], cli["no_flip_within"])]
+    aopc = next(f for f in frames if list(f.columns)[-1] == "mean" and "10%" in f).set_index("explainer")
+    np.testing.assert_allclose([aopc.loc[labels[m], "mean"] for m in cli.index], cli["aopc"], rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose([aopc.loc[labels[m], "10%"] for m in cli.index], cli["aopc@10%"], rtol=1e-6,
+                               atol=1e-9)
+    runs = next(f for f in frames if "seed" in f)["first_flip"]  # the runs tab: a number or "no flip …", never blank
     assert runs.notna().all() and (pd.to_numeric(runs, errors="coerce").notna() | runs.str.startswith(NO_FLIP)).all()
     # the flips still open are offered to the exact scan, with the copies it may take
     assert any(b.key == K.page(P, "exact") for b in at.button) == cli["no_flip_within"].notna().any()

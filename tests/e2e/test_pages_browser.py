@@ -112,11 +112,40 @@ def test_every_page_reads_at_both_widths(app_server, browser, shots, model, page
     chosen = browser.find_element("css selector", '[data-testid="stSidebar"] input[aria-label="Model"]')
     assert chosen.get_attribute("value") == model, (name, chosen.get_attribute("value"))
     found = [p for width in WIDTHS for p in _layout_at(browser, name, width, shots)]
+    if Path(page_file).stem == "explainers":  # "Every number", closed above: a column per explainer fits
+        found += _expander_table_fits(browser, "Every number", tabs_expected=4)
     print(f"\n{name}: ran {clicked or '-'}, toggled {toggled or '-'}; screenshots in {shots}")
     assert not found, "\n".join(found)
     assert "Traceback" not in log.read_text()
     if os.environ.get("LONGVIZ_UPDATE_SCREENSHOT") == "1" and name == README_SHOT[0]:
         shutil.copy(shots / f"{README_SHOT[0]}-{README_SHOT[1]}.png", ROOT / "docs" / "screenshot.png")
+
+
+def _expander_table_fits(browser, title: str, tabs_expected: int = 0) -> list[str]:
+    """Open the expander whose summary holds `title`; at each width each of its tables (one per tab, of
+    `tabs_expected`) must show every column without a sideways scroll."""
+    summary = next(s for s in browser.find_elements("css selector", '[data-testid="stExpander"] summary')
+                   if title in s.text)
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center'});", summary)
+    summary.click()
+    tabs = summary.find_elements("xpath", './..//*[@role="tab"]')
+    assert len(tabs) == tabs_expected, [t.text for t in tabs]
+    tabs = tabs or [None]
+    found = []
+    for width in WIDTHS:
+        browser.set_window_size(width, HEIGHT)
+        for i, tab in enumerate(tabs):
+            if tab is not None:
+                browser.execute_script("arguments[0].scrollIntoView({block: 'center'}); arguments[0].click();", tab)
+            settle(browser, least=0.2)
+            widths = browser.execute_script(
+                "const s = [...arguments[0].parentElement.querySelectorAll("
+                "'[data-testid=\"stDataFrame\"] .dvn-scroller')].find(e => e.getBoundingClientRect().width > 0);"
+                "return s ? [s.scrollWidth, s.clientWidth] : null;", summary)
+            if widths is None or widths[0] > widths[1] + 2:
+                found.append(f"{title} @ {width}, tab {i}: "
+                             f"{'no table' if widths is None else f'{widths[0]} px in {widths[1]}'}")
+    return found
 
 
 def test_some_page_offers_a_mask_or_scale_option(app_server, browser):

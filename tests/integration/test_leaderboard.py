@@ -291,19 +291,21 @@ def test_figures_from_runs(tiny_longformer, doc):
     table = lb.summarise(runs).assign(first_flip=[0.123456, math.nan])
     assert list(fig.leaderboard_view(table)["first flip"]) == ["0.1235", fig.NO_FLIP]
     assert "no flip. Peak" in fig.random_floor(fig.leaderboard_view(table.assign(method=["gae", "random"])))
-    # every number: a column per explainer, a row per number, each cell the summary's own value (random's sd
-    # over its seeds from the runs by hand)
-    wide = fig.every_number(table).set_index("number")
-    assert list(wide.columns) == list(table["method"])
-    at_k = [c for c in table.columns if c.startswith("aopc@") and not c.endswith("_sd")]
-    assert len(at_k) == len(fa.KS)
-    for label in at_k:  # text to 4 decimals: one column holds numbers and the flip's words
-        assert wide.loc[label, "random"] == f"{seeds[label].mean():.4f}"
-        assert wide.loc[f"{label}_sd", "random"] == f"{seeds[label].std(ddof=0):.4f}"
+    # every number in parts: AOPC and LOdds per explainer and k, flips and cost, random's sds over its seeds (by
+    # hand from the runs)
+    parts = fig.every_number(table)
+    assert list(parts) == ["AOPC", "LOdds", "flips and cost", "sd over seeds"]
+    aopc = parts["AOPC"].set_index("explainer")
+    assert list(aopc.index) == list(table["label"]) and list(aopc.columns) == ["1%", "5%", "10%", "20%", "50%", "mean"]
+    for k in aopc.columns[:-1]:
+        assert aopc.loc["Random", k] == pytest.approx(seeds[f"aopc@{k}"].mean(), abs=1e-12)
     gae = runs[runs["method"] == "gae"].iloc[0]
-    assert wide.loc["lodds", "gae"] == f"{gae['lodds']:.4f}" and wide.loc["runs", "random"] == "3"
-    assert wide.loc["aopc_sd", "gae"] == "—"  # a deterministic explainer has no sd over seeds
-    assert list(wide.loc["first flip"]) == ["0.1235", fig.NO_FLIP]
+    assert parts["LOdds"].set_index("explainer").loc["GAE", "mean"] == pytest.approx(gae["lodds"], abs=1e-12)
+    sds = parts["sd over seeds"].set_index("number")
+    assert list(sds.columns) == ["Random"]  # a deterministic explainer has no sd over seeds
+    assert sds.loc["aopc@10%", "Random"] == pytest.approx(seeds["aopc@10%"].std(ddof=0), abs=1e-12)
+    flips = parts["flips and cost"].set_index("explainer")
+    assert list(flips["first flip"]) == ["0.1235", fig.NO_FLIP] and flips.loc["Random", "runs"] == 3
     scores = fig.scores_table(doc.tokens, {"gae": lv.explain(tiny_longformer, doc, "gae")})
     assert list(scores.columns) == ["position", "token", "gae"] and len(scores) == doc.n
     header = fig.explainer_header_html("GAE", "Chefer et al.", "class_1", "class_0", 0.7, None)
