@@ -9,18 +9,13 @@ from longviz_core.views import counts as tc
 from longviz_core.evaluation.importance import METHOD_NAMES
 from pages._ui import labels, shell
 from pages._ui.keys import K
-from tests.support.apps import ROOT, app_test, page
+from tests.support.apps import ROOT, open_page
 
 MAX_TOKENS = 512  # the head importance of the demo at 512 tokens is in the shared disk cache
 
 
 def _open(name: str, max_tokens: int = MAX_TOKENS, **state):
-    at = app_test()
-    at.session_state[K.MAX_TOKENS] = max_tokens
-    for key, value in state.items():
-        at.session_state[key] = value
-    at.run()
-    at.switch_page(page(name)).run()
+    at = open_page(name, max_tokens, **state)
     _ok(at)
     return at
 

@@ -14,7 +14,7 @@ import longviz_core as lv
 from longviz_core.attribution import ig as A
 from longviz_core.views.masking import build_mask
 from pages._ui.keys import K
-from support.apps import app_test, overlay_html, overlays, page
+from support.apps import open_page, overlay_html, overlays
 
 MAX_TOKENS = 256
 pytestmark = pytest.mark.filterwarnings("ignore::longviz_core.attribution.ConvergenceWarning")
@@ -26,13 +26,7 @@ def _ok(at):
 
 
 def _open(name: str, **state):
-    at = app_test()
-    at.session_state[K.MAX_TOKENS] = MAX_TOKENS
-    at.session_state[K.DOC_INDEX] = 0
-    for key, value in state.items():
-        at.session_state[key] = value
-    at.run()
-    at.switch_page(page(name)).run()
+    at = open_page(name, MAX_TOKENS, **{K.DOC_INDEX: 0, **state})
     _ok(at)
     return at
 

@@ -21,7 +21,7 @@ from longviz_core.dataset.store import ResultStore
 from longviz_core.figures.explainers import NO_FLIP, flip_text
 from pages._ui import ig
 from pages._ui.keys import K
-from support.apps import ROOT, app_test, page, settle
+from support.apps import ROOT, open_page, settle
 
 MAX_TOKENS, STEPS, DOCS = 64, 4, 2  # every number is recomputed three or four times, with full scans
 METHODS = ["ig", "grad_x_input", "gae", "random"]
@@ -35,13 +35,7 @@ def _ok(at):
 
 
 def _open(name: str, **state) -> AppTest:
-    at = app_test()
-    at.session_state[K.MAX_TOKENS] = MAX_TOKENS
-    at.session_state[K.DOC_INDEX] = 0
-    for key, value in state.items():
-        at.session_state[key] = value
-    at.run()
-    at.switch_page(page(name)).run()
+    at = open_page(name, MAX_TOKENS, **{K.DOC_INDEX: 0, **state})
     _ok(at)
     return at
 

@@ -29,6 +29,20 @@ def page(name: str) -> str:
 
 
 
+def open_page(name: str, max_tokens: int, **state) -> AppTest:
+    """The app run once with `max_tokens` and the session `state` given (widget keys -> values), then switched
+    to the page `name` and run there; the caller checks what it shows."""
+    from pages._ui.keys import K
+
+    at = app_test()
+    at.session_state[K.MAX_TOKENS] = max_tokens
+    for key, value in state.items():
+        at.session_state[key] = value
+    at.run()
+    at.switch_page(page(name)).run()
+    return at
+
+
 def local_app(monkeypatch, max_tokens: int) -> AppTest:
     """The app in local mode (no hosted configuration) on the demo, run once with `max_tokens`, clean."""
     from pages._ui.keys import K
