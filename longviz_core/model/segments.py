@@ -85,6 +85,11 @@ class Segments:
         """(units,) int64: tokens per unit."""
         return np.array([b - a for a, b in self.spans], dtype=np.int64)
 
+    def masked(self, mask) -> np.ndarray:
+        """(units,) bool from an (n,) token mask (True = masked): a unit is masked only if all its tokens are (the
+        overlays, their tables and the agreement by units read it so)."""
+        return aggregate(~np.asarray(mask, dtype=bool), self) == 0  # no token of the unit kept
+
     def per_token(self, unit_values) -> np.ndarray:
         """(n,) float64 from (units,) `unit_values`: each text token its unit's value divided by the unit's
         length in tokens, the special tokens 0; so aggregate(per_token(v), self) == v."""

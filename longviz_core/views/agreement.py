@@ -298,7 +298,7 @@ class _PerUnit:
         """A unit is masked only if all its tokens are."""
         if mask is None or self.segments is None:
             return mask
-        return aggregate(~np.asarray(mask, dtype=bool), self.segments) == 0  # (units,) no token kept
+        return self.segments.masked(mask)  # (units,)
 
     def labels(self, tokens) -> tuple[list[str], np.ndarray]:
         """(each compared entry's one-line text, the position it stands at: its first token)."""

@@ -47,14 +47,13 @@ def units(tokens, values, mask=None, unit: Unit | Segments = "token") -> Units:
     positions = np.sort(np.concatenate([starts, np.flatnonzero(of < 0)]))  # (units,)
     u = of[positions]  # (units,) -1 for a special token
     inside = u >= 0
-    text_tokens = of >= 0
     # a last entry that u = -1 (a special token) reads, overwritten by np.where: indexing stays one expression
-    kept = np.append(np.bincount(of[text_tokens], weights=~masked[text_tokens], minlength=len(segments)), 0)
+    unit_masked = np.append(segments.masked(masked), False)  # (m_u + 1,)
     sums = np.append(aggregate(vals, segments), 0.0)  # (m_u + 1,)
     texts = _texts(tokens, segments)
     text = [texts[k] if k >= 0 else tokens[p] for p, k in zip(positions, u)]
     return Units(segments.unit, positions, text, [text_label(x) for x in text],
-                 np.where(inside, sums[u], vals[positions]), np.where(inside, kept[u] == 0, masked[positions]),
+                 np.where(inside, sums[u], vals[positions]), np.where(inside, unit_masked[u], masked[positions]),
                  ~inside, len(tokens))
 
 

@@ -68,9 +68,9 @@ def unit() -> str:
     return chosen if chosen in lv.UNITS else lv.UNITS[0]
 
 
-def segments(analysis) -> lv.Segments:
-    """The document's units of the sidebar's unit (lv.segment), kept with the analysis."""
-    return cache.derived(analysis, "segments", lambda a, unit: lv.segment(a, unit), unit=unit())
+def segments(analysis, of: str | None = None) -> lv.Segments:
+    """The document's units of kind `of` (default: the sidebar's unit; lv.segment), kept with the analysis."""
+    return cache.derived(analysis, "segments", lambda a, unit: lv.segment(a, unit), unit=of or unit())
 
 
 PAGE_BUDGET_S = 15.0  # what a page may spend on one document's analysis and IG's first steps

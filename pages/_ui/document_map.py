@@ -7,7 +7,6 @@ import numpy as np
 import streamlit as st
 
 import longviz_core as lv
-from longviz_core import cache
 from longviz_core.figures.document_map import SELECT, document_map_chart
 from longviz_core.figures.text import legend_html, scale_max, token_overlay_html
 from longviz_core.views.document_map import document_map
@@ -31,7 +30,7 @@ def show(page: str, model: lv.LoadedModel, analysis, scores, meta: dict, *, unit
         chosen = ss.get(K.page(page, "pos"))
         selected = chosen if isinstance(chosen, int) and 0 <= chosen < analysis.n else None
     with shell.guard():
-        segments = cache.derived(analysis, "segments", lambda a, unit: lv.segment(a, unit), unit=unit)
+        segments = current.segments(analysis, unit)
         dmap = document_map(scores, segments, mask, rank_by=rank_by)
     shown = None if selected is None else dmap.passage_of(selected)
     strip_key, rows_key = K.page(page, "map_strip"), K.page(page, "map_top")

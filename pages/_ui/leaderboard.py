@@ -59,9 +59,8 @@ def show_leaderboard(runs, model, meta, title, pending=None, unit: str = "token"
     deletion test removed (its counts and flips are of these)."""
     table = show_table(runs, model, meta, title, pending, unit)
     with st.expander("Every number (AOPC and LOdds at each k, sds)"):
-        parts = fig.every_number(table.assign(first_flip=float("nan"), no_flip_within=float("nan")) if pending
-                                 else table, unit=unit)
-        if pending:
+        parts = fig.every_number(table, unit=unit)
+        if pending:  # the flips are still being scanned
             parts.pop("flips and cost")
         number = st.column_config.NumberColumn(format="%.4f")
         for (name, part), where in zip(parts.items(), st.tabs(list(parts))):
