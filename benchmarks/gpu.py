@@ -2,7 +2,7 @@
 length, and its peak memory, with the device's name and the library versions.
 
     python benchmarks/gpu.py [--size full|tiny] [--device cuda|cpu] [--json OUT] [--folder DIR]
-                             [--decoder-layers L] [--ig-batch B]
+                             [--decoder-layers L] [--ig-batch B] [--groups longformer,modernbert,decoder]
 
 Stages (--size full; the budget is 8 minutes on one H100, docs/development.md "A GPU run" says how to run it there):
 - Longformer-base dimensions (benchmarks/_models.py) at 4,096 tokens: one forward (the model's own attention,
@@ -38,6 +38,7 @@ import os
 import sys
 import tempfile
 import time
+import traceback
 import warnings
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -63,6 +64,7 @@ from longviz_core.runtime import usable_device  # noqa: E402
 
 GIB = 2**30
 BUDGET_S = 8 * 60  # the whole --size full run on one H100
+GROUPS = ("longformer", "modernbert", "decoder")  # --groups' names, in the order they run
 
 
 @dataclass(frozen=True)
@@ -188,16 +190,29 @@ def _document(model, n: int):
 
 def _forward(stages: Stages, group: str, model, enc, attention: str | None) -> float:
     """One forward of `enc` (the app's inputs) through `attention` ("sdpa"; None: the model's own) after a
-    warm-up forward; its seconds."""
-    inputs = model.family.inputs(enc, model.device)
+    warm-up forward; its seconds.
 
-    def forward():
-        with torch.no_grad(), (implementation(model.model, attention) if attention else nullcontext()):
+    A decoder on CUDA: the reference is the model's own float32 forward (longviz's route, capture._sdpa_expanded:
+    sdpa's memory-efficient kernel on K/V heads repeated), and transformers' sdpa is timed beside it under bf16
+    autocast ("forward_sdpa_bf16"). In float32 transformers' sdpa asks for grouped-query attention, which there
+    only sdpa's math kernel serves, with the whole n x n scores of every head: the first H200 run asked for 16 GiB
+    at a time at 32,768 tokens and ran out of its 139 GiB."""
+    inputs = model.family.inputs(enc, model.device)
+    grouped = attention == "sdpa" and model.device.type == "cuda" and model.family.name == "decoder"
+
+    def forward(attention=attention, bf16=False):
+        with torch.no_grad(), (implementation(model.model, attention) if attention else nullcontext()), (
+                torch.autocast("cuda", dtype=torch.bfloat16) if bf16 else nullcontext()):
             model(**inputs)
 
-    forward()  # kernels' first calls, the allocator's first blocks
-    stages.run(group, "forward", forward)
-    return stages.group(group)[-1]["seconds"]
+    reference = partial(forward, None) if grouped else forward
+    reference()  # kernels' first calls, the allocator's first blocks
+    stages.run(group, "forward", reference, **({"reference": "the model's own (float32)"} if grouped else {}))
+    seconds = stages.group(group)[-1]["seconds"]
+    if grouped:
+        forward(bf16=True)
+        stages.run(group, "forward_sdpa_bf16", partial(forward, bf16=True))
+    return seconds
 
 
 def views_stages(stages: Stages, group: str, analysis) -> dict:
@@ -281,7 +296,8 @@ def summary(stages: Stages) -> None:
         extra = f" ({r['extrapolated_seconds']:.1f} s extrapolated)" if "extrapolated_seconds" in r else ""
         memory = (f"{_gib(r['gpu_peak_bytes'])} | {_gib(r['peak_growth_bytes'])} | {_gib(r['host_growth_bytes'])}"
                   if stages.cuda else _gib(r["peak_growth_bytes"]))
-        print(f"| {r['group']} | {r['stage']} | {r['seconds']:.2f}{extra} | {r['forward_multiple']:.2f} | {memory} |")
+        multiple = f"{r['forward_multiple']:.2f}" if "forward_multiple" in r else "n/a (its group failed)"
+        print(f"| {r['group']} | {r['stage']} | {r['seconds']:.2f}{extra} | {multiple} | {memory} |")
 
 
 def _versions() -> dict:
@@ -301,6 +317,8 @@ def main() -> None:
     parser.add_argument("--decoder-layers", type=int, default=None, help="layers of the decoder built and run "
                         "(default: 4 of 28 at full size, 1 of 2 tiny); the rest extrapolated")
     parser.add_argument("--ig-batch", type=int, default=None, help="IG steps per batch (default: automatic)")
+    parser.add_argument("--groups", default="longformer,modernbert,decoder", help="the groups to run, by family, "
+                        "comma-separated (a rerun on a lent device takes only what it still needs)")
     args = parser.parse_args()
     for needed in ("captum", "numba"):  # before any model is built: the wheels to carry, docs/development.md
         try:
@@ -312,6 +330,9 @@ def main() -> None:
     except SettingsError as exc:  # "cuda" asked for where torch sees no GPU
         parser.error(str(exc))
     size = _sizes()[args.size]
+    chosen = args.groups.split(",")
+    if not chosen or set(chosen) - set(GROUPS):
+        parser.error(f"--groups: comma-separated names from {', '.join(GROUPS)}")
     layers_run = args.decoder_layers or size.decoder_run
     if not 1 <= layers_run <= size.decoder_layers:
         parser.error(f"--decoder-layers must be 1 .. {size.decoder_layers}")
@@ -323,29 +344,46 @@ def main() -> None:
           flush=True)
     started = time.perf_counter()
     stages = Stages(device)
+    groups, failed = [], []
+
+    def write() -> None:  # after every group: a run stopped at the lease's limit still leaves what it measured
+        if args.json:
+            args.json.write_text(json.dumps({
+                "device": name, "device_type": device.type, "size": args.size, "versions": versions,
+                "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(), "load_average": os.getloadavg()[0],
+                "groups": groups, "failed": failed, "stages": stages.rows,
+                "total_seconds": time.perf_counter() - started, "budget_seconds": BUDGET_S}, indent=1))
+
     with (tempfile.TemporaryDirectory(prefix="longviz-gpu-") if args.folder is None else nullcontext(args.folder)) \
             as folder, tempfile.TemporaryDirectory(prefix="longviz-gpu-caches-") as caches:
         folder, caches = Path(folder) / args.size, Path(caches)
-        groups = [longformer_group(stages, size, folder, str(device), caches, args.ig_batch)]
-        stages.release()
-        model = size.modernbert(folder / "modernbert", str(device))
-        groups.append(views_group(stages, size.names[1], "modernbert", model, size.modernbert_n, "sdpa"))
-        del model
-        stages.release()
-        model = size.decoder(folder / f"decoder-{layers_run}", str(device), layers_run)
-        groups.append(views_group(stages, size.names[2], "decoder", model, size.decoder_n, "sdpa",
-                                  size.decoder_layers, layers_run))
-        del model
+        runs = [
+            (size.names[0], lambda: longformer_group(stages, size, folder, str(device), caches, args.ig_batch)),
+            (size.names[1], lambda: views_group(stages, size.names[1], "modernbert",
+                                                size.modernbert(folder / "modernbert", str(device)),
+                                                size.modernbert_n, "sdpa")),
+            (size.names[2], lambda: views_group(stages, size.names[2], "decoder",
+                                                size.decoder(folder / f"decoder-{layers_run}", str(device), layers_run),
+                                                size.decoder_n, "sdpa", size.decoder_layers, layers_run))]
+        for (group, make), family in zip(runs, GROUPS):
+            if family not in chosen:
+                continue
+            # a lent device runs this once (docs/development.md): one group's failure (a library version there,
+            # memory) is printed and recorded, and the other groups still run
+            try:
+                groups.append(make())
+            except Exception as exc:  # noqa: BLE001 - reported whole, and the exit status says so
+                traceback.print_exc()
+                failed.append({"group": group, "error": f"{type(exc).__name__}: {exc}"})
+            stages.release()
+            write()
     total = time.perf_counter() - started
     summary(stages)
     print(f"\nwhole run {total:.0f} s" + (f" (budget {BUDGET_S} s on one H100)" if args.size == "full" else ""),
           flush=True)
-    if args.json:
-        args.json.write_text(json.dumps({
-            "device": name, "device_type": device.type, "size": args.size, "versions": versions,
-            "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(), "load_average": os.getloadavg()[0],
-            "groups": groups, "stages": stages.rows, "total_seconds": total, "budget_seconds": BUDGET_S}, indent=1))
-
+    write()
+    if failed:
+        raise SystemExit("failed: " + "; ".join(f"{f['group']}: {f['error']}" for f in failed))
 
 if __name__ == "__main__":
     main()

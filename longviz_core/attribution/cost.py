@@ -41,6 +41,11 @@ _DOUBLING_GAIN = 1.05
 # (2 layers, hidden 32, 102 tokens, 50 steps: 15 s CPU one step at a time, 1.8 s in batches of 12; the demo model
 # at 2,048 tokens, 105 MiB a step: batches of 2).
 _START_BYTES = 256 * 2**20
+# On an accelerator with nothing timed, a first run starts here (or at the largest power of two inside the memory
+# budget, if smaller), and later runs double while it gains: one step a batch leaves most of a GPU idle. Measured on
+# an NVIDIA H200 (benchmarks/gpu.py, docs/benchmarks.md "GPU"): Longformer-base dimensions, 4,096 tokens, 500 steps
+# under bf16 took 77.5 s one step a batch and 29.6 s sixteen a batch (67 GiB at its peak).
+_ACCELERATOR_START = 16
 # A bucket is timed only while its timing (one forward, one forward+backward), scaled from a smaller bucket's by
 # forward_flops, is predicted within this; a longer one is estimated by that scaling: a page would otherwise wait
 # minutes, unannounced, before it could say how long anything takes (ModernBERT-base at 8,192 tokens: a forward
@@ -64,8 +69,9 @@ def internal_batch_size_for(model: LoadedModel, n_tokens: int, n_steps: int, pre
     length bucket (record_timing, beside estimate_ig_seconds' timing). The choice is the fastest size recorded
     inside the budget, the smaller on a tie: a batch measured slower per step than another is never chosen, and
     memory is spent only where it was measured to buy speed.
-    Nothing recorded: as many steps as _START_BYTES of activations hold, at least one, so one step per batch at
-    longformer-base dimensions. That is captum's fastest recipe on a memory-bound CPU (2-core AMD EPYC, Longformer-base
+    Nothing recorded, on an accelerator: the largest power of two up to _ACCELERATOR_START inside the budget.
+    Nothing recorded, on a CPU: as many steps as _START_BYTES of activations hold, at least one, so one step per
+    batch at longformer-base dimensions. That is captum's fastest recipe on a memory-bound CPU (2-core AMD EPYC, Longformer-base
     dimensions, 512 tokens: 28-29 s for 16 steps at batch 1, 78 s with all 16 in one batch; at 1,024 tokens
     3.5 / 3.7 / 7.6 s per step in batches of 1 / 2 / 4), the least memory, and no probing run.
     Larger sizes are tried only where they can pay: on an accelerator, where one step of a document leaves most
@@ -92,6 +98,8 @@ def internal_batch_size_for(model: LoadedModel, n_tokens: int, n_steps: int, pre
     cap = max(1, min(n_steps, fit, int(n_steps * _MAX_STEP_SHARE)))
     timed = {b: s for b, s in _batch_speeds(model, n_tokens, precision, cache_dir).items() if b <= cap}
     if not timed:
+        if model.device.type != "cpu":  # the largest power of two inside the budget, at most _ACCELERATOR_START
+            return 1 << (min(cap, _ACCELERATOR_START).bit_length() - 1)
         return max(1, min(cap, int(_START_BYTES // per_step)))
     best = min(timed, key=lambda b: (timed[b], b))
     if best == min(timed) and best > 1 and best // 2 not in timed:

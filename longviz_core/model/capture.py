@@ -248,6 +248,8 @@ def _attention(module, query, key, value, attention_mask, dropout=0.0, scaling=N
                                       is_causal=is_causal, **kwargs)
     kind, n = attention_mask.kind, query.shape[-2]
     if kind in ("full", "causal"):
+        if _math_only(query, key):
+            return _sdpa_expanded(query, key, value, kind == "causal", dropout, scaling), None
         return sdpa_attention_forward(module, query, key, value, None, dropout=dropout, scaling=scaling,
                                       is_causal=kind == "causal", **kwargs)
     parts = []
@@ -255,6 +257,25 @@ def _attention(module, query, key, value, attention_mask, dropout=0.0, scaling=N
         parts.append(sdpa_attention_forward(module, query[..., a:b, :], key[..., lo:hi, :], value[..., lo:hi, :],
                                             m, dropout=dropout, scaling=scaling, **kwargs)[0])  # (B, rows, heads, d)
     return torch.cat(parts, dim=1), None
+
+
+def _math_only(query, key) -> bool:
+    """True where transformers' sdpa would ask for grouped-query attention that only sdpa's math kernel serves: on
+    CUDA, in float32, with fewer K/V heads than query heads and no mask, transformers passes enable_gqa, which the
+    flash kernel serves in half precision alone (torch 2.11). The math kernel holds every head's n x n scores: the
+    first H200 run (benchmarks/gpu.py) asked for 16 GiB at a time at 32,768 tokens and ran out of 139 GiB."""
+    return query.device.type == "cuda" and query.dtype == torch.float32 and key.shape[1] < query.shape[1]
+
+
+def _sdpa_expanded(query, key, value, causal: bool, dropout: float, scaling) -> torch.Tensor:
+    """sdpa over whole rows (no mask; causal or not) with the K/V heads repeated to the query heads, as
+    transformers' repeat_kv does, so that the memory-efficient kernel serves float32. (B, n, heads, d) as
+    sdpa_attention_forward's output."""
+    groups = query.shape[1] // key.shape[1]
+    key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)  # (B, heads, n, d)
+    out = torch.nn.functional.scaled_dot_product_attention(
+        query, key, value, dropout_p=dropout, scale=scaling, is_causal=causal and query.shape[2] > 1)
+    return out.transpose(1, 2).contiguous()  # (B, n, heads, d)
 
 
 def _row_chunks(mask, n: int):

@@ -405,6 +405,13 @@ def test_internal_batch_size_formula(steep, monkeypatch):
     assert internal_batch_size_for(steep, 45, 500) == 3  # half of the free memory holds 3 steps
     monkeypatch.setattr(cost, "_free_memory_bytes", lambda device: 1)
     assert internal_batch_size_for(steep, 45, 500) == 1
+    # an accelerator with nothing timed starts at 16 steps a batch, or the largest power of two that fits
+    gpu = replace(steep, device=torch.device("cuda"))
+    monkeypatch.setattr(cost, "_batch_speeds", lambda *args: {})
+    for free, steps, expected in ((10**12, 500, 16), (10**12, 40, 8), (per_step * 13, 500, 4), (1, 500, 1),
+                                  (10**12, 7, 1)):
+        monkeypatch.setattr(cost, "_free_memory_bytes", lambda device: free)
+        assert internal_batch_size_for(gpu, 45, steps) == expected, (free, steps)
 
 
 CPU, GPU = torch.device("cpu"), torch.device("cuda")
@@ -452,8 +459,10 @@ def test_internal_batch_never_takes_a_size_measured_slower(steep, monkeypatch, d
         candidates = {b: s for b, s in timed.items() if b <= cap}
         if chosen in candidates:
             assert candidates[chosen] == min(candidates.values()), (timed, cap, chosen)
-        if not candidates:  # nothing timed inside the budget: as many steps as _START_BYTES hold, at least one
-            assert chosen == max(1, min(cap, int(cost._START_BYTES // per_step)))
+        if not candidates and device.type == "cpu":  # nothing timed inside the budget: as many steps as
+            assert chosen == max(1, min(cap, int(cost._START_BYTES // per_step)))  # _START_BYTES hold, at least one
+        elif not candidates:  # on an accelerator: the largest power of two inside the budget, at most 16
+            assert chosen == max(b for b in (1, 2, 4, 8, 16) if b <= cap), (free, steps, chosen)
 
 
 def test_runs_record_their_throughput_per_batch(steep, doc, cache_dir, monkeypatch):
