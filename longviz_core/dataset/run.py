@@ -113,6 +113,7 @@ def precompute(
     *,
     use_cache: bool = False,
     cache_dir=None,
+    wait: bool = False,
 ) -> RunSummary:
     """Compute the kinds `what` (dataset.kinds) for the rows of `shard` (see shard_rows) into the store at `out`.
 
@@ -121,7 +122,8 @@ def precompute(
     gets (fraction, message) after every document: documents done / total and the time left, from the measured
     time of the documents this run computed (those found done cost nothing). An exception raised by `progress`
     (the app's Stop button, a closed tab) ends the run there; every committed unit stays.
-    use_cache / cache_dir: see kinds.Job (in-process runs)."""
+    use_cache / cache_dir: see kinds.Job (in-process runs). `wait`: where another run is writing this shard,
+    wait for it (telling `progress`) and then skip what it wrote, instead of refusing (StoreWriter)."""
     if "text" not in df:
         raise ValueError("the dataset needs a 'text' column (load it with load_dataset)")
     # every setting is checked before the first byte is written: a refused run leaves no manifest behind that
@@ -139,7 +141,7 @@ def precompute(
     computed = {k: 0 for k in kinds}
     skipped = {k: 0 for k in kinds}
     writer_name = f"shard-{i}-of-{n}"
-    with StoreWriter(out, writer_name) as writer:
+    with StoreWriter(out, writer_name, wait=(progress or True) if wait else False) as writer:
         job = Job(model, df, settings, out, use_cache=use_cache, cache_dir=cache_dir)
         for k in (k for k in kinds if KINDS[k].dataset_level):
             if _dataset_unit(job, writer, k, progress):

@@ -72,7 +72,8 @@ def local_store(model: LoadedModel, df: pd.DataFrame, what, settings: Settings =
                 progress: Progress | None = None, cache_dir=None, *, limit: int | None = None) -> ResultStore:
     """The in-process path (the app's "compute for the dataset" buttons, the Python API): the same precompute,
     for the first `limit` documents (all when None), into the store at local_store_dir, returned opened on those
-    documents. Resumable and reused across sessions: a later call computes only what is missing. The run reuses
+    documents. Resumable and reused across sessions: a later call computes only what is missing, and a call while
+    another session or process writes the store waits for it, then reads what it wrote. The run reuses
     the per-document disk caches of IG, head importance and the flip scans (kinds.Job)."""
     return local_run(model, df, what, settings, progress, cache_dir, limit)[0]
 
@@ -81,7 +82,7 @@ def local_run(model, df, what, settings, progress, cache_dir, limit=None) -> tup
     """local_store's run, with the run's summary (what it computed and what it found done)."""
     out = local_store_dir(model, df, settings, cache_dir)
     summary = precompute(model, df, out, what, settings, limit=limit, progress=progress, use_cache=True,
-                         cache_dir=cache_dir)
+                         cache_dir=cache_dir, wait=True)
     return ResultStore(out, limit), summary
 
 

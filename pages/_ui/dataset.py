@@ -99,7 +99,7 @@ def _compute(model, df, out, kind, settings, n, label, running) -> None:
     bar(0.0, f"{n} documents")
     try:
         with shell.queue_notice():
-            run.precompute(model, df, out, kind, settings, limit=n, progress=bar, use_cache=True)
+            run.precompute(model, df, out, kind, settings, limit=n, progress=bar, use_cache=True, wait=True)
     except Exception:
         st.session_state.pop(running, None)
         raise

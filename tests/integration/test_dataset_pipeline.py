@@ -207,3 +207,48 @@ def test_a_stopped_run_resumes_to_the_uninterrupted_store(demo_model, demo_datas
     whole = private_cache / "whole"
     run.precompute(demo_model, demo_dataset, whole, "attribution", settings, limit=DOCS)
     assert_stores_equal(done.root, whole, rtol=1e-6, atol=1e-7)  # IG from its disk cache or afresh: float32
+
+
+def test_two_sessions_asking_for_one_store_at_once_share_one_computation(tiny_longformer, tmp_path):
+    """Two of the app's in-process runs of the same store at once (two users of a lab's server, or a user's two
+    tabs: the head-importance scaling of one dataset): the second waits for the first, then finds every unit
+    done; both return the same store. The command line still refuses (tests/unit/test_store.py)."""
+    import threading
+
+    from longviz_core.dataset.kinds import Settings
+    from tiny import text_of
+
+    df = pd.DataFrame({"text": [text_of(40), text_of(25), text_of(33)], "label": [0, 1, 0]})
+    settings = Settings(max_tokens=32)
+    got, errors, told = {}, [], []
+    holding, waiting = threading.Event(), threading.Event()
+
+    def first_progress(_f, _msg):  # inside the run, the writer's lock held: hold it until the second waits
+        holding.set()
+        assert waiting.wait(60)
+
+    def second_progress(_f, msg):
+        told.append(msg)
+        if msg.startswith("Waiting"):
+            waiting.set()
+
+    def session(name, progress):
+        try:
+            got[name] = stores.local_run(tiny_longformer, df, "attention", settings, progress, tmp_path)
+        except Exception as exc:  # noqa: BLE001 - asserted empty below
+            errors.append(exc)
+
+    first = threading.Thread(target=session, args=("first", first_progress))
+    first.start()
+    assert holding.wait(120)
+    second = threading.Thread(target=session, args=("second", second_progress))
+    second.start()
+    for t in (first, second):
+        t.join(300)
+    assert not errors, errors
+    assert got["first"][1].computed["attention"] == 3 and got["first"][1].skipped["attention"] == 0
+    assert got["second"][1].computed["attention"] == 0 and got["second"][1].skipped["attention"] == 3
+    assert told[0] == "Waiting for another session or process that is computing the same results"
+    assert got["first"][0].root == got["second"][0].root
+    assert got["first"][0].doc_ids("attention") == got["second"][0].doc_ids("attention") == [
+        "0000000", "0000001", "0000002"]

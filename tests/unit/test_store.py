@@ -359,3 +359,47 @@ def test_prune_stores_deletes_only_local_stores_not_written_for_days(tmp_path, c
     assert "older_than_days" in capsys.readouterr().err
     assert main(["prune-stores", "--older-than", "1", "--cache-dir", str(tmp_path / "none")]) == 0
 
+
+
+def test_a_waiting_writer_takes_over_when_the_other_is_done(store_dir):
+    """wait=progress (the app's in-process runs): the second writer of one shard waits, says so, and then reads
+    and extends what the first wrote, instead of refusing."""
+    import threading
+
+    rng = np.random.default_rng(3)
+    told, got = [], {}
+    first = StoreWriter(store_dir, "a")
+    first.commit("0000000", "attribution", record(rng))
+
+    def second():
+        with StoreWriter(store_dir, "a", wait=lambda f, msg: told.append((f, msg))) as w:
+            got["held"] = w.holds("0000000", "attribution")
+            got["new"] = w.commit("0000001", "attribution", record(rng))
+
+    waiting = threading.Thread(target=second)
+    waiting.start()
+    while len(told) < 2:  # it polled at least twice while the first held the lock
+        waiting.join(0.05)
+    assert not got and waiting.is_alive()
+    first.close()
+    waiting.join(10)
+    assert not waiting.is_alive()
+    assert got == {"held": True, "new": True}
+    assert {msg for _f, msg in told} == {"Waiting for another session or process that is computing the same results"}
+    assert ResultStore(store_dir).doc_ids("attribution") == ["0000000", "0000001"]
+
+
+def test_a_stop_while_waiting_ends_the_wait_and_leaves_the_lock_free(store_dir):
+    class Stopped(Exception):
+        pass
+
+    def stop(_f, _msg):
+        raise Stopped
+
+    with StoreWriter(store_dir, "a"):
+        with pytest.raises(Stopped):
+            StoreWriter(store_dir, "a", wait=stop)
+        with pytest.raises(StoreError, match="already writing"):  # without wait: the command line's refusal
+            StoreWriter(store_dir, "a")
+    with StoreWriter(store_dir, "a") as w:  # the stopped waiter holds nothing
+        assert w.writer == "a"

@@ -9,6 +9,7 @@ import os
 import shutil
 import sqlite3
 import stat
+import time
 import uuid
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import numpy as np
 
 from ..._disk import bytes_digest, fsync_dir, open_own
 from ...errors import LongvizError, StoreError
+from ...progress import Progress, report
 from .index import index_unit, indexed_identity, open_writer_index
 from .manifest import FORMAT, read_manifest, unit_identity, write_error
 from .units import (
@@ -36,11 +38,19 @@ from .units import (
     unit_dir,
 )
 
+# How often a writer waiting for another's lock tries again (StoreWriter's wait).
+_WAIT_POLL_S = 0.2
+
 
 class StoreWriter:
     """Writes units into a store and indexes them in its own SQLite file. One per process and shard."""
 
-    def __init__(self, root, writer: str = "main"):
+    def __init__(self, root, writer: str = "main", wait: Progress | bool = False):
+        """`wait`: where another process or session holds this writer's lock, wait for it (False: refuse, with a
+        StoreError, as the command line does); a Progress is told it waits, every poll, and may end the wait by
+        raising (the app's Stop button). The app's in-process runs wait: two sessions asking for one dataset's
+        result at once (a lab's users, or one user's two tabs) then share one computation, the second reading
+        what the first wrote instead of an error."""
         if not NAME.match(writer):
             raise ValueError(f"writer name must match {NAME.pattern}, got {writer!r}")
         self.root = Path(root)
@@ -55,12 +65,22 @@ class StoreWriter:
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         # Held for the writer's lifetime (the kernel drops it when the process dies, even on SIGKILL).
         self._lock = os.fdopen(open_own(self.root / TMP / f"{writer}.lock"), "w")
-        try:
-            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError as exc:
-            self._lock.close()
-            raise StoreError(f"Another run is already writing '{writer}' into {self.root}; wait until it "
-                             "finishes (a run in another session or process).") from exc
+        while True:
+            try:
+                fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError as exc:
+                if wait is False:
+                    self._lock.close()
+                    raise StoreError(f"Another run is already writing '{writer}' into {self.root}; wait until it "
+                                     "finishes (a run in another session or process).") from exc
+            try:
+                if wait is not True:
+                    report(wait, 0.0, "Waiting for another session or process that is computing the same results")
+                time.sleep(_WAIT_POLL_S)
+            except BaseException:
+                self._lock.close()
+                raise
         self._stage = self.root / TMP / writer
         _remove(self._stage)  # what a killed run of this writer left half-staged
         self._stage.mkdir()
