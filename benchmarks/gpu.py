@@ -357,17 +357,17 @@ def main() -> None:
     with (tempfile.TemporaryDirectory(prefix="longviz-gpu-") if args.folder is None else nullcontext(args.folder)) \
             as folder, tempfile.TemporaryDirectory(prefix="longviz-gpu-caches-") as caches:
         folder, caches = Path(folder) / args.size, Path(caches)
-        runs = [
-            (size.names[0], lambda: longformer_group(stages, size, folder, str(device), caches, args.ig_batch)),
-            (size.names[1], lambda: views_group(stages, size.names[1], "modernbert",
-                                                size.modernbert(folder / "modernbert", str(device)),
-                                                size.modernbert_n, "sdpa")),
-            (size.names[2], lambda: views_group(stages, size.names[2], "decoder",
-                                                size.decoder(folder / f"decoder-{layers_run}", str(device), layers_run),
-                                                size.decoder_n, "sdpa", size.decoder_layers, layers_run))]
-        for (group, make), family in zip(runs, GROUPS):
-            if family not in chosen:
-                continue
+        runs = {  # GROUPS' names: (the group's name as printed, its run)
+            "longformer": (size.names[0], lambda: longformer_group(stages, size, folder, str(device), caches,
+                                                                   args.ig_batch)),
+            "modernbert": (size.names[1], lambda: views_group(stages, size.names[1], "modernbert",
+                                                              size.modernbert(folder / "modernbert", str(device)),
+                                                              size.modernbert_n, "sdpa")),
+            "decoder": (size.names[2], lambda: views_group(
+                stages, size.names[2], "decoder", size.decoder(folder / f"decoder-{layers_run}", str(device),
+                                                               layers_run),
+                size.decoder_n, "sdpa", size.decoder_layers, layers_run))}
+        for group, make in (runs[family] for family in GROUPS if family in chosen):
             # a lent device runs this once (docs/development.md): one group's failure (a library version there,
             # memory) is printed and recorded, and the other groups still run
             try:
@@ -384,6 +384,7 @@ def main() -> None:
     write()
     if failed:
         raise SystemExit("failed: " + "; ".join(f"{f['group']}: {f['error']}" for f in failed))
+
 
 if __name__ == "__main__":
     main()

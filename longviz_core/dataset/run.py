@@ -141,7 +141,7 @@ def precompute(
     computed = {k: 0 for k in kinds}
     skipped = {k: 0 for k in kinds}
     writer_name = f"shard-{i}-of-{n}"
-    with StoreWriter(out, writer_name, wait=(progress or True) if wait else False) as writer:
+    with StoreWriter(out, writer_name, wait=wait, progress=progress) as writer:
         job = Job(model, df, settings, out, use_cache=use_cache, cache_dir=cache_dir)
         for k in (k for k in kinds if KINDS[k].dataset_level):
             if _dataset_unit(job, writer, k, progress):

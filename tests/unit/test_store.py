@@ -362,7 +362,7 @@ def test_prune_stores_deletes_only_local_stores_not_written_for_days(tmp_path, c
 
 
 def test_a_waiting_writer_takes_over_when_the_other_is_done(store_dir):
-    """wait=progress (the app's in-process runs): the second writer of one shard waits, says so, and then reads
+    """wait=True (the app's in-process runs): the second writer of one shard waits, says so, and then reads
     and extends what the first wrote, instead of refusing."""
     import threading
 
@@ -372,7 +372,7 @@ def test_a_waiting_writer_takes_over_when_the_other_is_done(store_dir):
     first.commit("0000000", "attribution", record(rng))
 
     def second():
-        with StoreWriter(store_dir, "a", wait=lambda f, msg: told.append((f, msg))) as w:
+        with StoreWriter(store_dir, "a", wait=True, progress=lambda f, msg: told.append((f, msg))) as w:
             got["held"] = w.holds("0000000", "attribution")
             got["new"] = w.commit("0000001", "attribution", record(rng))
 
@@ -398,7 +398,7 @@ def test_a_stop_while_waiting_ends_the_wait_and_leaves_the_lock_free(store_dir):
 
     with StoreWriter(store_dir, "a"):
         with pytest.raises(Stopped):
-            StoreWriter(store_dir, "a", wait=stop)
+            StoreWriter(store_dir, "a", wait=True, progress=stop)
         with pytest.raises(StoreError, match="already writing"):  # without wait: the command line's refusal
             StoreWriter(store_dir, "a")
     with StoreWriter(store_dir, "a") as w:  # the stopped waiter holds nothing

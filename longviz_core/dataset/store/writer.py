@@ -45,9 +45,9 @@ _WAIT_POLL_S = 0.2
 class StoreWriter:
     """Writes units into a store and indexes them in its own SQLite file. One per process and shard."""
 
-    def __init__(self, root, writer: str = "main", wait: Progress | bool = False):
+    def __init__(self, root, writer: str = "main", wait: bool = False, progress: Progress | None = None):
         """`wait`: where another process or session holds this writer's lock, wait for it (False: refuse, with a
-        StoreError, as the command line does); a Progress is told it waits, every poll, and may end the wait by
+        StoreError, as the command line does); `progress` is told it waits, every poll, and may end the wait by
         raising (the app's Stop button). The app's in-process runs wait: two sessions asking for one dataset's
         result at once (a lab's users, or one user's two tabs) then share one computation, the second reading
         what the first wrote instead of an error."""
@@ -70,13 +70,12 @@ class StoreWriter:
                 fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError as exc:
-                if wait is False:
+                if not wait:
                     self._lock.close()
                     raise StoreError(f"Another run is already writing '{writer}' into {self.root}; wait until it "
                                      "finishes (a run in another session or process).") from exc
             try:
-                if wait is not True:
-                    report(wait, 0.0, "Waiting for another session or process that is computing the same results")
+                report(progress, 0.0, "Waiting for another session or process that is computing the same results")
                 time.sleep(_WAIT_POLL_S)
             except BaseException:
                 self._lock.close()
