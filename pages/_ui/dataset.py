@@ -46,12 +46,14 @@ def store(model: lv.LoadedModel, df, page: str, kind: str, settings: lv.Precompu
     done = run.documents_done(local, df, kind, settings)
     running, wanted = K.page(page, "ds_running"), repr((str(out), n))
     if done < n and st.session_state.get(running) == wanted:
-        if st.button("Stop", key=K.page(page, "ds_stop"), help=KEEPS):
+        stop = st.empty()  # cleared when the run ends: a Stop left under finished results would stop nothing
+        if stop.button("Stop", key=K.page(page, "ds_stop"), help=KEEPS):
             st.session_state.pop(running)
             st.info("Stopped: the documents finished so far are kept.")
         else:
             with shell.guard():
                 _compute(model, df, out, kind, settings, n, label, running)
+            stop.empty()
             local = _open(out, n)
             done = run.documents_done(local, df, kind, settings)
     if done < n and st.session_state.get(running) != wanted:
