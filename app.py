@@ -3,7 +3,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from pages._ui import hosting, links, login, shell, sidebar, url
+from pages._ui import hosting, imports, links, login, shell, sidebar, url
 
 st.set_page_config(page_title="longviz", page_icon=":material/search:", layout="wide")
 shell.page_style()
@@ -30,4 +30,5 @@ with shell.guard():
     url.sweep()  # before any widget seeds itself from the URL
     sidebar.sidebar()
     links.sync()
+    imports.settle()  # once per process, before a page loads a model: the libraries out of every run's full GC
     navigation.run()

@@ -85,7 +85,8 @@ class Family:
     global_tokens = False  # the forward takes a global_attention_mask (Longformer)
     # attention goes through transformers' AttentionInterface, so model/capture.py sees each layer's Q and K
     attention_interface = True
-    # the implementation of every forward but the analysis's: eager, or longviz's chunked attention (capture.py)
+    # the implementation of every forward but the analysis's: eager, longviz's chunked attention (capture.py) or,
+    # for Longformer, eager with its padding mask built as the one row it reads (row_mask.py)
     forward_implementation = "eager"
 
     def __init__(self, config, source: str = "") -> None:
@@ -251,6 +252,7 @@ class LongformerFamily(Family):
     name = "longformer"
     global_tokens = True
     attention_interface = False  # its own banded kernels; the band outputs are read as they are
+    forward_implementation = "longviz-row-mask"  # every forward, the analysis's too: its kernels ignore the name
 
     @property
     def windows(self) -> tuple[int, ...]:

@@ -36,11 +36,12 @@ from .checks import (
     is_out_of_memory, tokenizer_fault, too_big, weight_fault,
 )
 from .encoding import Encoded, Template, encode, special_ids
-from .capture import use_longviz_attention
+from .capture import IMPLEMENTATION, use_longviz_attention
 from .families import Family, family_of
 from .heads import Head
 from .files import check_no_nul, read_bounded, read_dataset_file
 from .reproduce import check_reproduced
+from .row_mask import ROW_MASK, use_row_mask
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
@@ -180,8 +181,10 @@ def load_model(source: str, device=None, progress: Progress | None = None) -> Lo
     )
     _check_attention_output(loaded)
     check_reproduced(loaded)
-    if family.forward_implementation != "eager":
+    if family.forward_implementation == IMPLEMENTATION:
         use_longviz_attention(model)
+    elif family.forward_implementation == ROW_MASK:
+        use_row_mask(model)
     report(progress, 1.0, "Model ready")
     return loaded
 

@@ -4,7 +4,6 @@ analysis and its first view take, in a fresh process."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,13 +14,8 @@ import pytest
 @pytest.mark.slow
 def test_32768_tokens_match_eager_in_far_less_memory_than_dense():
     script = Path(__file__).resolve().parents[1] / "support" / "decoder_memory.py"
-    # glibc's mmap threshold fixed at 4 MiB: by default it rises after a large free (the warm-up's) up to 32 MiB,
-    # and blocks below it freed by one chunk of rows stay in the heap, so the high-water mark then counts memory
-    # the process no longer uses (measured: 600 MiB - 1.1 GiB for the analysis that way, against 119 MiB with the
-    # threshold fixed); with it fixed, the mark is the memory the analysis holds at once
-    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(4 << 20)}
-    done = subprocess.run([sys.executable, str(script), "32768"], capture_output=True, text=True, timeout=1800,
-                          env=env)
+    # the script fixes glibc's mmap threshold while it measures (decoder_memory._mmap_threshold)
+    done = subprocess.run([sys.executable, str(script), "32768"], capture_output=True, text=True, timeout=1800)
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["n"] == 32768
