@@ -1,6 +1,7 @@
 """Shared fixtures: the demo (built once per test session) and tiny models built from configs."""
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from pathlib import Path
@@ -17,8 +18,14 @@ if os.environ.get("PYTEST_XDIST_WORKER"):  # a worker per core and one more: one
     for _threads in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
         os.environ.setdefault(_threads, "1")
 
+from streamlit.components.v2 import manifest_scanner  # noqa: E402
+
 from support.guards import Matrix  # noqa: E402
 from tiny import make_tiny_bert, make_tiny_longformer  # noqa: E402
+
+# Every new AppTest scans each installed distribution's metadata for Streamlit components at its first run (0.22 s
+# of CPU; 43 s of the suite's, py-spy). The installed packages do not change during a run: scan once a process.
+manifest_scanner.scan_component_manifests = functools.cache(manifest_scanner.scan_component_manifests)
 
 _MATRIX = Matrix()  # the reliability matrix (tests/reliability/conftest.py marks each case's reports)
 
@@ -105,8 +112,22 @@ def tiny_bert(tmp_path_factory):
 
 
 # ---- a served app and a headless browser (e2e and link tests)
-@pytest.fixture(scope="module")
-def app_server(demo, tmp_path_factory):
+# One server and one Chromium per worker, shared by every module that asks: each start imports torch and
+# transformers and loads the demos again (a server's start and first page cost about 20 s of CPU).
+class ServerLog:
+    """The shared server's log from where one test began: what that test's requests wrote."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.start = path, path.stat().st_size
+
+    def read_text(self) -> str:
+        with self.path.open("rb") as f:
+            f.seek(self.start)
+            return f.read().decode(errors="replace")
+
+
+@pytest.fixture(scope="session")
+def _served_app(demo, tmp_path_factory):
     from support.browser import require_browser
     from support.servers import ROOT, serve
 
@@ -121,8 +142,15 @@ def app_server(demo, tmp_path_factory):
     proc.wait(30)
 
 
-@pytest.fixture(scope="module")
-def browser(app_server, tmp_path_factory):
+@pytest.fixture
+def app_server(_served_app):
+    """(base URL, the server's log since this test began)."""
+    base, log = _served_app
+    return base, ServerLog(log)
+
+
+@pytest.fixture(scope="session")
+def browser(_served_app, tmp_path_factory):
     from support.browser import chromium
 
     driver = chromium(tmp_path_factory.mktemp("chromium-profile"))

@@ -1,9 +1,9 @@
 """Once per server process: the libraries every page needs imported, then set aside from the garbage collector.
 
 Streamlit runs a full garbage collection after every script run (`runner.postScriptGC`), every click and every
-refresh of a fragment included. With torch, transformers, captum, altair and pandas imported, that pass walks some
-520,000 long-lived objects (classes, functions, modules, their dicts): 0.25 s of CPU per run on an idle core,
-18 % of the server's CPU in the browser walks (py-spy). `gc.freeze()` moves the objects alive at that moment into
+refresh of a fragment included. With the libraries the pages use imported (torch, transformers, captum, altair,
+pandas, scipy, nltk, numba), that pass walks some 600,000 long-lived objects (classes, functions, modules, their
+dicts): 0.25 s of CPU per run on an idle core, 18 % of the server's CPU in the browser walks (py-spy). `gc.freeze()` moves the objects alive at that moment into
 the permanent generation, which collections skip; everything created later (models, analyses, sessions' results)
 is collected as before. app.py calls it after the sidebar and before the page, so in a server no model is loaded
 yet and none can be frozen (a frozen object left in an unreachable cycle would stay in memory). Measured: a full
@@ -28,7 +28,10 @@ def settle() -> None:
             return
         import altair  # noqa: F401
         import captum.attr  # noqa: F401
+        import nltk  # noqa: F401  (units: sentences)
+        import numba  # noqa: F401  (the compiled loops)
         import pandas  # noqa: F401
+        import scipy.stats  # noqa: F401  (agreement)
         import torch._dynamo  # noqa: F401
         import transformers.modeling_utils  # noqa: F401
         from transformers import AutoModelForSequenceClassification, AutoTokenizer  # noqa: F401

@@ -5,6 +5,7 @@ The navigation's icons draw without a network or an emoji font."""
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -98,6 +99,10 @@ def _click_table_row(driver, table: int, row: int) -> str:
 
     frame = driver.find_elements("css selector", '[data-testid="stMain"] [data-testid="stDataFrame"]')[table]
     driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", frame)
+    deadline = time.monotonic() + 30  # the grid draws its accessible table a moment after it scrolls into view
+    while not driver.execute_script("return !!arguments[0].querySelector('[aria-rowcount]');", frame):
+        assert time.monotonic() < deadline, "the table's grid was not drawn"
+        time.sleep(0.2)
     cells = driver.execute_script("""
         const grid = arguments[0].querySelector('[aria-rowcount]');
         const text = tr => [...tr.querySelectorAll('th, td')].map(c => c.textContent.trim());

@@ -7,7 +7,9 @@ checksums in its COMPLETE marker and the demo is restored."""
 from __future__ import annotations
 
 import logging
+import os
 import sqlite3
+import time
 
 import numpy as np
 import pandas as pd
@@ -223,6 +225,41 @@ def test_a_damaged_demo_is_detected_and_restored(demo_copy, tmp_path, name, capl
 
     good = file_checksums(demo_copy.root)
     _damage(demo_copy.root / name, "bit-flip")
+    with caplog.at_level(logging.WARNING):
+        again = ensure_demo(cache_dir=tmp_path)
+    assert "is damaged" in caplog.text and name in caplog.text
+    assert file_checksums(again.root) == good
+
+
+def _age(root, seconds: float) -> None:
+    """Every file under `root` last written `seconds` ago."""
+    t = time.time() - seconds
+    for p in root.rglob("*"):
+        if p.is_file():
+            os.utime(p, (t, t))
+
+
+@wrong
+@pytest.mark.parametrize("name", ["model/model.safetensors", "dataset.parquet"])
+def test_a_demo_damaged_after_it_was_verified_is_detected(demo_copy, tmp_path, name, caplog, monkeypatch):
+    """Every page run asks for the demo; once its files have matched their checksums and are older than the
+    kernel's timestamp tick, the next asks only compare sizes, times and inodes (no hashing) until a file is
+    written: then the checksums are read again and the damage found."""
+    from longviz_core.demo import ensure_demo, file_checksums
+    from longviz_core.demo import shipped
+
+    good = file_checksums(demo_copy.root)
+    hashed = []
+    digest = shipped.bytes_digest
+    monkeypatch.setattr(shipped, "bytes_digest", lambda b: hashed.append(len(b)) or digest(b))
+    for _ in range(2):
+        ensure_demo(cache_dir=tmp_path)
+    assert len(hashed) == 2 * len(good)  # just written (restored): checked every time
+    _age(demo_copy.root, 60)
+    for _ in range(3):
+        ensure_demo(cache_dir=tmp_path)
+    assert len(hashed) == 3 * len(good)  # settled: checked once, then not hashed again
+    _damage(demo_copy.root / name, "bit-flip")  # same size, written now
     with caplog.at_level(logging.WARNING):
         again = ensure_demo(cache_dir=tmp_path)
     assert "is damaged" in caplog.text and name in caplog.text
