@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import shutil
+import stat
 import tempfile
 import threading
 import time
@@ -84,7 +85,7 @@ def _signature(root: Path) -> tuple:
     found = []
     for p in sorted(root.rglob("*")):
         st = p.stat()
-        if p.is_file():
+        if stat.S_ISREG(st.st_mode):
             found.append((p.relative_to(root).as_posix(), st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev))
     return tuple(found)
 

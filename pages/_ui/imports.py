@@ -3,11 +3,13 @@
 Streamlit runs a full garbage collection after every script run (`runner.postScriptGC`), every click and every
 refresh of a fragment included. With the libraries the pages use imported (torch, transformers, captum, altair,
 pandas, scipy, nltk, numba), that pass walks some 555,000 long-lived objects (classes, functions, modules, their
-dicts): 0.25 s of CPU per run on an idle core, 18 % of the server's CPU in the browser walks (py-spy). `gc.freeze()` moves the objects alive at that moment into
-the permanent generation, which collections skip; everything created later (models, analyses, sessions' results)
-is collected as before. app.py calls it after the sidebar and before the page, so in a server no model is loaded
-yet and none can be frozen (a frozen object left in an unreachable cycle would stay in memory). Measured: a full
-collection after loading the demo went from 0.276 s to 0.004 s (benchmarks/longformer_mask.py)."""
+dicts): 0.25 s of CPU per run on an idle core, 18 % of the server's CPU in the browser walks (py-spy).
+`gc.freeze()` moves the objects alive at that moment into the permanent generation, which collections skip;
+everything created later (models, analyses, sessions' results) is collected as before. app.py calls it after the
+sidebar and before the page, so in a server no model is loaded yet and none can be frozen (a frozen object left in
+an unreachable cycle would stay in memory). The first page of a fresh server imports nltk, numba and scipy.stats
+here, about 1.2 s, which the Attribution page would otherwise import. Measured: a full collection after loading
+the demo went from 0.276 s to 0.004 s (benchmarks/longformer_mask.py)."""
 from __future__ import annotations
 
 import gc
