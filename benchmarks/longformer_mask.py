@@ -26,11 +26,11 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 GC_SCRIPT = """
 import gc, sys, time
 sys.path.insert(0, sys.argv[1])
+from pages._ui import imports
 if sys.argv[2] == "frozen":
-    from pages._ui import imports
     imports.settle()
 else:
-    import altair, captum.attr, nltk, numba, pandas, scipy.stats, torch._dynamo, transformers.modeling_utils
+    imports.import_libraries()
 import longviz_core as lv
 lv.load_model("demo")
 times = []
@@ -85,14 +85,14 @@ def main() -> None:
     analysis = lv.analyze(model, text, max_tokens=args.tokens)
     from _models import cpu_name
 
+    n = model.family.padded_length(analysis.n)
     print(f"{cpu_name()}, {os.cpu_count()} CPUs, torch threads 1, load average {os.getloadavg()[0]:.1f}; "
           f"{'Longformer-base dimensions' if args.base else 'the demo Longformer'}, {analysis.n:,} tokens "
-          f"(padded to {model.family.padded_length(analysis.n):,})")
+          f"(padded to {n:,})")
     for batch in args.batches:
         ids = torch.as_tensor(analysis.input_ids)[None].repeat(batch, 1)  # (batch, n)
         got = _forwards(model, ids, args.repeats)
         row, whole = statistics.median(got["row"]), statistics.median(got["whole"])
-        n = model.family.padded_length(analysis.n)
         print(f"  batch {batch}: one row {row:.3f} s CPU, whole mask {whole:.3f} s CPU ({whole / row:.2f} x); the "
               f"whole mask's cells: {batch * n * n / 1e6:.0f} M (bool, then float32: {batch * n * n * 5 / 2**20:.0f} "
               "MiB)", flush=True)

@@ -19,25 +19,29 @@ _LOCK = threading.Lock()
 _done = False
 
 
-def settle() -> None:
+def import_libraries() -> None:
     """Import what a model's loading and the pages import (transformers imports torch's compiler stack, sympy
-    among it, when it builds a model), collect what is garbage now, freeze the rest. Once; later calls return."""
+    among it, when it builds a model)."""
+    import altair  # noqa: F401
+    import captum.attr  # noqa: F401
+    import nltk  # noqa: F401  (units: sentences)
+    import numba  # noqa: F401  (the compiled loops)
+    import pandas  # noqa: F401
+    import scipy.stats  # noqa: F401  (agreement)
+    import torch._dynamo  # noqa: F401
+    import transformers.modeling_utils  # noqa: F401
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer  # noqa: F401
+
+
+def settle() -> None:
+    """The libraries imported, what is garbage now collected, the rest frozen. Once; later calls return."""
     global _done
     if _done:
         return
     with _LOCK:
         if _done:
             return
-        import altair  # noqa: F401
-        import captum.attr  # noqa: F401
-        import nltk  # noqa: F401  (units: sentences)
-        import numba  # noqa: F401  (the compiled loops)
-        import pandas  # noqa: F401
-        import scipy.stats  # noqa: F401  (agreement)
-        import torch._dynamo  # noqa: F401
-        import transformers.modeling_utils  # noqa: F401
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer  # noqa: F401
-
+        import_libraries()
         gc.collect()
         gc.freeze()
         _done = True
