@@ -1,13 +1,15 @@
 """CPU seconds of Longformer forwards with its padding mask built as the one row it reads (model/row_mask.py)
-against transformers' whole (batch, 1, n, n) mask, in this process with one torch thread, alternating, so both
-see the same machine; and Streamlit's full garbage collection after a script run with the libraries frozen
-(pages/_ui/imports.py) against without, in a fresh subprocess each.
+against transformers' whole (batch, 1, n, n) mask, and with its window products computed block by block
+(model/band_products.py) against transformers' overlapping chunks, forwards and forward + backward (IG's step), in
+this process with one torch thread, alternating, so all see the same machine; and Streamlit's full garbage
+collection after a script run with the libraries frozen (pages/_ui/imports.py) against without, in a fresh
+subprocess each.
 
     python benchmarks/longformer_mask.py [--tokens 2597] [--batches 1 8] [--repeats 3]
 
 The model is the demo's Longformer (4 layers of 4 heads, hidden 128) or, with --base, Longformer-base dimensions
 (12 x 12, hidden 768, random weights); the document is the demo's document 0 at --tokens. Results in
-docs/benchmarks.md, "Reruns and Longformer's mask".
+docs/benchmarks.md, "Reruns and Longformer's mask" and "Longformer's window products".
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,22 +45,50 @@ print(sorted(times)[2], len(gc.get_objects()))
 """
 
 
-def _forwards(model, ids, repeats: int) -> dict[str, list[float]]:
+PRODUCTS = ("_sliding_chunks_query_key_matmul", "_sliding_chunks_matmul_attn_probs_value")
+
+
+@contextmanager
+def _chunked(net):
+    """transformers' own window products for the duration (the loaded model's block products set aside)."""
+    kept = [(m, {name: m.__dict__.pop(name) for name in PRODUCTS}) for m in net.modules()
+            if all(name in m.__dict__ for name in PRODUCTS)]
+    try:
+        yield
+    finally:
+        for m, methods in kept:
+            m.__dict__.update(methods)
+
+
+def _step(net, ids, backward: bool) -> float:
+    """CPU seconds of one forward (and, with `backward`, the gradient of the logits by the input embeddings)."""
     import torch
 
+    global_mask = torch.zeros_like(ids)  # (batch, n): the first token global, as the classifier sets it itself
+    global_mask[:, 0] = 1
+    start = time.process_time()
+    if backward:
+        embeds = net.get_input_embeddings()(ids).detach().requires_grad_(True)
+        net(inputs_embeds=embeds, global_attention_mask=global_mask).logits.sum().backward()
+    else:
+        with torch.no_grad():
+            net(input_ids=ids, global_attention_mask=global_mask)
+    return time.process_time() - start
+
+
+def _forwards(model, ids, repeats: int) -> dict[str, list[float]]:
     from longviz_core.model.capture import implementation
 
     net = model.model
-    out = {"row": [], "whole": []}
-    with torch.no_grad():
-        net(input_ids=ids)  # first calls
-        for _ in range(repeats):
-            for name in ("row", "whole"):
-                kept = net.config._attn_implementation
-                with implementation(net, kept if name == "row" else "eager"):
-                    start = time.process_time()
-                    net(input_ids=ids)
-                    out[name].append(time.process_time() - start)
+    kept = net.config._attn_implementation
+    runs = {"row": (kept, False, False), "whole": ("eager", False, False), "chunks": (kept, True, False),
+            "row+backward": (kept, False, True), "chunks+backward": (kept, True, True)}
+    out = {name: [] for name in runs}
+    _step(net, ids, False)  # first calls
+    for _ in range(repeats):
+        for name, (mask, chunked, backward) in runs.items():
+            with implementation(net, mask), (_chunked(net) if chunked else nullcontext()):
+                out[name].append(_step(net, ids, backward))
     return out
 
 
@@ -92,10 +123,15 @@ def main() -> None:
     for batch in args.batches:
         ids = torch.as_tensor(analysis.input_ids)[None].repeat(batch, 1)  # (batch, n)
         got = _forwards(model, ids, args.repeats)
-        row, whole = statistics.median(got["row"]), statistics.median(got["whole"])
+        med = {name: statistics.median(times) for name, times in got.items()}
+        row, whole = med["row"], med["whole"]
         print(f"  batch {batch}: one row {row:.3f} s CPU, whole mask {whole:.3f} s CPU ({whole / row:.2f} x); the "
               f"whole mask's cells: {batch * n * n / 1e6:.0f} M (bool, then float32: {batch * n * n * 5 / 2**20:.0f} "
               "MiB)", flush=True)
+        print(f"    window products in blocks (both with the one row): forward {row:.3f} s CPU, transformers' chunks "
+              f"{med['chunks']:.3f} s ({med['chunks'] / row:.2f} x); forward + backward {med['row+backward']:.3f} s, "
+              f"chunks {med['chunks+backward']:.3f} s ({med['chunks+backward'] / med['row+backward']:.2f} x)",
+              flush=True)
     for mode in ("frozen", "not frozen"):
         done = subprocess.run([sys.executable, "-c", GC_SCRIPT, str(ROOT), mode], capture_output=True, text=True,
                               check=True, cwd=ROOT)

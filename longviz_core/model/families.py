@@ -86,7 +86,8 @@ class Family:
     # attention goes through transformers' AttentionInterface, so model/capture.py sees each layer's Q and K
     attention_interface = True
     # the implementation of every forward but the analysis's: eager, longviz's chunked attention (capture.py) or,
-    # for Longformer, eager with its padding mask built as the one row it reads (row_mask.py)
+    # for Longformer, eager with its padding mask built as the one row it reads (row_mask.py) and its window
+    # products computed block by block (band_products.py)
     forward_implementation = "eager"
 
     def __init__(self, config, source: str = "") -> None:

@@ -41,6 +41,7 @@ from .families import Family, family_of
 from .heads import Head
 from .files import check_no_nul, read_bounded, read_dataset_file
 from .reproduce import check_reproduced
+from .band_products import use_band_products
 from .row_mask import ROW_MASK, use_row_mask
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
@@ -183,8 +184,9 @@ def load_model(source: str, device=None, progress: Progress | None = None) -> Lo
     check_reproduced(loaded)
     if family.forward_implementation == IMPLEMENTATION:
         use_longviz_attention(model)
-    elif family.forward_implementation == ROW_MASK:
+    elif family.forward_implementation == ROW_MASK:  # Longformer: its mask as one row, its window products in blocks
         use_row_mask(model)
+        use_band_products(model)
     report(progress, 1.0, "Model ready")
     return loaded
 
