@@ -24,9 +24,7 @@ from torch import nn
 
 def use_band_products(model: nn.Module) -> None:
     """Every Longformer self-attention module of `model` computes its window products block by block."""
-    from transformers.models.longformer.modeling_longformer import (
-        LongformerSelfAttention,
-    )
+    from transformers.models.longformer.modeling_longformer import LongformerSelfAttention
 
     for module in model.modules():
         if isinstance(module, LongformerSelfAttention):

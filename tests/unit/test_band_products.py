@@ -9,11 +9,7 @@ from types import MethodType, SimpleNamespace
 import pytest
 import torch
 
-from longviz_core.model.band_products import (
-    use_band_products,
-    window_scores,
-    window_values,
-)
+from longviz_core.model.band_products import use_band_products, window_scores, window_values
 
 U32 = 2.0 ** -24  # float32's unit roundoff
 
@@ -28,9 +24,7 @@ SHAPES = [  # batch, n, heads, head size, one-sided window w (n a multiple of 2w
 
 def _hf():
     """transformers' own methods, callable without a module (they read only `config.onnx_export`)."""
-    from transformers.models.longformer.modeling_longformer import (
-        LongformerSelfAttention as LSA,
-    )
+    from transformers.models.longformer.modeling_longformer import LongformerSelfAttention as LSA
 
     owner = SimpleNamespace(config=SimpleNamespace())
     for name in ("_chunk", "_pad_and_transpose_last_two_dims", "_mask_invalid_locations", "_pad_and_diagonalize"):
@@ -80,9 +74,7 @@ def test_in_float64_values_and_gradients_equal_transformers(shape):
 
 
 def test_a_loaded_longformer_uses_the_block_products(tiny_longformer):
-    from transformers.models.longformer.modeling_longformer import (
-        LongformerSelfAttention,
-    )
+    from transformers.models.longformer.modeling_longformer import LongformerSelfAttention
 
     modules = [m for m in tiny_longformer.model.modules() if isinstance(m, LongformerSelfAttention)]
     assert len(modules) == tiny_longformer.num_layers
