@@ -41,10 +41,11 @@ def _blocks(x: torch.Tensor, w: int, pad_value: float) -> torch.Tensor:
     return padded.as_strided((B * H, n // w, 3 * w, d), (s0, w * s1, s1, s2))
 
 
-def _band(blocks: torch.Tensor, w: int) -> torch.Tensor:
-    """(BH, nb, w, 3w) -> the view (BH, nb, w, 2w+1) whose row r is columns r .. r+2w: key i - w + c for query i."""
-    t0, t1, t2, t3 = blocks.stride()
-    return blocks.as_strided((*blocks.shape[:3], 2 * w + 1), (t0, t1, t2 + t3, t3))
+def diagonal_band(x: torch.Tensor, width: int) -> torch.Tensor:
+    """(..., rows, cols) -> the view (..., rows, width) whose row t is columns t .. t + width - 1 of row t: a
+    window's band read off scores of consecutive queries against keys that start `width // 2` before the first."""
+    *lead, rows_stride, col_stride = x.stride()
+    return x.as_strided((*x.shape[:-1], width), (*lead, rows_stride + col_stride, col_stride))
 
 
 def _start(w: int, device) -> torch.Tensor:
@@ -62,7 +63,7 @@ def window_scores(self, query: torch.Tensor, key: torch.Tensor, window_overlap: 
         raise ValueError(f"window products need equal shapes and a length that is a multiple of {2 * w}")
     q = query.transpose(1, 2).reshape(B * H, n // w, w, d)  # (BH, nb, w, d)
     scores = torch.matmul(q, _blocks(key, w, 0.0).transpose(-1, -2))  # (BH, nb, w, 3w)
-    out = _band(scores, w).reshape(B, H, n, 2 * w + 1)  # a copy: (B, H, n, 2w+1)
+    out = diagonal_band(scores, 2 * w + 1).reshape(B, H, n, 2 * w + 1)  # a copy: (B, H, n, 2w+1)
     start = _start(w, out.device)
     out[:, :, :w, :w].masked_fill_(start, -float("inf"))
     out[:, :, n - w:, w + 1:].masked_fill_(start.flip(0, 1), -float("inf"))  # keys past the end
@@ -79,6 +80,6 @@ def window_values(self, attn_probs: torch.Tensor, value: torch.Tensor, window_ov
         raise ValueError(f"window products need weights (batch, n, heads, {2 * w + 1}) for values {tuple(value.shape)}")
     probs = attn_probs.transpose(1, 2).reshape(B * H, n // w, w, 2 * w + 1)  # (BH, nb, w, 2w+1)
     dense = probs.new_zeros((B * H, n // w, w, 3 * w))  # (BH, nb, w, 3w)
-    _band(dense, w).copy_(probs)
+    diagonal_band(dense, 2 * w + 1).copy_(probs)
     context = torch.matmul(dense, _blocks(value, w, -1.0))  # (BH, nb, w, d)
     return context.view(B, H, n, d).transpose(1, 2)  # (B, n, H, d)

@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from ..errors import LongvizError
+from .band_products import diagonal_band
 from .bands import AttentionBands
 from .families import BANDED, CAUSAL, FULL, LayerPattern
 from .layered import LayeredAttention
@@ -170,8 +171,7 @@ def band_of(q: torch.Tensor, k: torch.Tensor, scaling: float, r: int) -> Attenti
         b = min(a + _ROWS, n)
         scores = torch.matmul(q[:, a:b], padded[:, a : b + 2 * r].transpose(-1, -2)) * scaling  # (H, c, c+2r)
         scores = scores.masked_fill(~inside[a : b + 2 * r], float("-inf"))
-        s0, s1, s2 = scores.stride()
-        band = scores.as_strided((H, b - a, width), (s0, s1 + s2, s2))  # row t, column c = key a + t - r + c
+        band = diagonal_band(scores, width)  # (H, c, 2r+1): row t, column c = key a + t - r + c
         local[0, :, a:b] = torch.softmax(band, dim=-1, dtype=torch.float32).numpy()
     empty_c, empty_r = np.zeros((1, H, n, 0), np.float32), np.zeros((1, H, 0, n), np.float32)
     return AttentionBands(local, empty_c, empty_r, np.zeros(0, dtype=np.int64), r, (r,))
