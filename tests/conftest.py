@@ -42,10 +42,43 @@ def pytest_xdist_auto_num_workers(config):
 
 
 def pytest_collection_modifyitems(items):
-    """Modules holding a test marked slow run first, each module's tests together and in order: on two workers
-    the minutes-long tests then start early instead of one worker finishing them alone at the end."""
-    slow = {item.module.__name__ for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.module.__name__ not in slow)  # stable: every other order kept
+    """Each module's tests together and in order; the modules holding a test marked `slow` or `browser` at the
+    head of the workers' first shares, so that the minutes-long tests start early and on different workers.
+
+    xdist's `worksteal` first hands each of the W workers a contiguous share of the collection (the first
+    len // W tests, then half of the rest, ...), and a worker that runs out takes the last half of the longest
+    queue. With every slow module first, one share held them all: the others took its fast tail but not its
+    head, and that worker ran the browser module (one server and one Chromium a worker, 452 s) and the links and
+    pages' slow tests alone for the suite's last minute. Here the browser modules head one share and the other
+    slow modules are dealt to the other shares in turn (the most slow tests first); the fast tests fill every
+    share to the size xdist sends it and are what the idle workers take."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    modules: dict[str, list] = {}
+    for item in items:
+        modules.setdefault(item.module.__name__, []).append(item)
+
+    def marked(name: str, marker: str) -> int:
+        return sum(1 for item in modules[name] if item.get_closest_marker(marker))
+
+    browser = [m for m in modules if marked(m, "browser")]
+    slow = sorted((m for m in modules if m not in browser and marked(m, "slow")), key=lambda m: -marked(m, "slow"))
+    fast = [item for m in modules if m not in browser and m not in slow for item in modules[m]]
+    heads: list[list] = [[] for _ in range(max(1, workers))]
+    heads[0] = [item for m in browser for item in modules[m]]
+    for i, m in enumerate(slow):  # dealt to the shares after the browser's (to every share with one worker)
+        heads[1 + i % (workers - 1) if workers > 1 else 0] += modules[m]
+    sizes, left = [], len(items)
+    for i in range(len(heads)):  # the share sizes xdist sends: each idle worker the pending tests // those left
+        sizes.append(left // (len(heads) - i))
+        left -= sizes[-1]
+    if any(len(head) > size for head, size in zip(heads, sizes)):  # a head larger than its share: slow ones first
+        items[:] = [item for head in heads for item in head] + fast
+        return
+    order = []
+    for head, size in zip(heads, sizes):
+        order += head + fast[: size - len(head)]
+        del fast[: size - len(head)]
+    items[:] = order + fast
 
 
 def pytest_runtest_logreport(report):
