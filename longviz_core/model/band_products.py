@@ -15,10 +15,11 @@ times the keys' size) before the matmul.
 
 Every score and every output is the same dot product over the same terms; on the development machine (Intel Xeon,
 torch 2.13's CPU BLAS) both products, the logits, hidden states and attention weights came out bit for bit equal
-to transformers', and a forward of the demo's Longformer at 2,597 tokens took 0.85-0.89 x its time
-(benchmarks/longformer_mask.py; docs/benchmarks.md). A BLAS that orders a dot product's terms by the matrix's
-shape may round them differently: tests/unit/test_band_products.py bounds the difference by float32's dot-product
-error instead."""
+to transformers', and a forward of the demo's Longformer at 2,597 tokens took 0.90 x its time, a forward and
+backward (IG's step) 0.71-0.79 x (benchmarks/longformer_mask.py; docs/benchmarks.md). A BLAS that orders a dot
+product's terms by the matrix's shape may round them differently: tests/unit/test_band_products.py bounds the
+difference by float32's dot-product error instead; the gradients, added back in another order than autograd's,
+agree in float64 to 1e-12."""
 from __future__ import annotations
 
 import types
