@@ -41,6 +41,7 @@ def pytest_xdist_auto_num_workers(config):
     return len(os.sched_getaffinity(0)) + 1
 
 
+@pytest.hookimpl(trylast=True)  # after `-m`'s deselection: the shares are those of the tests that run
 def pytest_collection_modifyitems(items):
     """Each module's tests together and in order; the modules holding a test marked `slow` or `browser` at the
     head of the workers' first shares, so that the minutes-long tests start early and on different workers.

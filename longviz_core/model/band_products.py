@@ -91,6 +91,7 @@ class _TimesBlocks(torch.autograd.Function):
 
 
 def _view(buf: torch.Tensor, U: int, w: int) -> torch.Tensor:
+    """The U overlapping (3w, d) blocks of a _blocks buffer, one strided view."""
     d = buf.shape[1]
     return buf.as_strided((U, 3 * w, d), (w * d, d, 1))
 
