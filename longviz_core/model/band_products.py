@@ -117,10 +117,11 @@ def window_scores(self, query: torch.Tensor, key: torch.Tensor, window_overlap: 
     if n % (2 * w) or key.shape != query.shape:
         raise ValueError(f"window products need equal shapes and a length that is a multiple of {2 * w}")
     nb = n // w
-    q = query.new_empty((B, H, nb + 2, w, d))  # the blocks of queries, as _blocks lays out the keys
-    q[:, :, :nb].copy_(query.unflatten(1, (nb, w)).permute(0, 3, 1, 2, 4))
-    q[:, :, nb:].zero_()  # the fillers' queries: finite, so that their dropped products carry no NaN back
-    scores = _TimesBlocks.apply(q.view(-1, w, d), _blocks(key, w, 0.0), w, True)  # (U, w, 3w)
+    U = B * H * (nb + 2)
+    # the queries laid out as the keys, one block on: block u holds the w queries of key block u (a filler's are
+    # padding, 0, so that their dropped products carry no NaN back)
+    q = _blocks(query, w, 0.0)[w : (U + 1) * w].view(U, w, d)
+    scores = _TimesBlocks.apply(q, _blocks(key, w, 0.0), w, True)  # (U, w, 3w)
     scores = scores.view(B, H, nb + 2, w, 3 * w)[:, :, :nb]  # (B, H, nb, w, 3w): the fillers dropped
     out = diagonal_band(scores, 2 * w + 1).reshape(B, H, n, 2 * w + 1)  # a copy: (B, H, n, 2w+1)
     start = _start(w, out.device)
