@@ -93,9 +93,10 @@ class LazyMask:
             # read as bytes: torch's integer reductions run many times faster than its bool ones (at 32,768
             # tokens they were twice the time transformers takes to build the rows)
             u = (m if m.dtype == torch.bool else m != 0).view(torch.uint8)  # a mask function may give integers
-            counts = u.sum(dim=-1, dtype=torch.int32)  # (B, 1, rows): keys each row allows
-            full = full and bool((counts == self.kv_length).all())
-            causal = causal and _causal(u, counts, a + self.q_offset - self.kv_offset)
+            if full or causal:  # once neither, nothing more to classify (a sliding mask after its first rows)
+                counts = u.sum(dim=-1, dtype=torch.int32)  # (B, 1, rows): keys each row allows
+                full = full and bool((counts == self.kv_length).all())
+                causal = causal and _causal(u, counts, a + self.q_offset - self.kv_offset)
             cols = torch.nonzero(u.reshape(-1, self.kv_length).amax(dim=0)).flatten()
             # rows that reach no key (a left pad's) run over every key, all masked, as sdpa would run them whole
             lo, hi = (int(cols[0]), int(cols[-1]) + 1) if len(cols) else (0, self.kv_length)
