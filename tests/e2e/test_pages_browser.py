@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import time
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -173,10 +174,15 @@ def test_dataset_counts_read_at_the_narrow_width(app_server, browser, shots):
                 b.click()
                 wait_idle(browser, timeout=300)
                 break
-        titles = browser.execute_script(
-            "return [...document.querySelectorAll('[data-testid=\"stMain\"] svg.marks .role-title-text text')]"
-            ".map(t => t.textContent);")
-        assert f"attended · by {group}" in titles and f"attending · by {group}" in titles, titles
+        wanted, deadline = {f"attended · by {group}", f"attending · by {group}"}, time.monotonic() + 120
+        while True:  # the charts draw after the run ends (vega, in the browser): slower than idle under load
+            titles = browser.execute_script(
+                "return [...document.querySelectorAll('[data-testid=\"stMain\"] svg.marks .role-title-text text')]"
+                ".map(t => t.textContent);")
+            if wanted <= set(titles) or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert wanted <= set(titles), titles
         assert not problems(browser), problems(browser)
         found += [f"dataset by {group}: {p}" for p in layout_problems(browser)]
         full_page_screenshot(browser, shots / f"token_counts-dataset-{group}-1024.png", 1024, HEIGHT)

@@ -559,9 +559,15 @@ def test_decoder_demo_held_out_accuracy(decoder_demo, corpus):
     tok = AutoTokenizer.from_pretrained(decoder_demo.model_dir)
     mdl = AutoModelForSequenceClassification.from_pretrained(decoder_demo.model_dir).eval()
     test = corpus[corpus["split"] == "test"]
+    read: dict[tuple, int] = {}  # the class of each distinct input: 35 of the 60 are the same at both lengths
     for max_tokens in (2048, 4096):
-        predicted = [int(mdl(input_ids=_decoder_encoding(tok, text, max_tokens)).logits.argmax(-1))
-                     for text in test["text"]]
+        predicted = []
+        for text in test["text"]:
+            ids = _decoder_encoding(tok, text, max_tokens)
+            key = tuple(ids[0].tolist())
+            if key not in read:
+                read[key] = int(mdl(input_ids=ids).logits.argmax(-1))
+            predicted.append(read[key])
         accuracy = (np.array(predicted) == test["label"].to_numpy()).mean()
         assert accuracy >= 0.90
         assert decoder_demo.metrics[f"accuracy_{max_tokens}"] == pytest.approx(accuracy)
