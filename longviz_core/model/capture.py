@@ -70,9 +70,16 @@ class LazyMask:
         """(batch, 1, b - a, keys) bool, True = attend: rows a .. b-1 of the mask."""
         from transformers.masking_utils import sdpa_mask
 
+        if "padding" not in self._memo:
+            # a padding mask that allows every key leaves the other functions' pattern as it is: the builder then
+            # skips its per-cell lookup (at 32,768 tokens, 128 causal rows took 10 ms with it, 3.7 ms without)
+            # (a shorter one is padded with refusals by the builder: kept)
+            pad = self.attention_mask
+            every = pad is None or (pad.shape[-1] >= self.kv_offset + self.kv_length and bool(pad.all()))
+            self._memo["padding"] = None if every else pad
         return sdpa_mask(self.batch_size, b - a, self.kv_length, q_offset=self.q_offset + a,
                          kv_offset=self.kv_offset, mask_function=self.mask_function,
-                         attention_mask=self.attention_mask, allow_is_causal_skip=False,
+                         attention_mask=self._memo["padding"], allow_is_causal_skip=False,
                          allow_is_bidirectional_skip=False, device=self.device)
 
     def pieces(self):

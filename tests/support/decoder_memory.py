@@ -74,7 +74,9 @@ def _oracle_attention(sums, module, query, key, value, attention_mask, scaling=N
     for a in range(0, n, _ROWS):
         b = min(a + _ROWS, n)
         mask = attention_mask(a, b)  # (batch, 1, rows, keys): 0 where allowed, the minimum elsewhere
-        reached = torch.nonzero((mask == 0).any(dim=(0, 1, 2))).flatten()
+        # eager's additive mask holds 0 (allowed) or the minimum: a key is reached where its column's max is 0
+        # (a max over the rows, ~7x faster than torch's bool `any` over leading dimensions: 8 s of this script)
+        reached = torch.nonzero(mask.flatten(0, 2).amax(dim=0) == 0).flatten()
         lo, hi = int(reached[0]), int(reached[-1]) + 1
         out, weights = eager_attention_forward(module, query[:, :, a:b], key[:, :, lo:hi], value[:, :, lo:hi],
                                                mask[..., lo:hi], scaling=scaling, dropout=dropout)
