@@ -114,9 +114,12 @@ def test_pieces_kind_and_reach_against_the_whole_mask(n):
     the pieces cover every row once, kind classifies the whole mask, and a second reading (kept) is identical."""
     pad = torch.ones((1, n), dtype=torch.long)
     pad[0, : n // 3] = 0  # left padding: rows of padded queries reach no key
-    cases = {**_functions(n), "causal, left-padded": and_masks(causal_mask_function, padding_mask_function(pad))}
-    for name, function in cases.items():
-        attention_mask = pad.bool() if "padded" in name else None
+    ones = torch.ones((1, n), dtype=torch.bool)  # an unpadded document's, as transformers hands it over
+    cases = {**{name: (f, None) for name, f in _functions(n).items()},
+             **{f"{name}, every key allowed": (f, ones) for name, f in _functions(n).items()},
+             "causal, a padding mask one key short (the builder refuses the last)": (causal_mask_function, ones[:, 1:]),
+             "causal, left-padded": (and_masks(causal_mask_function, padding_mask_function(pad)), pad.bool())}
+    for name, (function, attention_mask) in cases.items():
         whole = _whole(n, function, attention_mask)
         mask = _lazy(n, function, attention_mask)
         first = list(mask.pieces())
