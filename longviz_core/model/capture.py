@@ -71,9 +71,9 @@ class LazyMask:
         from transformers.masking_utils import sdpa_mask
 
         if "padding" not in self._memo:
-            # a padding mask that allows every key leaves the other functions' pattern as it is: the builder then
-            # skips its per-cell lookup (at 32,768 tokens, 128 causal rows took 10 ms with it, 3.7 ms without)
-            # (a shorter one is padded with refusals by the builder: kept)
+            # a padding mask that allows every key it covers leaves the other functions' pattern as it is: left out,
+            # the builder skips its per-cell lookup (128 causal rows of 32,768 keys: 10 ms with it, 3.7 ms without).
+            # A shorter one is kept: the builder pads it with refusals
             pad = self.attention_mask
             every = pad is None or (pad.shape[-1] >= self.kv_offset + self.kv_length and bool(pad.all()))
             self._memo["padding"] = None if every else pad
