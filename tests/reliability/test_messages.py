@@ -10,6 +10,7 @@ import pickle
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -144,8 +145,14 @@ def test_pickle_weights_are_refused_for_safety_with_the_conversion_to_do(tiny_lo
 @wrong
 def test_a_bin_of_plain_tensors_still_loads_the_same_model(tiny_longformer_dir, tiny_longformer, tmp_path):
     path = _as_bin(tiny_longformer_dir, tmp_path / "m", lambda state, p: torch.save(state, p))
-    a, b = lv.analyze(lv.load_model(str(path)), text_of(20), 32), lv.analyze(tiny_longformer, text_of(20), 32)
-    assert (a.logits == b.logits).all()
+    loaded = lv.load_model(str(path))
+    same = tiny_longformer.model.state_dict()
+    for name, value in loaded.model.state_dict().items():
+        assert torch.equal(value, same[name]), name  # the same weights, bit for bit
+    a, b = lv.analyze(loaded, text_of(20), 32), lv.analyze(tiny_longformer, text_of(20), 32)
+    # the same arithmetic on differently placed tensors: MKL on AMD picks kernels by alignment, so logits of about
+    # 1e-2 (sums of 128 products) may differ by a few float32 ulps
+    np.testing.assert_allclose(a.logits, b.logits, rtol=1e-5, atol=1e-7)
 
 
 BAD_FILES = {  # (file, damage, what the message says): these files are damaged, and the message says how
