@@ -22,11 +22,12 @@ with shell.guard():
 st.caption(f"{description} · {analysis.n:,} tokens · rows = layers, columns = heads; each map is pooled onto "
            "blocks of consecutive tokens and divided by its head's largest cell.")
 
-c1, c2, c3, c4 = st.columns(4)
+c1, c2, c3 = st.columns(3)
 scope = hosting.scope(c1, "Scope", ("this document", "dataset"), P, horizontal=True)
 grid = c2.select_slider("Cells per axis", pooling.GRID_SIZES, value=pooling.DEFAULT_GRID, **K.option(P, "grid"))
 colour = c3.radio("Colour scale", fig.SCALES, horizontal=True, **K.option(P, "colour"))
-scale = c4.checkbox("Scale by head importance", **K.option(P, "scale"),
+# a row of its own: a fourth column cut its label to "Scale by he…" at 1,024 px
+scale = st.checkbox("Scale by head importance", **K.option(P, "scale"),
                     help="Multiply each head by its importance on the dataset (Taylor, as T3-Vis and the paper, "
                          "or Michel et al.'s gate gradient), or by an imported head_importance file.")
 

@@ -34,6 +34,17 @@ def _overlay(driver):
     return host.shadow_root
 
 
+def _rects(driver, pos: int) -> dict:
+    """RECTS_JS for the token at `pos`, once the overlay is drawn (a new page's component mounts after the script
+    run ends)."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    drawn = ("const h = document.querySelector(arguments[0]);"
+             "return !!(h && h.shadowRoot && h.shadowRoot.querySelector(`.lv-box [data-pos=\"${arguments[1]}\"]`));")
+    WebDriverWait(driver, 30).until(lambda d: d.execute_script(drawn, HOST, pos))
+    return driver.execute_script(RECTS_JS, HOST, pos)
+
+
 def _selected(driver) -> list[str]:
     return [e.get_attribute("data-pos") for e in _overlay(driver).find_elements("css selector", ".lv-sel")]
 
@@ -66,11 +77,11 @@ def test_click_selects_and_selection_scrolls_into_view(app_server, browser):
         browser.set_window_size(1440, 1400)
 
     far = MAX_TOKENS - 3  # the last text token: below the box's fold
-    before = browser.execute_script(RECTS_JS, HOST, far)
+    before = _rects(browser, far)
     assert before["token"][0] > before["box"][1] and before["height"] <= 481  # hidden below, box ~480 px
     set_number(browser, LABEL, far)
     wait_idle(browser)
-    after = browser.execute_script(RECTS_JS, HOST, far)
+    after = _rects(browser, far)
     assert _selected(browser) == [str(far)] and f"token={far}" in browser.current_url
     assert after["box"][0] <= after["token"][0] and after["token"][1] <= after["box"][1], after
     assert after["scrolled"] > 0 and not problems(browser)
@@ -78,7 +89,7 @@ def test_click_selects_and_selection_scrolls_into_view(app_server, browser):
     linked = far - 40  # a link's token: in view when the page opens
     browser.get(f"{base}/attribution?max_tokens={MAX_TOKENS}&token={linked}")
     wait_idle(browser)
-    opened = browser.execute_script(RECTS_JS, HOST, linked)
+    opened = _rects(browser, linked)
     assert _number(browser) == str(linked) and _selected(browser) == [str(linked)]
     assert opened["box"][0] <= opened["token"][0] and opened["token"][1] <= opened["box"][1], opened
 
@@ -87,7 +98,7 @@ def test_click_selects_and_selection_scrolls_into_view(app_server, browser):
     wait_idle(browser)
     assert picked != str(linked) and _number(browser) == picked and f"token={picked}" in browser.current_url
     assert _selected(browser) == [picked]
-    shown = browser.execute_script(RECTS_JS, HOST, int(picked))
+    shown = _rects(browser, int(picked))
     assert shown["box"][0] <= shown["token"][0] and shown["token"][1] <= shown["box"][1], shown
     assert not problems(browser) and "Traceback" not in log.read_text()
 

@@ -273,13 +273,19 @@ main.querySelectorAll('[data-testid="stDataFrame"]').forEach((frame, i) => {
 main.querySelectorAll('[data-testid="stMetricValue"] > div').forEach(v => {
   if (v.scrollWidth > v.clientWidth + 1) out.push(`metric "${v.textContent}" cut`);
 });
+// a widget's label that Streamlit ends with an ellipsis (CSS text-overflow) because its column is too narrow
+main.querySelectorAll('[data-testid="stWidgetLabel"] *, [data-testid="stCheckbox"] label *').forEach(e => {
+  if (!shown(e) || getComputedStyle(e).textOverflow !== 'ellipsis') return;
+  if (e.scrollWidth > e.clientWidth + 1) out.push(`label "${e.textContent.trim()}" cut`);
+});
 return out;
 """
 
 
 def layout_problems(driver) -> list[str]:
     """Charts under 250 x 150 px or with a squashed plot area, chart text outside the chart, cut ('…') or
-    overlapping axis labels, tables of up to 30 rows with hidden rows or columns, cut metric values."""
+    overlapping axis labels, tables of up to 30 rows with hidden rows or columns, cut metric values and widget
+    labels."""
     return driver.execute_script(LAYOUT_JS)
 
 
