@@ -345,10 +345,10 @@ def _planted(model, analysis) -> lv.Explanation:
 
 
 def test_explainers_that_know_the_answer_beat_random(demo_model, demo_dataset):
-    """Acceptance: on a demo paper whose decision can flip (an artificial-intelligence paper; the other class is
-    what an all-<mask> document gets, see test_faithfulness), deleting the planted class words, or the top
-    Gradient × Input tokens, lowers p(y) more than any random deletion: AOPC above random's mean + 3 sd over five
-    seeds, and the decision flips earlier."""
+    """Acceptance: on a demo paper whose decision can flip (an artificial-intelligence paper: its planted class
+    words gone, what is left reads as the other class, although an all-<mask> document gets this one), deleting
+    the planted class words, or the top Gradient × Input tokens, lowers p(y) more than any random deletion: AOPC
+    above random's mean + 3 sd over five seeds, and the decision flips earlier."""
     text = demo_dataset[demo_dataset["label"] == 1]["text"].iloc[0]
     analysis = lv.analyze(demo_model, text, 256)
     assert analysis.predicted == 1
