@@ -125,7 +125,7 @@ def test_streamed_summary_serves_smaller_k_and_a_wrong_pattern_fails(modernbert)
     big, small = full.summary(k=20), full.summary(k=7)
     np.testing.assert_array_equal(small.attended, big.attended[..., :7])
     np.testing.assert_array_equal(full.summary(k=7, block=4).attending, big.attending[..., :7])
-    # one query row alone and the summary's 128-row chunk take different matrix-product kernels (MKL on AMD rounds
+    # one query row alone and the summary's chunks of rows take different matrix-product kernels (MKL on AMD rounds
     # them differently): probabilities in [0, 1] a few float32 ulps of 1 (1.2e-7 each) apart
     np.testing.assert_allclose(full.row(0, 0), full.summary().cls_row[0], rtol=0, atol=1e-6)
     # a pattern read wrongly from the config (layer 3 taken for a sliding layer) disagrees with the model's mask
