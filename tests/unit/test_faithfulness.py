@@ -516,12 +516,12 @@ def test_demo_ig_deletes_what_matters_more_than_random(demo_model, demo_dataset,
     by that all-<mask> document, so the test stays meaningful whichever class a rebuilt demo defaults to."""
     from longviz_core.attribution import ConvergenceWarning, integrated_gradients
 
+    from longviz_core.model.copies import copy_logits, replacement_id
+
     first = lv.analyze(demo_model, demo_dataset["text"].iloc[0], 512)
     masked = first.encoded.input_ids.copy()
-    masked[~np.isin(masked, demo_model.tokenizer.all_special_ids)] = demo_model.tokenizer.mask_token_id  # not <s>, </s>
-    with torch.no_grad():
-        inputs = demo_model.family.inputs(first.encoded, demo_model.device, ids=masked[None])
-        default = int(demo_model(**inputs).logits[0].argmax())
+    masked[~np.isin(masked, demo_model.tokenizer.all_special_ids)] = replacement_id(demo_model, "mask")  # not <s>, </s>
+    default = int(copy_logits(demo_model, first.encoded, masked[None])[0].argmax())
     picked = demo_dataset[demo_dataset["label"] != default].iloc[:2]
     aopc, flips = {"ig": [], "random": []}, {"ig": [], "random": []}
     for text in picked["text"]:
