@@ -147,9 +147,10 @@ def test_8192_tokens_in_far_less_memory_than_dense():
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["n"] == 8192 and result["streamed"] == [True, False, False, True]
     assert result["dense_bytes"] == 4 * 4 * 8192**2 * 4  # layers x heads x n^2 x 4 B: what eager returns
-    # measured idle: 232-251 MiB for the analysis (bands, Q/K, one chunk, sdpa's n x n mask), against 1,024 MiB
-    # for one plain forward with the model's own sdpa attention and 4 GiB of dense weights
-    assert result["growth"] < 512 * 2**20
+    # measured with the script's mmap threshold fixed (stream_memory.mmap_threshold): 147-151 MiB for the analysis
+    # (bands, Q/K, one chunk of rows), also two runs at once, against 1,024 MiB for one plain forward with the
+    # model's own sdpa attention (its n x n weights per head) and 4 GiB of dense weights
+    assert result["growth"] < 256 * 2**20
     assert result["growth"] < result["forward_growth"]
     assert result["rel"] < 1e-4
 

@@ -11,7 +11,6 @@ causal within the sliding window) for it, and each chunk's mask rows come from t
 chunk's query offset. Peaks are measured as in stream_memory.py (its `peak_growth`)."""
 from __future__ import annotations
 
-import ctypes
 import json
 import sys
 import tempfile
@@ -26,7 +25,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import longviz_core as lv  # noqa: E402
-from stream_memory import peak_growth  # noqa: E402  (the kernel's high-water mark, reset before each step)
+from stream_memory import mmap_threshold, peak_growth  # noqa: E402  (the high-water mark, reset before each step)
 from tiny import make_tiny_decoder, text_of  # noqa: E402
 
 ORACLE = "oracle"
@@ -34,17 +33,6 @@ ORACLE = "oracle"
 # pass over 32,768^2 / 2 scores in longviz and one more in the oracle (about a minute of CPU per head here)
 LAYER_TYPES = ["full_attention", "sliding_attention"]
 _ROWS = 64  # query rows per oracle chunk: (heads, 64, n) float32 weights, 16 MiB at 32,768 tokens, 2 heads
-_M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
-
-
-def _mmap_threshold(size: int) -> None:
-    """Fix glibc's mmap threshold at `size` bytes. By default it rises after a large free (the warm-up's) up to
-    32 MiB, and blocks below it freed by one chunk of rows stay in the heap, so the high-water mark then counts
-    memory the process no longer uses (measured: 600 MiB - 1.1 GiB for the analysis that way, against 119 MiB with
-    the threshold fixed at 4 MiB); fixed at 4 MiB, the mark is the memory the analysis holds at once. The oracle,
-    which is not measured, runs at 32 MiB (the default's ceiling): at 4 MiB its every chunk was mmapped and zeroed
-    afresh, 25 s of the kernel's time."""
-    ctypes.CDLL(None).mallopt(_M_MMAP_THRESHOLD, size)
 
 
 def _oracle_mask(batch_size, q_length, kv_length, q_offset=0, kv_offset=0, mask_function=None,
@@ -109,7 +97,7 @@ def main(n: int) -> None:
         model = lv.load_model(str(make_tiny_decoder(
             Path(tmp) / "m", "qwen3", layers=len(LAYER_TYPES), heads=2, kv_heads=1, hidden=64, head_dim=16,
             layer_types=LAYER_TYPES, use_sliding_window=True, sliding_window=128, max_positions=n)))
-    _mmap_threshold(4 << 20)
+    mmap_threshold(4 << 20)
     lv.analyze(model, text_of(50), max_tokens=n).attention.received_per_head()  # imports and first calls
     seconds = {}
 
@@ -123,7 +111,7 @@ def main(n: int) -> None:
                                                                                 max_tokens=n)))
     received, received_growth = peak_growth(lambda: timed("received", analysis.attention.received_per_head))
     ids = torch.as_tensor(analysis.input_ids)[None]
-    _mmap_threshold(32 << 20)
+    mmap_threshold(32 << 20)
     oracle = timed("oracle", lambda: oracle_received(model, ids))
     layers = analysis.attention.layers
     print(json.dumps({"n": analysis.n, "analyze_growth": growth, "received_growth": received_growth,
