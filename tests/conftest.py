@@ -20,12 +20,14 @@ if os.environ.get("PYTEST_XDIST_WORKER"):  # a worker per core and one more: one
 
 from streamlit.components.v2 import manifest_scanner  # noqa: E402
 
+from support.channels import strict as strict_channels  # noqa: E402
 from support.guards import Matrix  # noqa: E402
 from tiny import make_tiny_bert, make_tiny_longformer  # noqa: E402
 
 # Every new AppTest scans each installed distribution's metadata for Streamlit components at its first run (0.22 s
 # of CPU; 43 s of the suite's, py-spy). The installed packages do not change during a run: scan once a process.
 manifest_scanner.scan_component_manifests = functools.cache(manifest_scanner.scan_component_manifests)
+strict_channels()  # every chart the tests draw passes channel objects (tests/support/channels.py says why)
 
 _MATRIX = Matrix()  # the reliability matrix (tests/reliability/conftest.py marks each case's reports)
 

@@ -124,10 +124,10 @@ def head_zoom_chart(cells: np.ndarray, edges: np.ndarray, scale: str = "linear",
     fmt = ".2f" if relative else "d"
     chart = alt.Chart(frame, title=title).mark_rect().encode(
         x=alt.X("k0:Q", title=f"key ({unit})", scale=alt.Scale(domain=[edges[0], edges[-1]], nice=False)),
-        x2="k1:Q",
+        x2=alt.X2("k1:Q"),
         y=alt.Y("q0:Q", title=f"query ({unit})", scale=alt.Scale(domain=[edges[0], edges[-1]], reverse=True,
                                                                    nice=False)),
-        y2="q1:Q",
+        y2=alt.Y2("q1:Q"),
         color=alt.Color("relative:Q", title="attention / head max",
                         scale=alt.Scale(scheme="blues", type="log" if scale == "log" else "linear",
                                         domain=[LOG_FLOOR if scale == "log" else 0.0, 1.0])),
@@ -153,12 +153,12 @@ def counts_bar_chart(frame: pd.DataFrame, title: str = "", top_n: int = 10, colo
     top = frame.head(int(top_n)).copy()
     if "position" in top.columns:
         top["label"] = top[name].astype(str) + " @" + top["position"].astype(str)
-        tooltip = [name, "position", "count"]
+        shown = [name, "position"]
     else:
         top["label"] = top[name].astype(str)
-        tooltip = [name, "count"]
+        shown = [name]
     top["rank"] = np.arange(len(top))
-    tooltip = [*tooltip[:-1], alt.Tooltip("count:Q", title=f"count ({COUNT_MEANINGS[rule]})")]
+    tooltip = [*map(alt.Tooltip, shown), alt.Tooltip("count:Q", title=f"count ({COUNT_MEANINGS[rule]})")]
     return alt.Chart(top, title=_rule_title(title, rule)).mark_bar(color=colour).encode(
         x=alt.X("count:Q", title="count"),
         y=alt.Y("label:N", title=None, sort=alt.EncodingSortField(field="rank", order="ascending"),
@@ -184,7 +184,7 @@ def instances_chart(frame: pd.DataFrame, title: str = "", rule: str | None = Non
         y=alt.Y("count:Q", title="count"),
         color=alt.Color("state:N", scale=alt.Scale(domain=["counted", "masked"], range=["#2171b5", "#bdbdbd"]),
                         legend=alt.Legend(title=None)),
-        tooltip=["position", "token", "count", "state"],
+        tooltip=[alt.Tooltip(c) for c in ("position", "token", "count", "state")],
     ).properties(height=220, autosize=alt.AutoSizeParams(type="fit-x", contains="padding"))
 
 

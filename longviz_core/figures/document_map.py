@@ -51,15 +51,16 @@ def document_map_chart(dmap: DocumentMap, mode: str = "diverging", selected: int
                alt.Tooltip("start:Q", title="first token", format=",d"), alt.Tooltip("tokens:Q", title="tokens")]
     click = alt.selection_point(name=SELECT, fields=["start"], on="click", clear=False, empty=False)
     strip = alt.Chart(data).mark_rect().encode(
-        x=x, x2="stop:Q", y=alt.value(STRIP_Y[0]), y2=alt.value(STRIP_Y[1]),
+        x=x, x2=alt.X2("stop:Q"), y=alt.YValue(STRIP_Y[0]), y2=alt.Y2Value(STRIP_Y[1]),
         color=alt.Color("density:Q", scale=scale, legend=None), tooltip=tooltip).add_params(click)
     marked = alt.Chart(data[data["top"]])
-    bars = marked.mark_rect(color="black").encode(x=x, x2="stop:Q", y=alt.value(BAR_Y[0]), y2=alt.value(BAR_Y[1]),
-                                                  tooltip=tooltip)
+    bars = marked.mark_rect(color="black").encode(x=x, x2=alt.X2("stop:Q"), y=alt.YValue(BAR_Y[0]),
+                                                  y2=alt.Y2Value(BAR_Y[1]), tooltip=tooltip)
     ranks = marked.mark_text(fontSize=11, fontWeight="bold", baseline="middle").encode(
-        x=alt.X("middle:Q", scale=positions), y=alt.value(RANK_Y), text="rank:Q", tooltip=tooltip)
+        x=alt.X("middle:Q", scale=positions), y=alt.YValue(RANK_Y), text=alt.Text("rank:Q"),
+        tooltip=tooltip)
     outline = alt.Chart(data[data["selected"]]).mark_rect(fill=None, stroke=SELECTED, strokeWidth=2).encode(
-        x=x, x2="stop:Q", y=alt.value(STRIP_Y[0] - 1), y2=alt.value(STRIP_Y[1] + 1))
+        x=x, x2=alt.X2("stop:Q"), y=alt.YValue(STRIP_Y[0] - 1), y2=alt.Y2Value(STRIP_Y[1] + 1))
     signed = "red < 0 < green" if mode == "diverging" else "white = 0, red = the most"
     ranked = "by score, high to low" if dmap.rank_by == "signed" else "by |score|"
     return (strip + bars + ranks + outline).properties(

@@ -126,14 +126,15 @@ def agreement_heatmap(matrix: pd.DataFrame, metric: str = "kendall_tau", title: 
     base = alt.Chart(data).encode(x=alt.X("b:N", sort=names, title=None, axis=alt.Axis(labelLimit=0, labelAngle=-90, labelOverlap=False)),
                                   y=alt.Y("a:N", sort=names, title=None, axis=alt.Axis(labelLimit=0)))
     rect = base.mark_rect().encode(
-        color=alt.condition("isValid(datum.value) && isFinite(datum.value)",
+        color=alt.ColorValue(**alt.condition("isValid(datum.value) && isFinite(datum.value)",
                             alt.Color("value:Q", title=METRIC_TITLES[metric],
                                       scale=alt.Scale(scheme="viridis", domain=[lo, 1.0])),
-                            alt.value("#dddddd")),
-        tooltip=["a:N", "b:N", alt.Tooltip("value:Q", format=".4f", title=METRIC_TITLES[metric])])
+                            alt.value("#dddddd"))),
+        tooltip=[alt.Tooltip("a:N"), alt.Tooltip("b:N"), alt.Tooltip("value:Q", format=".4f", title=METRIC_TITLES[metric])])
     text = base.mark_text(fontSize=11).encode(
-        text="text:N",
-        color=alt.condition(f"datum.value > {(lo + 1.0) / 2}", alt.value("black"), alt.value("white")))
+        text=alt.Text("text:N"),
+        color=alt.ColorValue(**alt.condition(f"datum.value > {(lo + 1.0) / 2}", alt.value("black"),
+                                             alt.value("white"))))
     side = max(200, 48 * len(names))
     return (rect + text).properties(
         title=title or f"Agreement between explainers: {METRIC_TITLES[metric]} of their {unit} rankings",

@@ -67,7 +67,7 @@ def deletion_curves_chart(curves: pd.DataFrame, metric: str = "aopc", title: str
     if several:
         line = alt.Chart(data).mark_line(point=True, clip=True).encode(
             x=x, y=alt.Y(f"mean({metric}):Q", title=y_title, scale=y_scale), color=colour,
-            tooltip=["ranking:N", alt.Tooltip("k:Q", title="fraction removed", format=".0%"),
+            tooltip=[alt.Tooltip("ranking:N"), alt.Tooltip("k:Q", title="fraction removed", format=".0%"),
                      alt.Tooltip(f"mean({metric}):Q", format=".4f", title="mean"),
                      alt.Tooltip(f"stdev({metric}):Q", format=".4f", title="std"),
                      alt.Tooltip(f"count({metric}):Q", title="documents")])
@@ -79,13 +79,13 @@ def deletion_curves_chart(curves: pd.DataFrame, metric: str = "aopc", title: str
         lo, hi, sd = f"{metric}_lo", f"{metric}_hi", f"{metric}_sd"
         chart = alt.Chart(data).mark_line(point=True, clip=True).encode(
             x=x, y=alt.Y(f"{metric}:Q", title=y_title, scale=y_scale), color=colour,
-            tooltip=["ranking:N", alt.Tooltip("k:Q", title="fraction removed", format=".0%"),
+            tooltip=[alt.Tooltip("ranking:N"), alt.Tooltip("k:Q", title="fraction removed", format=".0%"),
                      alt.Tooltip(f"{metric}:Q", format=".4f")]
             + ([alt.Tooltip(f"{sd}:Q", format=".4f", title="sd over seeds")] if sd in data else [])
-            + (["removed:Q"] if "removed" in data else []))
+            + ([alt.Tooltip("removed:Q")] if "removed" in data else []))
         if lo in data and hi in data and data[lo].notna().any():
             band = alt.Chart(data[data[lo].notna() & data[hi].notna()]).mark_area(opacity=0.2, clip=True).encode(
-                x=x, y=alt.Y(f"{lo}:Q", title=y_title, scale=y_scale), y2=f"{hi}:Q", color=colour)
+                x=x, y=alt.Y(f"{lo}:Q", title=y_title, scale=y_scale), y2=alt.Y2(f"{hi}:Q"), color=colour)
             chart = band + chart
             subtitle += " · Random: mean ± sd over seeds (band)"
     width, height = CURVE_SIZE
@@ -119,15 +119,17 @@ def flip_chart(flips: pd.DataFrame, title: str | None = None, max_removed: float
               title=f"fraction of {_removed(unit)} removed (lower = the ranking finds the decision faster)")
     dots = alt.Chart(drawn).mark_circle(size=60, opacity=0.6).encode(
         x=x, y=y, color=alt.Color("ranking:N", sort=_order(data["ranking"]), legend=None),
-        tooltip=["ranking:N", alt.Tooltip("flip_fraction:Q", format=".3f", title="fraction removed")]
-        + [f"{c}:Q" for c in ("doc", "seed") if c in data])
+        tooltip=[alt.Tooltip("ranking:N"), alt.Tooltip("flip_fraction:Q", format=".3f", title="fraction removed")]
+        + [alt.Tooltip(f"{c}:Q") for c in ("doc", "seed") if c in data])
     grouped = drawn.groupby("row", sort=False)["flip_fraction"]
     stats = pd.DataFrame({"mean": grouped.mean(), "sd": grouped.std(ddof=0), "flipped": grouped.size()})
     stats = stats.reset_index().assign(lo=lambda s: s["mean"] - s["sd"], hi=lambda s: s["mean"] + s["sd"])
-    tooltip = ["row:N", alt.Tooltip("mean:Q", format=".3f"), alt.Tooltip("sd:Q", format=".3f", title="sd"),
+    tooltip = [alt.Tooltip("row:N"), alt.Tooltip("mean:Q", format=".3f"), alt.Tooltip("sd:Q", format=".3f", title="sd"),
                alt.Tooltip("flipped:Q", title="flipped")]
-    bars = alt.Chart(stats).mark_rule(color="black").encode(x="lo:Q", x2="hi:Q", y=y, tooltip=tooltip)
-    ticks = alt.Chart(stats).mark_tick(color="black", thickness=2, size=24).encode(x="mean:Q", y=y, tooltip=tooltip)
+    bars = alt.Chart(stats).mark_rule(color="black").encode(x=alt.X("lo:Q"), x2=alt.X2("hi:Q"), y=y,
+                                                                tooltip=tooltip)
+    ticks = alt.Chart(stats).mark_tick(color="black", thickness=2, size=24).encode(x=alt.X("mean:Q"), y=y,
+                                                                                           tooltip=tooltip)
     return (dots + bars + ticks).properties(title=title, height=40 * max(1, len(order)), autosize=FIT_WIDTH)
 
 

@@ -91,3 +91,19 @@ def test_zoom_tooltip_prints_what_the_page_prints():
 ])
 def test_overlay_scale_leaves_out_special_and_masked_tokens(tokens, values, mask, expected):
     assert scale_max(tokens, values, mask) == expected
+
+
+def test_charts_take_channel_objects_only_in_the_tests():
+    """tests/conftest.py makes encode() refuse shorthand strings and value dicts (they cost altair 4-6 ms a channel,
+    tests/support/channels.py): the figures above all passed; the objects write the same spec as the shorthand."""
+    import altair as alt
+    import pandas as pd
+
+    chart = alt.Chart(pd.DataFrame({"a": [1.0], "b": [2.0]})).mark_rect()
+    with pytest.raises(TypeError, match="x2='b:Q'"):
+        chart.encode(x=alt.X("a:Q"), x2="b:Q")
+    with pytest.raises(TypeError, match="y="):
+        chart.encode(y=alt.value(3))
+    drawn = chart.encode(x=alt.X("a:Q"), x2=alt.X2("b:Q"), y=alt.YValue(3), tooltip=[alt.Tooltip("a")]).to_dict()
+    assert drawn["encoding"] == {"x": {"field": "a", "type": "quantitative"}, "x2": {"field": "b"},
+                                 "y": {"value": 3}, "tooltip": [{"field": "a", "type": "quantitative"}]}
