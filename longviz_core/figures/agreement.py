@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from ..views.similarity import METRICS
-from .layout import FIT_WIDTH, require_columns
+from .layout import FIT_WIDTH, layered, require_columns
 
 HEAD_CELL = (36, 28)  # width, height in pixels of one head's cell
 
@@ -34,7 +34,7 @@ def head_agreement_heatmap(grid, metric: str = "rbo", title: str | None = None) 
     data["label"] = [f"{v:.2f}" if np.isfinite(v) else "—" for v in data["value"]]
     lo, hi = METRICS[metric]["range"]
     name = METRICS[metric]["label"]
-    base = alt.Chart(data).encode(
+    base = alt.Chart().encode(  # the data goes on the layer (`layered`)
         x=alt.X("head:O", title="head", axis=alt.Axis(labelAngle=0, orient="top")),
         y=alt.Y("layer:O", title="layer", axis=alt.Axis(labelAngle=0)))
     rect = base.mark_rect().encode(
@@ -51,7 +51,7 @@ def head_agreement_heatmap(grid, metric: str = "rbo", title: str | None = None) 
         color=alt.ColorValue(**alt.condition("datum.value > " + str((lo + hi) / 2), alt.value("black"),
                                              alt.value("white"))))
     cell_w, cell_h = HEAD_CELL
-    return (rect + text).properties(
+    return layered(data, rect, text).properties(
         title=alt.TitleParams(title or f"{name} per head", subtitle="higher = agrees more with |IG|", anchor="start"),
         width=max(300, cell_w * grid.shape[1]), height=max(200, cell_h * grid.shape[0]), autosize=FIT_WIDTH)
 

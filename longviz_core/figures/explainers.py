@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ..tokens import token_label
-from .layout import require_columns
+from .layout import layered, require_columns
 
 METRIC_TITLES = {"kendall_tau": "Kendall τ-b", "rbo": "RBO (extrapolated)"}
 _HEADER_STYLE = "font-family:ui-sans-serif,system-ui,sans-serif;font-size:0.8rem;color:#333;margin:4px 0"
@@ -123,7 +123,7 @@ def agreement_heatmap(matrix: pd.DataFrame, metric: str = "kendall_tau", title: 
     data["text"] = [f"{v:.2f}" if np.isfinite(v) else "—" for v in data["value"]]
     lo = -1.0 if metric == "kendall_tau" else 0.0
     # explainer names are long: never cut; the columns' names upright, so each stays within its cell's width
-    base = alt.Chart(data).encode(x=alt.X("b:N", sort=names, title=None, axis=alt.Axis(labelLimit=0, labelAngle=-90, labelOverlap=False)),
+    base = alt.Chart().encode(x=alt.X("b:N", sort=names, title=None, axis=alt.Axis(labelLimit=0, labelAngle=-90, labelOverlap=False)),
                                   y=alt.Y("a:N", sort=names, title=None, axis=alt.Axis(labelLimit=0)))
     rect = base.mark_rect().encode(
         color=alt.ColorValue(**alt.condition("isValid(datum.value) && isFinite(datum.value)",
@@ -136,7 +136,7 @@ def agreement_heatmap(matrix: pd.DataFrame, metric: str = "kendall_tau", title: 
         color=alt.ColorValue(**alt.condition(f"datum.value > {(lo + 1.0) / 2}", alt.value("black"),
                                              alt.value("white"))))
     side = max(200, 48 * len(names))
-    return (rect + text).properties(
+    return layered(data, rect, text).properties(
         title=title or f"Agreement between explainers: {METRIC_TITLES[metric]} of their {unit} rankings",
         width=side, height=side)
 

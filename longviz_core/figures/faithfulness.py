@@ -16,7 +16,7 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from .layout import FIT_WIDTH, PAD, require_columns
+from .layout import FIT_WIDTH, PAD, layered, require_columns
 
 CURVE_METRICS = {
     "aopc": ("AOPC(k) = p(y|x) − p(y|x without top k%)", "higher = more faithful"),
@@ -65,15 +65,15 @@ def deletion_curves_chart(curves: pd.DataFrame, metric: str = "aopc", title: str
     y_title = f"{metric.upper() if metric != 'probability' else 'score' if score else 'probability'} ({direction})"
     subtitle = label
     if several:
-        line = alt.Chart(data).mark_line(point=True, clip=True).encode(
+        line = alt.Chart().mark_line(point=True, clip=True).encode(
             x=x, y=alt.Y(f"mean({metric}):Q", title=y_title, scale=y_scale), color=colour,
             tooltip=[alt.Tooltip("ranking:N"), alt.Tooltip("k:Q", title="fraction removed", format=".0%"),
                      alt.Tooltip(f"mean({metric}):Q", format=".4f", title="mean"),
                      alt.Tooltip(f"stdev({metric}):Q", format=".4f", title="std"),
                      alt.Tooltip(f"count({metric}):Q", title="documents")])
-        band = alt.Chart(data).mark_errorband(extent="stdev", opacity=0.15, clip=True).encode(
+        band = alt.Chart().mark_errorband(extent="stdev", opacity=0.15, clip=True).encode(
             x=x, y=alt.Y(f"{metric}:Q", title=y_title, scale=y_scale), color=colour)
-        chart = band + line
+        chart = layered(data, band, line)
         subtitle += " · mean over documents, band ± 1 std"
     else:
         lo, hi, sd = f"{metric}_lo", f"{metric}_hi", f"{metric}_sd"

@@ -19,3 +19,10 @@ def require_columns(df: pd.DataFrame, columns: Sequence[str]) -> None:
     missing = [c for c in columns if c not in df]
     if missing:
         raise ValueError(f"missing column(s) {missing}; have {list(df.columns)}")
+
+
+def layered(data: pd.DataFrame, *charts: alt.Chart) -> alt.LayerChart:
+    """`charts` (made without data) layered over one `data`. The same as `a + b` on charts that each hold
+    `data`, without the cost: altair then hashes each layer's data through its text form and deep-copies each
+    layer to move the data up (20-30 ms a chart, cProfile)."""
+    return alt.layer(*charts, data=data)

@@ -22,7 +22,7 @@ def _red_square():
     df = pd.DataFrame({"x": [0], "x2": [1], "y": [0], "y2": [1]})
     unit = alt.Scale(domain=[0, 1])
     return (alt.Chart(df, title="Red square").mark_rect(color="#ff0000")
-            .encode(x=alt.X("x:Q", scale=unit), x2="x2", y=alt.Y("y:Q", scale=unit), y2="y2")
+            .encode(x=alt.X("x:Q", scale=unit), x2=alt.X2("x2"), y=alt.Y("y:Q", scale=unit), y2=alt.Y2("y2"))
             .properties(width=100, height=80))
 
 
@@ -120,7 +120,7 @@ DOWNLOADS_APP = """
 import altair as alt, numpy as np, pandas as pd, streamlit as st
 from pages._ui import export as _export
 df = pd.DataFrame({"token": ["a", "b"], "score": [1.0, 2.0]})
-chart = alt.Chart(df).mark_bar().encode(x="token", y="score")
+chart = alt.Chart(df).mark_bar().encode(x=alt.X("token"), y=alt.Y("score"))
 st.altair_chart(chart)
 _export.download_chart(chart, "scores chart")
 _export.download_table(df, "scores table")
@@ -131,7 +131,7 @@ SHOWN_APP = """
 import altair as alt, numpy as np, pandas as pd, streamlit as st
 from pages._ui import export as _export
 df = pd.DataFrame({"token": ["a", "b"], "score": [1.0, 2.0]})
-chart = alt.Chart(df).mark_bar().encode(x="token", y="score")
+chart = alt.Chart(df).mark_bar().encode(x=alt.X("token"), y=alt.Y("score"))
 tab, = st.tabs(["t"])
 _export.chart(chart, "scores chart", where=tab)
 _export.table(df, "scores table")
