@@ -32,7 +32,7 @@ def mmap_threshold(size: int) -> None:
     """Fix glibc's mmap threshold at `size` bytes. By default it rises after a large free (the warm-up's) up to
     32 MiB, and blocks below it freed by one chunk of rows stay in the heap, so the high-water mark then counts
     memory the process no longer uses, by how the threads' frees happen to interleave. Measured at 8,192 tokens on
-    a 2-core AMD EPYC: 154-318 MiB for the analysis by default run to run (533 MiB once in CI), against 147-151 MiB
+    a 2-core AMD EPYC: 147-303 MiB for the analysis by default run to run (533 MiB once in CI), against 147-151 MiB
     with the threshold fixed at 4 MiB, also two runs at once; at 32,768 tokens 600 MiB - 1.1 GiB against 119 MiB.
     Fixed, the mark is the memory the analysis holds at once. An oracle, which is not measured, runs at 32 MiB (the
     default's ceiling): at 4 MiB its every chunk is mmapped and zeroed afresh, 25 s of the kernel's time at
