@@ -38,12 +38,11 @@ def head_agreement_heatmap(grid, metric: str = "rbo", title: str | None = None) 
         x=alt.X("head:O", title="head", axis=alt.Axis(labelAngle=0, orient="top")),
         y=alt.Y("layer:O", title="layer", axis=alt.Axis(labelAngle=0)))
     rect = base.mark_rect().encode(
-        color=alt.ColorValue(**alt.condition("isValid(datum.value) && isFinite(datum.value)",
-                            alt.Color("value:Q", title=f"{name} ({lo:g} to {hi:g})",
-                                      scale=alt.Scale(scheme="viridis", domain=[lo, hi]),
-                                      legend=alt.Legend(values=[lo, (lo + hi) / 2, hi], gradientLength=160,
-                                                        titleLimit=0)),
-                            alt.value("#dddddd"))),
+        color=alt.ColorValue(**alt.condition(
+            "isValid(datum.value) && isFinite(datum.value)",
+            alt.Color("value:Q", title=f"{name} ({lo:g} to {hi:g})", scale=alt.Scale(scheme="viridis", domain=[lo, hi]),
+                      legend=alt.Legend(values=[lo, (lo + hi) / 2, hi], gradientLength=160, titleLimit=0)),
+            alt.value("#dddddd"))),
         tooltip=[alt.Tooltip("layer:O", title="layer"), alt.Tooltip("head:O", title="head"),
                  alt.Tooltip("label:N", title=name)])
     text = base.mark_text(fontSize=10).encode(

@@ -123,14 +123,16 @@ def agreement_heatmap(matrix: pd.DataFrame, metric: str = "kendall_tau", title: 
     data["text"] = [f"{v:.2f}" if np.isfinite(v) else "—" for v in data["value"]]
     lo = -1.0 if metric == "kendall_tau" else 0.0
     # explainer names are long: never cut; the columns' names upright, so each stays within its cell's width
-    base = alt.Chart().encode(x=alt.X("b:N", sort=names, title=None, axis=alt.Axis(labelLimit=0, labelAngle=-90, labelOverlap=False)),
-                                  y=alt.Y("a:N", sort=names, title=None, axis=alt.Axis(labelLimit=0)))
+    base = alt.Chart().encode(  # the data goes on the layer (`layered`)
+        x=alt.X("b:N", sort=names, title=None, axis=alt.Axis(labelLimit=0, labelAngle=-90, labelOverlap=False)),
+        y=alt.Y("a:N", sort=names, title=None, axis=alt.Axis(labelLimit=0)))
     rect = base.mark_rect().encode(
-        color=alt.ColorValue(**alt.condition("isValid(datum.value) && isFinite(datum.value)",
-                            alt.Color("value:Q", title=METRIC_TITLES[metric],
-                                      scale=alt.Scale(scheme="viridis", domain=[lo, 1.0])),
-                            alt.value("#dddddd"))),
-        tooltip=[alt.Tooltip("a:N"), alt.Tooltip("b:N"), alt.Tooltip("value:Q", format=".4f", title=METRIC_TITLES[metric])])
+        color=alt.ColorValue(**alt.condition(
+            "isValid(datum.value) && isFinite(datum.value)",
+            alt.Color("value:Q", title=METRIC_TITLES[metric], scale=alt.Scale(scheme="viridis", domain=[lo, 1.0])),
+            alt.value("#dddddd"))),
+        tooltip=[alt.Tooltip("a:N"), alt.Tooltip("b:N"),
+                 alt.Tooltip("value:Q", format=".4f", title=METRIC_TITLES[metric])])
     text = base.mark_text(fontSize=11).encode(
         text=alt.Text("text:N"),
         color=alt.ColorValue(**alt.condition(f"datum.value > {(lo + 1.0) / 2}", alt.value("black"),
