@@ -90,8 +90,8 @@ def main() -> None:
         print(f"{name:9s} {old_name} {statistics.median(a):7.2f}  {new_name} {statistics.median(b):7.2f}  "
               f"ratio {statistics.median(a) / statistics.median(b):5.1f} x")
 
-    curves = pd.DataFrame([(r, k, float(rng.random())) for r in ("|IG|", "Random") for k in (0.01, 0.05, 0.1, 0.2, 0.5)],
-                          columns=["ranking", "k", "aopc"])
+    curves = pd.DataFrame([(r, k, float(rng.random())) for r in ("|IG|", "Random")
+                           for k in (0.01, 0.05, 0.1, 0.2, 0.5)], columns=["ranking", "k", "aopc"])
     flips = pd.DataFrame({"ranking": ["|IG|", "Random", "Random"], "flip_fraction": [0.1, 0.4, np.nan]})
     names = ["ig", "occlusion", "gradient", "attention", "random"]
     matrix = pd.DataFrame(rng.random((5, 5)), index=names, columns=names)
