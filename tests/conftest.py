@@ -165,7 +165,7 @@ class ServerLog:
 @pytest.fixture(scope="session")
 def _served_app(demo, tmp_path_factory):
     from support.browser import require_browser
-    from support.servers import ROOT, serve
+    from support.servers import ROOT, leave_first_request, serve
 
     require_browser()
     tmp = tmp_path_factory.mktemp("e2e")
@@ -173,6 +173,7 @@ def _served_app(demo, tmp_path_factory):
     env.pop("LONGVIZ_CONFIG", None)
     log = tmp / "server.log"
     proc, port = serve(ROOT / "app.py", env, log)
+    leave_first_request(port)
     yield f"http://127.0.0.1:{port}", log
     proc.terminate()
     proc.wait(30)

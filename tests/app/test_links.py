@@ -157,13 +157,14 @@ def test_a_link_to_a_page_works_as_the_first_request_a_server_gets(demo, browser
     helper modules listed as pages). The pages hand over to app.py instead (shell.run_through_app)."""
     from selenium.webdriver.common.by import By
 
-    from support.browser import nav_links, open_app, page_text
+    from support.browser import nav_links, open_app, page_text, wait_drawn
     from support.servers import serve
 
     env = {key: value for key, value in os.environ.items() if key != "LONGVIZ_CONFIG"}
     proc, port = serve(ROOT / "app.py", env, tmp_path / "server.log")  # nobody has opened its root
     try:
         open_app(browser, f"http://127.0.0.1:{port}/token_counts?max_tokens=512&counts.k=7")
+        wait_drawn(browser, '[data-testid="stMain"] h1')  # the page drawn by app.py's run, not the page-only one
         assert browser.find_element(By.CSS_SELECTOR, '[data-testid="stMain"] h1').text == "Token counts"
         assert list(nav_links(browser)) == ["Document", "Heatmap grid", "Token counts", "Attention overlay",
                                             "Attribution", "Agreement", "Faithfulness", "Explainers"]

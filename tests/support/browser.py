@@ -82,6 +82,18 @@ def wait_idle(driver, timeout: float = 240) -> None:
     raise AssertionError(f"the app did not finish running within {timeout} s (state {state!r})")
 
 
+def wait_drawn(driver, selector: str, timeout: float = 240) -> None:
+    """Until an element matching `selector` is on the page and the app is idle: a run that ends early for a rerun
+    (a fresh server's first request, pages/_ui/shell.run_through_app) reads "not running" for a moment, which
+    wait_idle alone can take for the end."""
+    deadline = time.monotonic() + timeout
+    while not driver.execute_script("return !!document.querySelector(arguments[0]);", selector):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"nothing matching {selector!r} within {timeout} s")
+        time.sleep(0.3)
+    wait_idle(driver, max(1.0, deadline - time.monotonic()))
+
+
 def page_text(driver, selector: str = "body") -> str:
     """The rendered text of the first element matching `selector` ('' if none), read in the page (one script call;
     WebDriver's own element text walks the DOM from the driver and takes most of a second on a long page)."""

@@ -44,11 +44,24 @@ def serve(script: Path, env: dict, log: Path, args=()) -> tuple[subprocess.Popen
     raise RuntimeError(f"streamlit did not start:\n{log.read_text()[-3000:]}")
 
 
+def leave_first_request(port: int) -> None:
+    """One run of app.py through the protocol (the document page at 16 tokens), so that the server is past its
+    first request before a test's browser makes one. On a fresh server a link straight to a page first runs that
+    page file alone, which reruns through app.py (pages/_ui/shell.run_through_app); between the two runs the
+    page reads "not running" for a moment, which a browser's wait (support.browser.wait_idle) can take for the
+    end. Only tests/app/test_links.py's first-request test is about that moment, on a server of its own."""
+    session = Session(port, query="max_tokens=16")
+    try:
+        session.run()
+    finally:
+        session.close()
+
+
 class Session:
     """One browser tab, reduced to the protocol: send widget states, collect the elements drawn."""
 
-    def __init__(self, port: int):
-        self.port = port
+    def __init__(self, port: int, query: str = ""):
+        self.port, self.query = port, query  # the URL's query string every run sends, e.g. "max_tokens=16"
         self._stack = ExitStack()
         self.ws = self._stack.enter_context(connect(f"ws://127.0.0.1:{port}/_stcore/stream", subprotocols=["streamlit"],
                                                     max_size=None, open_timeout=60))
@@ -65,6 +78,7 @@ class Session:
             self.page_hash = self.pages[page]
         msg = BackMsg()
         msg.rerun_script.page_script_hash = self.page_hash
+        msg.rerun_script.query_string = self.query
         # what a browser sends with every rerun; without it the server ignores the widget states
         ctx = msg.rerun_script.context_info
         ctx.timezone, ctx.locale, ctx.url = "UTC", "en-US", f"http://127.0.0.1:{self.port}/"
