@@ -7,6 +7,7 @@
   Smith 2019, Fig. 5: one dot per random seed or per document), the mean +-1 sd, and "no flip" counts in the row
   labels.
 - `faithfulness_summary`: the dataset-wide faithfulness summary as 'mean ± std' text columns.
+- `document_numbers`: one document's numbers, a column per ranking, as the page shows them (a pandas Styler).
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
+from .explainers import NO_FLIP
 from .layout import FIT_WIDTH, PAD, layered, require_columns
 
 CURVE_METRICS = {
@@ -144,6 +146,31 @@ def faithfulness_summary(summary: pd.DataFrame, columns: Sequence[str] = ("aopc"
                   for m, s in zip(summary[f"{c} mean"], summary[f"{c} std"])]
     out["flipped"], out["no flip"] = summary["flipped"].to_numpy(), summary["no flip"].to_numpy()
     return out
+
+
+MISSING = "—"  # a number that does not exist: an sd of a ranking without seeds, a flip count where none flipped
+
+
+def document_numbers(numbers: pd.DataFrame, no_flip_within: pd.Series | None = None,
+                     unit: str = "token") -> pd.DataFrame:
+    """DeletionResult.numbers() (a row per ranking) as the Faithfulness page shows it: a column per ranking and a
+    row per number, as text (the widget would print "None" for a missing number; the CSV keeps the numbers): every
+    number to 4 decimals as computed (trailing zeros dropped), MISSING where one does not exist, and the first flip
+    of a ranking that held: "> 24 tokens" when a bounded scan stopped at 24 (`no_flip_within`, the table's column
+    of that name indexed by ranking; short enough for a ranking's column at 1,024 px, where the leaderboard's
+    "no flip ≤ 24 tokens" was cut), "no flip" when the scan reached the end."""
+    out = pd.DataFrame({"number": list(numbers.columns)})
+    for ranking, row in numbers.iterrows():
+        within = None if no_flip_within is None else no_flip_within.get(ranking)
+        held = NO_FLIP if within is None or np.isnan(within) else f"> {int(within):,} {unit}s"
+        out[ranking] = [_decimals(v) if not np.isnan(v) else held if name == "first_flip" else MISSING
+                        for name, v in row.items()]
+    return out
+
+
+def _decimals(value: float) -> str:
+    text = f"{value:.4f}".rstrip("0").rstrip(".")
+    return "0" if text == "-0" else text
 
 
 def _order(rankings: pd.Series) -> list[str]:

@@ -15,6 +15,7 @@ import streamlit as st
 from longviz_core.progress import format_seconds
 from longviz_core.runtime import JOBS
 from longviz_core.evaluation.deletion import FLIP_BOUND, LODDS_UNDEFINED, NO_THRESHOLD
+from longviz_core.figures import faithfulness as fig
 from pages._ui import shell
 from pages._ui.keys import K
 
@@ -62,12 +63,13 @@ def numbers(result, name: str, model, meta, pending: str | None = None) -> None:
     """The result's table, one column per ranking and one row per number (every number fits the page; the CSV
     keeps a row per ranking), and each unflipped run's flip in words; `pending`: the flips are not scanned yet."""
     shown = result.numbers(flips=not pending)
-    wide = shown.T.rename_axis("number").reset_index()
+    wide = fig.document_numbers(shown, result.table().set_index("ranking")["no_flip_within"], result.unit)
+    right = {c: st.column_config.TextColumn(alignment="right") for c in shown.index}  # numbers, as text
     if pending:  # drawn again once the flips are known: no download button yet (one per page run)
-        st.dataframe(wide, hide_index=True)
+        st.dataframe(wide, hide_index=True, column_config=right)
         st.caption(pending)
         return
-    shell.table(wide, name, model, meta, download=shown.reset_index())
+    shell.table(wide, name, model, meta, download=shown.reset_index(), column_config=right)
     if not result.lodds_defined:
         st.caption(LODDS_UNDEFINED)
     if not result.flips_defined:

@@ -160,14 +160,15 @@ def _fkey(name):
 
 def test_faithfulness_document_every_option(faithfulness):
     at = faithfulness
-    table = at.dataframe[0].value.set_index("number")  # a column per ranking, a row per number
+    table = at.dataframe[0].value.set_index("number")  # a column per ranking, a row per number, as text
     assert table.columns.tolist() == [fa.RANKING_LABELS[r] for r in fa.RANKINGS]
     assert {"aopc@10%", "lodds", "first_flip", "aopc_sd", "flip_rate"} <= set(table.index)
     # the stages: curves and the flips within the bound shown, the exact scan offered (or already settled)
     unflipped = [c.value for c in at.caption if "no flip within the first" in c.value]
     assert all(f"within the first {fa.FLIP_BOUND} tokens" in c for c in unflipped)
     assert bool(unflipped) == any(b.key == _fkey("exact") for b in at.button)
-    assert table.loc["runs", "Random"] == len(fa.DEFAULT_SEEDS)
+    assert table.loc["runs", "Random"] == str(len(fa.DEFAULT_SEEDS))
+    assert table.loc["aopc_sd", "|IG|"] == "—" and float(table.loc["aopc_sd", "Random"]) >= 0  # sds: seeds only
     assert [t.label for t in at.tabs] == ["AOPC", "LOdds", "probability", "first flip (exact scan)"]
     assert any("exact scan" in m.value for m in at.markdown)
     # each rerun reruns the deletion test, so options are changed several at a time: every value is still visited
@@ -183,7 +184,7 @@ def test_faithfulness_document_every_option(faithfulness):
             assert any(f"replaced by {token[run['replacement']]}" in c.value for c in at.caption)
         assert any(IMPORTANCE_METHODS["t3vis"] in c.value for c in at.caption) == bool(run.get("scale"))
         if "seeds" in run:
-            assert at.dataframe[0].value.set_index("number").loc["runs", "Random"] == run["seeds"]
+            assert at.dataframe[0].value.set_index("number").loc["runs", "Random"] == str(run["seeds"])
     assert set(fa.REPLACEMENTS) == set(token)
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import threading
 import warnings
 from types import SimpleNamespace
@@ -537,3 +538,35 @@ def test_demo_ig_deletes_what_matters_more_than_random(demo_model, demo_dataset,
             flips[name].append(1.0 if np.isnan(row.loc[label, "first_flip"]) else row.loc[label, "first_flip"])
     assert np.mean(aopc["ig"]) > np.mean(aopc["random"])
     assert np.mean(flips["ig"]) < np.mean(flips["random"])
+
+
+def test_the_pages_table_shows_each_number_and_says_what_is_missing(doc, result):
+    """The Faithfulness page's table (figures.faithfulness.document_numbers): every number as computed (4
+    decimals), "—" for an sd of a ranking without seeds, the first flip in the leaderboard's words where a ranking
+    held: "> N tokens" after a scan bounded at N (the first flip, if any, is later), "no flip" after an exact one."""
+    from longviz_core.figures.faithfulness import MISSING, document_numbers
+
+    model, analysis, attribution = doc
+    bounded = fa.faithfulness(model, analysis, attribution, batch_size=8, flip_bound=2)
+    for res in (result, bounded):
+        numbers = res.numbers()
+        table = res.table().set_index("ranking")
+        shown = document_numbers(numbers, table["no_flip_within"], res.unit)
+        assert list(shown.columns) == ["number", *numbers.index]
+        assert list(shown["number"]) == list(numbers.columns)
+        rows = shown.to_numpy().tolist()
+        for name, *cells in rows:
+            for ranking, cell in zip(numbers.index, cells):
+                value = numbers.loc[ranking, name]
+                if name == "first_flip" and np.isnan(value):
+                    run = [r for r in res.runs if res.label(r) == ranking and r.flip_removed is None]
+                    within = table.loc[ranking, "no_flip_within"]
+                    assert cell == ("no flip" if np.isnan(within) else f"> {int(within)} tokens"), cell
+                    assert run and (np.isnan(within) or min(r.scanned for r in run) == within == 2)
+                elif np.isnan(value):
+                    assert cell == MISSING and (name.endswith("_sd") or name == "flip_removed"), (name, ranking)
+                else:  # at most 4 decimals, no trailing zero, the value rounded
+                    assert re.fullmatch(r"-?\d+(\.\d{0,3}[1-9])?", cell) and cell != "-0", cell
+                    assert float(cell) == pytest.approx(value, abs=5e-5)
+    held = document_numbers(bounded.numbers(), bounded.table().set_index("ranking")["no_flip_within"])
+    assert "> 2 tokens" in held.to_numpy()
