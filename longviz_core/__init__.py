@@ -77,7 +77,8 @@ def __dir__() -> list[str]:
 # registers the drawing with IPython's HTML formatter, by the types' names, and nothing loads until one is shown.
 _SHOWN = (("model.analysis", "DocumentAnalysis"), ("attribution.ig", "Attribution"),
           ("attribution.explainers", "Explanation"), ("evaluation.deletion", "DeletionResult"),
-          ("dataset.leaderboard", "Leaderboard"))
+          ("dataset.leaderboard", "Leaderboard"), ("dataset.aggregate", "DatasetAttribution"),
+          ("dataset.aggregate", "DatasetAgreement"), ("dataset.aggregate", "DatasetFaithfulness"))
 
 
 def _show(result) -> str:

@@ -3,7 +3,7 @@ and any figure or result saved to a file through the app's exports.
 
 The front door registers `html` with IPython for the result types (by name: nothing loads until a result is
 shown), so a cell ending in `lv.analyze(...)`, `lv.integrated_gradients(...)`, `lv.explain(...)`, a deletion test
-or a leaderboard shows it. The HTML runs no script and loads nothing: every text is escaped (the figure functions
+a leaderboard or a dataset-wide result shows it. The HTML runs no script and loads nothing: every text is escaped (the figure functions
 escape theirs, pandas' to_html the tables'), a long document scrolls in a box as in the app, and a chart is the
 SVG vl-convert draws offline (Altair's own engine, as the app's downloads) inside an <img>, where it is inert and
 its ids cannot clash with another output's. docs/notebook.md.
@@ -23,14 +23,17 @@ from . import export
 from ._disk import atomic_write
 from .attribution.explainers import EXPLAINERS, Explanation
 from .attribution.ig import Attribution
+from .dataset.aggregate import DatasetAgreement, DatasetAttribution, DatasetFaithfulness
 from .dataset.leaderboard import Leaderboard
 from .errors import SettingsError
 from .evaluation.deletion import LODDS_UNDEFINED, NO_THRESHOLD, DeletionResult
+from .figures.agreement import table1, table2
 from .figures.explainers import explainer_header_html, leaderboard_view
-from .figures.faithfulness import deletion_curves_chart, flip_chart
+from .figures.faithfulness import deletion_curves_chart, faithfulness_summary, flip_chart
 from .figures.layout import OVERLAY_HEIGHT
 from .figures.text import attribution_header_html, legend_html, scale_max, token_overlay_html
 from .model.analysis import DocumentAnalysis, DocumentSummary
+from .views.agreement import TABLE1_METRICS, TABLE2_METRICS, mean_std_table
 from .views.attribution_tables import top_attributions
 from .views.masking import build_mask, special_tokens_of
 
@@ -41,12 +44,13 @@ _BOX = (f"max-height:{OVERLAY_HEIGHT}px;overflow:auto;border:1px solid #ccc;bord
 
 
 def html(result) -> str:
-    """The display of a DocumentAnalysis, Attribution, Explanation, DeletionResult or Leaderboard."""
+    """The display of a DocumentAnalysis, Attribution, Explanation, DeletionResult, Leaderboard or dataset-wide
+    result (DatasetAttribution, DatasetAgreement, DatasetFaithfulness)."""
     for kind, draw in _DRAWINGS.items():
         if isinstance(result, kind):
             return draw(result)
-    raise SettingsError(f"longviz shows a DocumentAnalysis, Attribution, Explanation, DeletionResult or leaderboard, "
-                        f"not a {type(result).__name__}.")
+    raise SettingsError(f"longviz shows a DocumentAnalysis, Attribution, Explanation, DeletionResult, leaderboard or "
+                        f"dataset-wide result, not a {type(result).__name__}.")
 
 
 def analysis_html(analysis: DocumentAnalysis) -> str:
@@ -135,8 +139,50 @@ def leaderboard_html(table: Leaderboard) -> str:
     return _page(_table(leaderboard_view(table)))
 
 
+def dataset_attribution_html(result: DatasetAttribution) -> str:
+    """The Attribution page's dataset scope (paper Fig 10e/f): what the numbers are, then the 10 token types with
+    the largest positive and negative mean attribution, every column of the table."""
+    caption = (f"Dataset-wide Integrated Gradients of class {result.target} over {result.n_docs:,} documents "
+               f"({result.n_steps} steps, scores L2-normalised per document) · {result.description()}")
+    table = result.table
+    tables = [f'<div style="flex:1 1 24em;min-width:0"><b>Top {TOP} {sign}</b>{_table(rows.head(TOP))}</div>'
+              for sign, rows in (("positive", table[table["mean_attribution"] > 0]),
+                                 ("negative", table[table["mean_attribution"] < 0].iloc[::-1]))]
+    return _page(_caption(caption), f'<div style="display:flex;gap:1.5em;flex-wrap:wrap">{"".join(tables)}</div>')
+
+
+def dataset_agreement_html(result: DatasetAgreement) -> str:
+    """The Agreement page's dataset scope: the paper's Tables 1 and 2 as mean ± std over the documents. The top-set
+    counts and the per-head grids are the result's `set_counts` and `head_grids`
+    (figures.agreement.head_agreement_heatmap draws one)."""
+    return _page(_caption(f"Mean ± std over {result.n_documents:,} documents."),
+                 "<b>Table 1</b>", _table(table1(mean_std_table(result.table, TABLE1_METRICS))),
+                 "<b>Table 2</b>", _table(table2(mean_std_table(result.table, TABLE2_METRICS))),
+                 _caption(f"Per head: head_grids, {len(result.head_grids)} grids (metric, masking); top-5 % token "
+                          f"counts: set_counts, {len(result.set_counts)} configurations."))
+
+
+def dataset_faithfulness_html(result: DatasetFaithfulness) -> str:
+    """The Faithfulness page's dataset scope: the summary (mean ± std over documents per ranking), the AOPC and
+    LOdds curves of every document with their mean, and the first flips, one dot per document."""
+    per_doc = result.per_document
+    score = per_doc["lodds"].isna().all()  # a regression's score: no LOdds, its own axis
+    curves = result.long_curves()
+    charts = [deletion_curves_chart(curves, "aopc", score=score, unit=result.unit)]
+    notes = [LODDS_UNDEFINED] if score else []
+    if not score:
+        charts.append(deletion_curves_chart(curves, "lodds", unit=result.unit))
+    charts.append(flip_chart(per_doc.rename(columns={"first_flip": "flip_fraction"}),
+                             max_removed=result.max_removed, unit=result.unit))
+    caption = (f"Mean ± std over {result.n_documents:,} documents; the flip fraction's mean is over the documents "
+               "that flipped; each document's random row is its mean over its seeds.")
+    return _page(_caption(caption), _table(faithfulness_summary(result.summary)), *map(_note, notes),
+                 f'<div style="display:flex;gap:1em;flex-wrap:wrap">{"".join(map(_chart, charts))}</div>')
+
+
 _DRAWINGS = {DocumentAnalysis: analysis_html, Attribution: attribution_html, Explanation: explanation_html,
-             DeletionResult: deletion_html, Leaderboard: leaderboard_html}
+             DeletionResult: deletion_html, Leaderboard: leaderboard_html, DatasetAttribution: dataset_attribution_html,
+             DatasetAgreement: dataset_agreement_html, DatasetFaithfulness: dataset_faithfulness_html}
 
 
 # ------------------------------------------------------------------------------------------ pieces

@@ -172,6 +172,8 @@ class DatasetFaithfulness:
     n_documents: int
     from_cache: int  # documents found in the store, not computed by the call that returned this
     ks: tuple[float, ...] = KS
+    unit: str = "token"  # what the deletion test removed (token, word, sentence, paragraph)
+    max_removed: float = 1.0  # the first-flip scan's limit, a fraction of the removable units
 
     def long_curves(self) -> pd.DataFrame:
         """Tidy curves of every document for charts: doc, ranking, k, aopc, lodds."""

@@ -141,6 +141,89 @@ def test_a_leaderboard_shows_its_table(results):
     assert rows[PAYLOAD]["explainer"].endswith(PAYLOAD)
 
 
+@pytest.fixture(scope="module")
+def datasets(demo_model, tmp_path_factory):
+    """The three dataset-wide results over two short documents of the demo, one holding the payload."""
+    texts = [TEXT, "Gradient descent trains deep networks. Compilers emit machine code."]
+    cache = tmp_path_factory.mktemp("dataset-store")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # four IG steps do not converge
+        return {"attribution": lv.dataset_attributions(demo_model, texts, 0, n_steps=4, max_tokens=64,
+                                                       cache_dir=cache),
+                "agreement": lv.dataset_agreement(demo_model, texts, max_tokens=64, ig_steps=4, cache_dir=cache),
+                "faithfulness": lv.dataset_faithfulness(demo_model, texts, max_tokens=64, ig_steps=4, seeds=(0, 1),
+                                                        max_removed=0.1, cache_dir=cache)}
+
+
+def _mean_sd(values) -> str:
+    """'mean ± sd' over documents, population sd, NaN skipped: recomputed here from the per-document rows."""
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v)]
+    return f"{v.mean():.3f} ± {v.std():.3f}" if len(v) else "—"
+
+
+@pytest.mark.parametrize("kind", ["attribution", "agreement", "faithfulness"])
+def test_a_dataset_result_shows_itself_and_runs_nothing(datasets, kind):
+    shown = inert(notebook.html(datasets[kind]))
+    assert "script" not in shown.tags and "<script" not in shown.visible
+    charts = [base64.b64decode(src.split(",", 1)[1]).decode() for src in shown.images]
+    assert len(charts) == {"attribution": 0, "agreement": 0, "faithfulness": 3}[kind]  # AOPC, LOdds, flips
+    assert not any("<script" in svg for svg in charts)
+
+
+def test_dataset_attribution_shows_the_top_types_both_ways(datasets):
+    result = datasets["attribution"]
+    shown = inert(notebook.html(result))
+    header = [c for c in result.table.columns]
+    positive, negative = shown.tables_with(header)
+    table = result.table
+    for rows, want in ((positive, table[table["mean_attribution"] > 0].sort_values("mean_attribution",
+                                                                                  ascending=False, kind="stable")),
+                       (negative, table[table["mean_attribution"] < 0].sort_values("mean_attribution",
+                                                                                  kind="stable"))):
+        assert 0 < len(rows) <= notebook.TOP
+        assert [r["token"] for r in rows] == list(want["token"].head(notebook.TOP))
+        assert [r["mean_attribution"] for r in rows] == [f"{v:.4f}" for v in want["mean_attribution"].head(notebook.TOP)]
+    assert f"over {result.n_docs:,} documents" in shown.visible and result.description() in shown.visible
+
+
+def test_dataset_agreement_shows_tables_1_and_2_as_mean_and_sd_over_documents(datasets):
+    from longviz_core.views.agreement import METRICS
+
+    result = datasets["agreement"]
+    shown = inert(notebook.html(result))
+    labels = {m: METRICS[m]["label"] for m in ("cosine", "kendall_tau", "rbo", "jaccard_top")}
+    first = ["Attention", "Scaled by head importance", "Masked", "Documents"]
+    table_1 = shown.table(first + [labels[m] for m in ("cosine", "kendall_tau", "rbo")])
+    table_2 = shown.table(first + [labels["jaccard_top"]])
+    per_doc = result.per_document
+    groups = list(per_doc.groupby(["source", "scaled", "masked"], sort=False))
+    assert len(table_1) == len(table_2) == len(groups) > 0
+    for row_1, row_2, ((source, scaled, masked), group) in zip(table_1, table_2, groups):
+        assert (row_1["Attention"], row_1["Masked"]) == (str(source), str(masked))
+        assert row_1["Scaled by head importance"] == ("yes" if scaled else "no")
+        for m in ("cosine", "kendall_tau", "rbo"):
+            assert row_1[labels[m]] == _mean_sd(group[m]), (source, masked, m)
+        assert row_2[labels["jaccard_top"]] == _mean_sd(group["jaccard_top"])
+    assert f"Mean ± std over {result.n_documents} documents" in shown.visible
+
+
+def test_dataset_faithfulness_shows_its_summary_over_documents(datasets):
+    result = datasets["faithfulness"]
+    shown = inert(notebook.html(result))
+    rows = shown.table(["ranking", "documents", "aopc", "aopc@10%", "lodds", "first_flip", "flipped", "no flip"])
+    per_doc = result.per_document
+    assert [r["ranking"] for r in rows] == list(dict.fromkeys(per_doc["ranking"]))
+    for row in rows:
+        docs = per_doc[per_doc["ranking"] == row["ranking"]]
+        assert row["documents"] == str(len(docs)) == str(result.n_documents)
+        for c in ("aopc", "aopc@10%", "lodds", "first_flip"):
+            assert row[c] == _mean_sd(docs[c]), (row["ranking"], c)
+        assert int(row["flipped"]) + int(row["no flip"]) == len(docs)
+        assert row["flipped"] == str(int(docs["first_flip"].notna().sum()))
+    assert result.max_removed == 0.1 and result.unit == "token"
+
+
 def test_a_result_keeps_its_document_through_the_cache_and_says_when_it_has_none(results, demo_model, tmp_path):
     a, attr = results["analysis"], results["attribution"]
     assert attr.document == a.summary() and results["explanation"].document == a.summary()
@@ -179,7 +262,10 @@ print(data["text/html"])
                                      ("longviz_core.attribution.ig", "Attribution"),
                                      ("longviz_core.attribution.explainers", "Explanation"),
                                      ("longviz_core.evaluation.deletion", "DeletionResult"),
-                                     ("longviz_core.dataset.leaderboard", "Leaderboard")]))
+                                     ("longviz_core.dataset.leaderboard", "Leaderboard"),
+                                     ("longviz_core.dataset.aggregate", "DatasetAttribution"),
+                                     ("longviz_core.dataset.aggregate", "DatasetAgreement"),
+                                     ("longviz_core.dataset.aggregate", "DatasetFaithfulness")]))
     assert loaded == "[]"  # registered by name: nothing heavy imported until a result is shown
     assert mimes == "['text/html', 'text/plain']"
     shown = inert(html)

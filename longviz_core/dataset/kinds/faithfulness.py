@@ -52,11 +52,13 @@ class FaithfulnessQueries:
         rows = self.table("faithfulness", "rows")
         if rows.empty:
             raise StoreError("The store has no faithfulness results.")
-        ks = tuple(self.settings("faithfulness")["ks"])
+        settings = self.settings("faithfulness")
+        ks = tuple(settings["ks"])
         docs = self.documents()
         labels = dict(zip(docs["doc_id"], docs["label"])) if not docs.empty else {}
         per_doc = with_doc(rows)
         per_doc.insert(1, "label", [labels.get(d) for d in rows["doc_id"]])
         n = rows["doc_id"].nunique()
-        return DatasetFaithfulness(per_doc, summarise_faithfulness(per_doc, ks), n, n, ks)
+        return DatasetFaithfulness(per_doc, summarise_faithfulness(per_doc, ks), n, n, ks,
+                                   settings.get("unit", "token"), float(settings["max_removed"]))
 
