@@ -44,6 +44,7 @@ analysis's own bands (same model, same inputs).
 """
 from __future__ import annotations
 
+import os
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -59,8 +60,9 @@ from ..model.loading import LoadedModel
 from ..progress import Progress, report
 from ..runtime import COMPUTE
 from .backward import backward, token_dot
-from .ig import integrated_gradients
+from .ig import DELTA_WARN, MAX_STEPS, integrated_gradients, validate_settings
 from .peak_memory import PeakMemory
+from .perturbation import check as check_perturbation
 from .perturbation import occlusion, shapley
 from .random_order import random_order
 
@@ -83,6 +85,8 @@ class Explainer:
     # chosen when no explainers are named (DEFAULT_METHODS: the leaderboards, the command line): not Shapley
     # sampling, whose 1 + n_samples x units copies (3,751 on the demo's document 0) would outweigh all the others
     by_default: bool = True
+    # (settings, model or None) -> None: the option values checked before anything is computed (check_options)
+    check: Callable | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -193,9 +197,17 @@ def _raw_attention(model, analysis, target, row="cls"):
     last = bands.num_layers - 1
     if row == "cls":
         return _read_row(model, bands, last)
-    if row == "received":
-        return bands.received_per_head()[last].mean(axis=0, dtype=np.float64)
-    raise ExplainerError(f"raw_attention's row must be 'cls' or 'received', got {row!r}")
+    return bands.received_per_head()[last].mean(axis=0, dtype=np.float64)  # "received"
+
+
+ROWS = ("cls", "received")  # raw_attention's row, attcat's attention: the row the classifier reads, or the received
+
+
+def _one_of(name: str, option: str):
+    def check(settings: dict, model=None) -> None:
+        if settings[option] not in ROWS:
+            raise ExplainerError(f"{name}'s {option} must be one of {', '.join(ROWS)}, got {settings[option]!r}")
+    return check
 
 
 def _rollout(model, analysis, target):
@@ -231,10 +243,8 @@ def _attcat(model, analysis, target, attention="received"):
     L, n = bands.num_layers, bands.n
     if attention == "received":  # the authors' code: mean over heads and queries of the attention token i gets
         weights = bands.received_per_head().mean(axis=1, dtype=np.float64) / n  # (L, n)
-    elif attention == "cls":
+    else:  # "cls"
         weights = np.stack([_read_row(model, bands, l) for l in range(L)])  # (L, n)
-    else:
-        raise ExplainerError(f"attcat's attention must be 'received' or 'cls', got {attention!r}")
     passes = backward(model, analysis, target, "logit", hidden=range(L))
     cat = np.stack([token_dot(*passes[l]) for l in range(L)])  # (L, n) class activation tokens summed over d
     return (cat * weights).sum(axis=0)
@@ -297,40 +307,72 @@ def _ig(model, analysis, target, n_steps=50, method="gausslegendre", precision="
     return a.scores
 
 
+def _check_ig(settings: dict, model=None) -> None:
+    validate_settings(settings["n_steps"], settings["method"], settings["precision"], settings["internal_batch_size"],
+                      DELTA_WARN, MAX_STEPS)
+    if not isinstance(settings["use_cache"], bool):
+        raise ExplainerError(f"ig's use_cache must be True or False, got {settings['use_cache']!r}")
+    if settings["cache_dir"] is not None and not isinstance(settings["cache_dir"], (str, os.PathLike)):
+        raise ExplainerError(f"ig's cache_dir must be a folder's path or None, got {settings['cache_dir']!r}")
+
+
+def _check_seed(settings: dict, model=None) -> None:
+    whole_number(settings["seed"], "random's seed", lo=0, error=ExplainerError)
+
+
 # ------------------------------------------------------------------------------------------ registry
 _A_Z = "Abnar & Zuidema 2020, 'Quantifying Attention Flow in Transformers'"
 EXPLAINERS: dict[str, Explainer] = {e.name: e for e in (
     Explainer("ig", "Integrated Gradients", "Sundararajan et al. 2017; the paper §3.2 (captum LayerIntegratedGradients "
               "on the embeddings, pad baseline)", "IG", True,
               {"n_steps": 50, "method": "gausslegendre", "precision": "fp32", "internal_batch_size": None,
-               "use_cache": True, "cache_dir": None}, _ig, reports=True),
+               "use_cache": True, "cache_dir": None}, _ig, reports=True, check=_check_ig),
     Explainer("grad_x_input", "Gradient × Input", "Shrikumar et al. 2017; Song et al. 2024 §2", "1 forward + backward", True,
               {}, _grad_x_input),
     Explainer("grad_norm", "Gradient norm", "Simonyan et al. 2014 (saliency); Serrano & Smith 2019 §5.2's gradient ranking",
               "1 forward + backward", False, {}, _grad_norm),
     Explainer("raw_attention", "RawAtt (last layer)", f"{_A_Z}; Song et al. 2024 §5.2 (RawAtt)", "attention", False,
-              {"row": "cls"}, _raw_attention),
+              {"row": "cls"}, _raw_attention, check=_one_of("raw_attention", "row")),
     Explainer("rollout", "Attention rollout", f"{_A_Z}; Song et al. 2024 §5.2 (Rollout)", "attention", False, {}, _rollout),
     Explainer("att_x_grad", "Attention × gradient", "Serrano & Smith 2019 §5.2", "1 forward + backward",
               True, {}, _att_x_grad),
     Explainer("gae", "GAE", "Chefer et al. 2021, 'Generic Attention-model Explainability' eqs. 5-6; Song et al. 2024 §5.2",
               "1 forward + backward", False, {}, _gae),
     Explainer("attcat", "AttCAT", "Qiang et al. 2022, NeurIPS (the authors' code, github.com/qiangyao1988/AttCAT; "
-              "Song et al.'s (2024) baseline)", "1 forward + backward", True, {"attention": "received"}, _attcat),
-    Explainer("random", "Random", "Song et al. 2024 and Serrano & Smith 2019 (random baseline)", "none", False, {"seed": 0}, _random),
+              "Song et al.'s (2024) baseline)", "1 forward + backward", True, {"attention": "received"}, _attcat,
+              check=_one_of("attcat", "attention")),
+    Explainer("random", "Random", "Song et al. 2024 and Serrano & Smith 2019 (random baseline)", "none", False, {"seed": 0}, _random,
+              check=_check_seed),
     Explainer("occlusion", "Occlusion", "Zeiler & Fergus 2014 (occlusion), over units: captum FeatureAblation with a "
               "feature mask per unit", "1 + units forwards", True,
-              {"unit": "sentence", "replacement": "mask", "batch_size": None}, occlusion, reports=True),
+              {"unit": "sentence", "replacement": "mask", "batch_size": None}, occlusion, reports=True,
+              check=check_perturbation),
     Explainer("shapley", "Shapley sampling", "Štrumbelj & Kononenko 2010; Castro et al. 2009 (Shapley value "
               "sampling), over units: captum ShapleyValueSampling with a feature mask per unit",
               "1 + n_samples × units forwards", True,
               {"unit": "sentence", "n_samples": 25, "seed": 0, "replacement": "mask", "batch_size": None}, shapley,
-              reports=True, by_default=False),
+              reports=True, by_default=False, check=check_perturbation),
 )}
 DEFAULT_METHODS: tuple[str, ...] = tuple(m for m, e in EXPLAINERS.items() if e.by_default)
 
 
 # ------------------------------------------------------------------------------------------ front door
+def check_options(method: str, options: dict, model: LoadedModel | None = None) -> dict:
+    """The settings `method` runs with, its defaults updated by `options`, every name and value checked before
+    anything is computed (ExplainerError; AttributionError for IG's own): a leaderboard checks every explainer's
+    before the first runs. With `model`, also what depends on it (the tokenizer's replacement token)."""
+    info = EXPLAINERS.get(method)
+    if info is None:
+        raise ExplainerError(f"unknown explainer {method!r}; choose from {list(EXPLAINERS)}")
+    unknown = sorted(set(options) - set(info.options))
+    if unknown:
+        raise ExplainerError(f"{method} has no option(s) {unknown}; its options are {sorted(info.options) or 'none'}")
+    settings = {**info.options, **options}
+    if info.check is not None:
+        info.check(settings, model)
+    return settings
+
+
 def explain(model: LoadedModel, analysis: DocumentAnalysis, method: str, /, target: int | None = None, *,
             progress: Progress | None = None, **options) -> Explanation:
     """Token scores of `method` (a key of EXPLAINERS) for `target` (default: the predicted class).
@@ -340,8 +382,7 @@ def explain(model: LoadedModel, analysis: DocumentAnalysis, method: str, /, targ
     given). The model must be the one the analysis was made with. Gradient explainers run one forward and one
     backward pass under COMPUTE, occlusion and shapley batches of perturbed copies; attention explainers read the
     analysis's bands only."""
-    info = EXPLAINERS.get(method)
-    if info is None:
+    if method not in EXPLAINERS:
         raise ExplainerError(f"unknown explainer {method!r}; choose from {list(EXPLAINERS)}")
     if not isinstance(model, LoadedModel) or not isinstance(analysis, DocumentAnalysis):
         raise ExplainerError("explain needs a LoadedModel and a DocumentAnalysis (see load_model, analyze)")
@@ -349,10 +390,7 @@ def explain(model: LoadedModel, analysis: DocumentAnalysis, method: str, /, targ
         raise ExplainerError("this analysis was made with another model")
     target = whole_number(analysis.predicted if target is None else target, "target (the class explained)", 0,
                           model.num_labels - 1, error=ExplainerError)
-    unknown = sorted(set(options) - set(info.options))
-    if unknown:
-        raise ExplainerError(f"{method} has no option(s) {unknown}; its options are {sorted(info.options) or 'none'}")
-    settings = {**info.options, **options}
+    info, settings = EXPLAINERS[method], check_options(method, options, model)
     meta: dict = {}
     extra = {"_progress": progress} if info.reports else {}
     if method == "ig":
@@ -374,5 +412,5 @@ def explain(model: LoadedModel, analysis: DocumentAnalysis, method: str, /, targ
 
 
 __all__ = ["CLS", "DEFAULT_METHODS", "EXPLAINERS",
-           "Explainer", "ExplainerError", "Explanation", "cls_rollout", "explain", "head_mean",
+           "Explainer", "ExplainerError", "Explanation", "check_options", "cls_rollout", "explain", "head_mean",
            "row_sums", "vecmat"]

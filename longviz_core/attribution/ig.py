@@ -56,6 +56,7 @@ log = logging.getLogger(__name__)
 METHODS = ("gausslegendre", "riemann_trapezoid", "riemann_left", "riemann_right", "riemann_middle")
 STEP_PRESETS = {"50 steps (quick)": 50, "500 steps (as in the paper)": 500}
 DELTA_WARN = 0.05  # warn when |delta| > 5 % of |F(x) - F(x')|
+MAX_STEPS = 1600  # the adaptive schedule's ceiling, and the most steps a fixed run may ask
 # When IG explains little (Attribution.weak_explanation):
 # - the baseline alone gives the target at least this probability, and so does the input. From 0.5 on, the target
 #   is the most probable class whatever the number of classes: the text does not decide the prediction, the
@@ -179,7 +180,7 @@ def integrated_gradients(
     internal_batch_size: int | None = None,
     adaptive: bool = False,
     tolerance: float = DELTA_WARN,
-    max_steps: int = 1600,
+    max_steps: int = MAX_STEPS,
     use_cache: bool = True,
     cache_dir: str | os.PathLike | None = None,
     progress: Progress | None = None,
@@ -233,7 +234,7 @@ def cached_attribution(
     precision: str = "fp32",
     adaptive: bool = False,
     tolerance: float = DELTA_WARN,
-    max_steps: int = 1600,
+    max_steps: int = MAX_STEPS,
     cache_dir: str | os.PathLike | None = None,
 ) -> Attribution | None:
     """The cached result for these settings, or None (nothing computed; a corrupt file counts as none)."""

@@ -21,8 +21,8 @@ import numpy as np
 import torch
 
 from ..errors import ExplainerError, whole_number
-from ..model.copies import copy_logits, default_batch_size, replacement_id
-from ..model.segments import segment
+from ..model.copies import REPLACEMENTS, copy_logits, default_batch_size, replacement_id
+from ..model.segments import UNITS, segment
 from ..progress import report
 
 
@@ -52,9 +52,26 @@ def _setup(model, analysis, unit, replacement, batch_size):
     text = slice(enc.prefix, enc.n - enc.suffix)
     ids = torch.as_tensor(enc.input_ids[text], dtype=torch.long)[None]  # (1, m)
     mask = torch.tensor(segments.unit_of_token[text], dtype=torch.long)[None]  # (1, m)
-    batch = default_batch_size(model, enc.n) if batch_size is None else whole_number(
-        batch_size, "batch_size (copies per forward)", lo=1, error=ExplainerError)
+    batch = default_batch_size(model, enc.n) if batch_size is None else int(batch_size)
     return segments, ids, mask, replacement_id(model, replacement, ExplainerError), batch
+
+
+def check(settings: dict, model=None) -> None:
+    """Occlusion's and Shapley sampling's option values (ExplainerError), before any copy is scored: the unit,
+    the replacement (with `model`: one its tokenizer has a token for), the batch size, and Shapley's samples and
+    seed."""
+    if settings["unit"] not in UNITS:
+        raise ExplainerError(f"unit must be one of {', '.join(UNITS)}, got {settings['unit']!r}")
+    replacement = settings["replacement"]
+    if replacement not in REPLACEMENTS:
+        raise ExplainerError(f"replacement must be one of {', '.join(REPLACEMENTS)}, got {replacement!r}")
+    if model is not None:
+        replacement_id(model, replacement, ExplainerError)  # the tokenizer has a token for it
+    if settings["batch_size"] is not None:
+        whole_number(settings["batch_size"], "batch_size (copies per forward)", lo=1, error=ExplainerError)
+    if "n_samples" in settings:
+        whole_number(settings["n_samples"], "n_samples (orders of the units sampled)", lo=1, error=ExplainerError)
+        whole_number(settings["seed"], "seed (of the sampled orders)", lo=0, error=ExplainerError)
 
 
 def _unit_scores(attributions: torch.Tensor, segments, prefix: int) -> np.ndarray:
@@ -89,8 +106,7 @@ def shapley(model, analysis, target, unit="sentence", n_samples=25, seed=0, repl
     """(n,) scores: each unit's Shapley value of p, by sampled (or all) orders of the units (module docstring)."""
     from captum.attr import ShapleyValues, ShapleyValueSampling
 
-    n_samples = whole_number(n_samples, "n_samples (orders of the units sampled)", lo=1, error=ExplainerError)
-    seed = whole_number(seed, "seed (of the sampled orders)", lo=0, error=ExplainerError)
+    n_samples, seed = int(n_samples), int(seed)  # checked by `check`
     segments, ids, mask, baseline, batch = _setup(model, analysis, unit, replacement, batch_size)
     units = len(segments)
     every = _every_order(units, n_samples)  # every order costs no more than the samples: exact values

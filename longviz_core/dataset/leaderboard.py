@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 import scipy.stats
 
-from ..attribution.explainers import DEFAULT_METHODS, EXPLAINERS, Explanation, explain
+from ..attribution.explainers import DEFAULT_METHODS, EXPLAINERS, Explanation, check_options, explain
 from ..errors import LongvizError, whole_number
 from ..model.analysis import DocumentAnalysis
 from ..model.loading import LoadedModel
@@ -110,6 +110,9 @@ def document_leaderboard(
     methods = list(DEFAULT_METHODS if methods is None else methods)
     check_methods(methods, rank_by, replacement, options, explanations)
     options = options or {}
+    for method in methods:  # every explainer's option values, before the first explainer runs
+        if method in EXPLAINERS and method not in explanations:
+            check_options(method, options.get(method, {}), model)
     if target is not None:
         target = whole_number(target, "target (the class explained)", 0, model.num_labels - 1, error=LeaderboardError)
     enc = analysis.encoded

@@ -392,3 +392,64 @@ def test_bad_calls_are_clear_errors(layered_longformer, tiny_longformer):
     with pytest.raises(lv.ExplainerError, match="row"):
         lv.explain(layered_longformer, a, "raw_attention", row="column")
     assert issubclass(lv.ExplainerError, lv.LongvizError)
+
+
+# every option value an explainer cannot run with, refused before anything is computed
+BAD_OPTIONS = [
+    ("ig", {"n_steps": 1}, "n_steps"), ("ig", {"method": "simpson"}, "method must be one of"),
+    ("ig", {"precision": "fp8"}, "precision"), ("ig", {"internal_batch_size": 0}, "internal_batch_size"),
+    ("ig", {"use_cache": "yes"}, "use_cache"), ("ig", {"cache_dir": 3}, "cache_dir"),
+    ("raw_attention", {"row": "column"}, "row must be one of cls, received"),
+    ("attcat", {"attention": "max"}, "attention must be one of cls, received"),
+    ("random", {"seed": -1}, "seed"), ("random", {"seed": 1.5}, "seed"),
+    ("occlusion", {"unit": "chapter"}, "unit must be one of"), ("occlusion", {"replacement": "unk"}, "replacement"),
+    ("occlusion", {"batch_size": 0}, "batch_size"), ("shapley", {"n_samples": 0}, "n_samples"),
+    ("shapley", {"seed": -3}, "seed"), ("shapley", {"unit": "page"}, "unit must be one of"),
+]
+
+
+@pytest.mark.parametrize("method, options, message", BAD_OPTIONS, ids=[f"{m}-{next(iter(o))}" for m, o, _ in BAD_OPTIONS])
+def test_an_option_value_is_refused_before_anything_is_computed(layered_longformer, monkeypatch, method, options,
+                                                                message):
+    from longviz_core.attribution import explainers as ex
+
+    a = _doc(layered_longformer)
+    ran = []
+    monkeypatch.setitem(ex.EXPLAINERS, method, dataclasses.replace(ex.EXPLAINERS[method],
+                                                                   compute=lambda *a, **k: ran.append(1)))
+    with pytest.raises(lv.LongvizError, match=message):
+        lv.explain(layered_longformer, a, method, **options)
+    assert not ran
+
+
+def test_a_replacement_the_tokenizer_lacks_is_refused_with_the_model(tmp_path):
+    from longviz_core.attribution.explainers import check_options
+    from longviz_core.model.copies import replacements_for
+    from tiny import make_tiny_decoder
+
+    model = lv.load_model(str(make_tiny_decoder(tmp_path / "llama", "llama", layers=1)))
+    lacking = [r for r in ("mask", "pad", "baseline") if r not in replacements_for(model)]
+    assert lacking, replacements_for(model)  # the decoder's tokenizer has no mask token
+    assert check_options("occlusion", {"replacement": lacking[0]})["replacement"] == lacking[0]  # no model: a name
+    with pytest.raises(lv.ExplainerError, match=f"no {lacking[0]} token"):
+        check_options("occlusion", {"replacement": lacking[0]}, model)
+
+
+def test_a_leaderboard_refuses_a_late_explainers_option_before_the_first_runs(layered_longformer, monkeypatch,
+                                                                              tmp_path):
+    from longviz_core.attribution import explainers as ex
+    from longviz_core.dataset import leaderboard as lb
+
+    a = _doc(layered_longformer)
+    ran = []
+    monkeypatch.setitem(ex.EXPLAINERS, "grad_x_input", dataclasses.replace(
+        ex.EXPLAINERS["grad_x_input"], compute=lambda *args, **k: ran.append(1)))
+    with pytest.raises(lv.ExplainerError, match="n_samples"):
+        lb.document_leaderboard(layered_longformer, a, ["grad_x_input", "shapley"],
+                                options={"shapley": {"n_samples": 0}}, seeds=())
+    assert not ran
+    # the dataset's settings refuse it before the store is made
+    with pytest.raises(lv.ExplainerError, match="unit must be one of"):
+        lv.leaderboard(layered_longformer, ["a short text. And another."], ["occlusion"], max_tokens=32,
+                            options={"occlusion": {"unit": "chapter"}}, seeds=(), cache_dir=tmp_path)
+    assert not any(tmp_path.iterdir())

@@ -33,7 +33,7 @@ def _leaderboard(job: Job, doc: Doc) -> Record:
 
 
 def _leaderboard_settings(s: Settings) -> dict:
-    from ...attribution.explainers import DEFAULT_METHODS, EXPLAINERS
+    from ...attribution.explainers import DEFAULT_METHODS, check_options
     from ...evaluation.faithfulness import DEFAULT_SEEDS, KS, check_ks, check_settings
     from ..leaderboard import check_methods
 
@@ -45,9 +45,8 @@ def _leaderboard_settings(s: Settings) -> dict:
     if "ig" in options:
         raise ValueError("the leaderboard's IG takes the settings' n_steps, ig_method and precision, not "
                          "explainer_options")
-    unknown = [f"{m}.{o}" for m, opts in options.items() for o in opts if o not in EXPLAINERS[m].options]
-    if unknown:
-        raise ValueError(f"unknown explainer option(s) {unknown}")
+    for method, opts in options.items():  # names and values (ExplainerError, a ValueError), before any document
+        check_options(method, opts)
     # the seeds change the numbers only when random is chosen (as IG's settings only when IG is)
     seeds = (check_settings(["random"], None, DEFAULT_SEEDS if s.seeds is None else s.seeds, s.max_removed)
              if "random" in methods else None)
