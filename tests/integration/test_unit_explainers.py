@@ -152,7 +152,7 @@ def test_bad_options_are_clear_errors(models):
     a = lv.analyze(model, TEXT, 128)
     with pytest.raises(lv.ExplainerError, match="no mask token"):
         lv.explain(model, a, "occlusion")
-    with pytest.raises(lv.SettingsError, match="unit must be one of"):
+    with pytest.raises(lv.ExplainerError, match="unit must be one of"):
         lv.explain(model, a, "occlusion", unit="chapter", replacement="baseline")
     with pytest.raises(lv.ExplainerError, match="n_samples"):
         lv.explain(model, a, "shapley", n_samples=0, replacement="baseline")
