@@ -1,6 +1,6 @@
 """The attribution overlay in a real browser (issue 15): a click on a token selects it (number box, address bar,
-outline), and a position chosen elsewhere far down the document (number box, link, a click on a table row)
-scrolls into view inside the overlay's own box. Screenshots at 1,440 and 1,024 px after the click go to $LONGVIZ_SCREENSHOTS when it is set.
+outline), and a position chosen elsewhere far down the document (number box, link, a click on a table row or on
+a passage of the document map's strip) scrolls into view inside the overlay's own box. Screenshots at 1,440 and 1,024 px after the click go to $LONGVIZ_SCREENSHOTS when it is set.
 The navigation's icons draw without a network or an emoji font."""
 from __future__ import annotations
 
@@ -99,6 +99,47 @@ def test_click_selects_and_selection_scrolls_into_view(app_server, browser):
     assert picked != str(linked) and _number(browser) == picked and f"token={picked}" in browser.current_url
     assert _selected(browser) == [picked]
     shown = _rects(browser, int(picked))
+    assert shown["box"][0] <= shown["token"][0] and shown["token"][1] <= shown["box"][1], shown
+    assert not problems(browser) and "Traceback" not in log.read_text()
+
+
+# the document map's strip (the rect mark with one rectangle per passage, in passage order) in the chart titled
+# "Document map…", scrolled into view: its rectangles (SVG paths)
+STRIP_JS = """
+const chart = [...document.querySelectorAll('[data-testid="stMain"] [data-testid="stVegaLiteChart"]')].find(
+  c => [...c.querySelectorAll('svg.marks .role-title-text text')].some(t => t.textContent.startsWith('Document map')));
+if (!chart) return null;
+chart.scrollIntoView({block: 'center'});
+const groups = [...chart.querySelectorAll('svg.marks g.mark-rect')].map(g => [...g.querySelectorAll('path')]);
+return groups.reduce((a, b) => (b.length > a.length ? b : a), []);
+"""
+
+
+def test_a_click_on_the_document_maps_strip_selects_its_passage(app_server, browser, demo_model, demo_dataset):
+    """The strip above the overlay: a click on a passage's rectangle selects the passage's first token, as
+    lv.segment computes the sentences here (number box, address bar, outline, scrolled into view in the box)."""
+    import longviz_core as lv
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    base, log = app_server
+    browser.set_window_size(1440, 1400)
+    browser.get(f"{base}/attribution?max_tokens={MAX_TOKENS}")
+    wait_idle(browser)
+    click_run_buttons(browser)
+    assert not problems(browser), problems(browser)
+    analysis = lv.analyze(demo_model, demo_dataset["text"].iloc[0], MAX_TOKENS)
+    starts = [a for a, _ in lv.segment(analysis, "sentence").spans]  # the map's passages: the page's sentences
+    rects = browser.execute_script(STRIP_JS)
+    assert rects is not None and len(rects) == len(starts), (rects and len(rects), len(starts))
+    before = _number(browser)
+    # a late passage, wide enough to click, not the one already selected
+    k = next(i for i in range(len(starts) - 1, 0, -1) if str(starts[i]) != before and rects[i].rect["width"] >= 4)
+    ActionChains(browser).move_to_element(rects[k]).click().perform()
+    wait_idle(browser)
+    chosen = str(starts[k])
+    assert _number(browser) == chosen and f"token={chosen}" in browser.current_url, (_number(browser), chosen)
+    assert _selected(browser) == [chosen]
+    shown = _rects(browser, starts[k])
     assert shown["box"][0] <= shown["token"][0] and shown["token"][1] <= shown["box"][1], shown
     assert not problems(browser) and "Traceback" not in log.read_text()
 
