@@ -53,13 +53,18 @@ def _number(driver) -> str:
     return driver.find_element("css selector", f'input[aria-label="{LABEL}"]').get_attribute("value")
 
 
+def _attribution_after_ig(driver, base: str) -> None:
+    """The Attribution page at MAX_TOKENS at 1,440 px, its IG run (or read from the disk cache) and drawn."""
+    driver.set_window_size(1440, 1400)
+    driver.get(f"{base}/attribution?max_tokens={MAX_TOKENS}")
+    wait_idle(driver)
+    click_run_buttons(driver)
+    assert not problems(driver), problems(driver)
+
+
 def test_click_selects_and_selection_scrolls_into_view(app_server, browser):
     base, log = app_server
-    browser.set_window_size(1440, 1400)
-    browser.get(f"{base}/attribution?max_tokens={MAX_TOKENS}")
-    wait_idle(browser)
-    click_run_buttons(browser)
-    assert not problems(browser), problems(browser)
+    _attribution_after_ig(browser, base)
     shown = _selected(browser)
     assert len(shown) == 1 and _number(browser) == shown[0]  # the top token, outlined
 
@@ -122,11 +127,7 @@ def test_a_click_on_the_document_maps_strip_selects_its_passage(app_server, brow
     from selenium.webdriver.common.action_chains import ActionChains
 
     base, log = app_server
-    browser.set_window_size(1440, 1400)
-    browser.get(f"{base}/attribution?max_tokens={MAX_TOKENS}")
-    wait_idle(browser)
-    click_run_buttons(browser)
-    assert not problems(browser), problems(browser)
+    _attribution_after_ig(browser, base)
     analysis = lv.analyze(demo_model, demo_dataset["text"].iloc[0], MAX_TOKENS)
     starts = [a for a, _ in lv.segment(analysis, "sentence").spans]  # the map's passages: the page's sentences
     rects = browser.execute_script(STRIP_JS)
