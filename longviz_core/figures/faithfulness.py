@@ -7,7 +7,7 @@
   Smith 2019, Fig. 5: one dot per random seed or per document), the mean +-1 sd, and "no flip" counts in the row
   labels.
 - `faithfulness_summary`: the dataset-wide faithfulness summary as 'mean ± std' text columns.
-- `document_numbers`: one document's numbers, a column per ranking, as the page shows them (a pandas Styler).
+- `document_numbers`: one document's numbers, a column per ranking, as the page shows them (text: "—" where none).
 """
 from __future__ import annotations
 
