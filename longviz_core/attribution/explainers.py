@@ -382,15 +382,14 @@ def explain(model: LoadedModel, analysis: DocumentAnalysis, method: str, /, targ
     given). The model must be the one the analysis was made with. Gradient explainers run one forward and one
     backward pass under COMPUTE, occlusion and shapley batches of perturbed copies; attention explainers read the
     analysis's bands only."""
-    if method not in EXPLAINERS:
-        raise ExplainerError(f"unknown explainer {method!r}; choose from {list(EXPLAINERS)}")
     if not isinstance(model, LoadedModel) or not isinstance(analysis, DocumentAnalysis):
         raise ExplainerError("explain needs a LoadedModel and a DocumentAnalysis (see load_model, analyze)")
     if analysis.model_fingerprint != model.fingerprint:
         raise ExplainerError("this analysis was made with another model")
     target = whole_number(analysis.predicted if target is None else target, "target (the class explained)", 0,
                           model.num_labels - 1, error=ExplainerError)
-    info, settings = EXPLAINERS[method], check_options(method, options, model)
+    settings = check_options(method, options, model)  # the method known, its option names and values
+    info = EXPLAINERS[method]
     meta: dict = {}
     extra = {"_progress": progress} if info.reports else {}
     if method == "ig":
