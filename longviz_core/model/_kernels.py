@@ -446,17 +446,18 @@ def row_candidates(bits, threshold, positions, group, pos_bits, keys, counts):
 
 
 @_loop(boundscheck=False)
-def band_candidates(bits, key0, t, row_threshold, key_threshold, col_bits, row_bits, rows_found, row_counts, found):
+def band_candidates(bits, key0, t, row_threshold, key_threshold, col_bits, row_bits, rows_found, row_counts, found,
+                    q0):
     """From band row t on, the candidates of the band's rows and keys (float bits (rows, keys), key key0 + x),
     each an entry at or above its row's (key's) threshold, as sort keys: t << (31 + col_bits) | (2^31 - 1 - value
     bits) << col_bits | key into rows_found, row_counts[t] of them; key << (31 + row_bits) | (2^31 - 1 - value
-    bits) << row_bits | t into found. Stops before a row that might not fit; returns (rows' and keys' candidates,
+    bits) << row_bits | q0 + t into found. Stops before a row that might not fit; returns (rows' and keys' candidates,
     the row reached)."""
     rows, m = bits.shape
     r = s = 0
     while t < rows and r + m <= rows_found.shape[0] and s + m <= found.shape[0]:
         rbits, thr, first = bits[t], row_threshold[t], r
-        row_key, query = np.int64(t) << (31 + col_bits), np.int64(t)
+        row_key, query = np.int64(t) << (31 + col_bits), np.int64(q0 + t)
         for x in range(m):
             v = rbits[x]
             if v >= thr:  # about kk + 20 of a row's entries
@@ -483,10 +484,11 @@ def first_of_rows(keys, counts, col_bits, out):
 
 
 @_loop(boundscheck=False)
-def merge_keys(found, s, base, row_bits, kept, count, floor, scratch):
+def merge_keys(found, s, base, row_bits, kept, count, floor):
     """Each key's candidates (`band_candidates`' found[:s], sorted: by key, then value descending, then row
     base + row) merged into its best queries so far, kept (n, kk) int64 entries (2^31 - 1 - value bits) << 32 |
-    query, best first, count (n,) of them; the key's floor becomes its kk-th best's value bits."""
+    query, best first, count (n,) of them; the key's floor becomes its kk-th best's value bits. In place, from
+    the worst end: a key's candidates mostly rank near its floor, so only the kept entries below them move."""
     n, kk = kept.shape
     row_mask = (np.int64(1) << row_bits) - 1
     a = 0
@@ -495,23 +497,21 @@ def merge_keys(found, s, base, row_bits, kept, count, floor, scratch):
         b = a
         while b < s and (found[b] >> (31 + row_bits)) == j:
             b += 1
-        old, lst = count[j], kept[j]
-        u, v, r = 0, a, 0
-        while r < kk and (u < old or v < b):
-            if v < b:
-                new = (((found[v] >> row_bits) & _MAX_BITS) << 32) | (base + (found[v] & row_mask))
-                if u >= old or new < lst[u]:
-                    scratch[r] = new
-                    v += 1
-                    r += 1
-                    continue
-            scratch[r] = lst[u]
-            u += 1
-            r += 1
-        for e in range(r):
-            lst[e] = scratch[e]
-        count[j] = r
-        if r == kk:
+        lst = kept[j]
+        u, v, w = count[j] - 1, b - 1, count[j] + b - a - 1  # the worst kept, the worst candidate, where it goes
+        while v >= a:  # the kept entries before u stay where they are
+            new = (((found[v] >> row_bits) & _MAX_BITS) << 32) | (base + (found[v] & row_mask))
+            if u >= 0 and lst[u] > new:  # kept entry u ranks below the candidate (queries differ: never equal)
+                if w < kk:
+                    lst[w] = lst[u]
+                u -= 1
+            else:
+                if w < kk:
+                    lst[w] = new
+                v -= 1
+            w -= 1
+        count[j] = min(kk, count[j] + b - a)
+        if count[j] == kk:
             floor[j] = _MAX_BITS - (lst[kk - 1] >> 32)
         a = b
 

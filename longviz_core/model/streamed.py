@@ -8,27 +8,30 @@ float32, torch's own softmax, as eager attention computes it) and read while the
 
 One pass (`summary`) gives, per head, everything the pages show by default: the attention every key receives
 (column sums), the CLS row, the block sums the heatmap grid pools, each query's top-k keys (Algorithm 1) and each
-key's top-k queries (Algorithm 3). A head's rows go in bands (`_BAND_BYTES` of probabilities: the whole head up
-to about 3,500 tokens), a band in chunks of 256 rows (Q K^T by one matmul, its softmax in place), and worker
-threads take the heads. `_kernels.stream_rows` reads each chunk once: the column sums of the current query
-block (into the received attention and the block sums, float64), each row's maxima over 2 k interleaved chunks
-of its columns, and (in the first two bands) each key's maxima over 2 k interleaved chunks of the band's rows.
-A row's threshold is the k-th largest of its chunk maxima (numpy's partition, a chunk's rows at once): k
-distinct entries reach it, so every top-k entry does, and about k + 20 entries do. A key's threshold is the
-k-th largest of its maxima over the band, and above its floor, the k-th best value of the earlier bands (from
-the third band on, the floor alone: it is about as high). At the band's end `_kernels.band_candidates` reads
-the band again for the entries at or above their row's or their key's threshold, as sort keys (row or key,
-value bits inverted, position); numpy sorts them; a row's first k are its list, and each key's candidates are
-merged into its best k so far (`_kernels.merge_keys`), which sets its floor. Exact: the candidates hold every
-top-k entry, ties included, and the sort orders them by the views' rule. Where the time goes is in
-docs/benchmarks.md (Q K^T and the softmax are 40-50 % of it).
+key's top-k queries (Algorithm 3). A head's rows go first in one band (`_BAND_BYTES` of probabilities: the
+whole head up to about 3,500 tokens, 1,536 rows at 8,192), then one chunk at a time, a chunk being 256 rows (Q K^T
+by one matmul, its softmax in place), and worker threads take the heads. `_kernels.stream_rows` reads each chunk
+once: the column sums of the current query block (into the received attention and the block sums, float64),
+each row's maxima over 2 k interleaved chunks of its columns, and (in the first band) each key's maxima over 2 k
+interleaved chunks of the band's rows. A row's threshold is the k-th largest of its chunk maxima (numpy's
+partition, a chunk's rows at once): k distinct entries reach it, so every top-k entry does, and about k + 20
+entries do. A key's threshold in the first band is the k-th largest of its maxima there; later, its floor, the
+k-th best value of the rows before. At the end of the band, and of each later chunk, `_kernels.band_candidates`
+reads it again (in cache: a chunk's 8 MiB are the band's first rows, written over each time) for the entries at
+or above their row's or their key's threshold, as sort keys (row or key, value bits inverted, position); numpy
+sorts them; a row's first k are its list. The keys' candidates wait for `_MERGE_ROWS` rows, then each key's are
+merged into its best k so far (`_kernels.merge_keys`), which raises its floor. Exact: the candidates hold every
+top-k entry, ties included, and the sort orders them by the views' rule. Why no band after the first: writing
+every chunk into a 48 MiB band and reading it back went to memory, not cache, and cost about a fifth of the pass
+at 8,192 tokens, more than the first band's thresholds save later (docs/benchmarks.md, where the time goes: Q
+K^T and the softmax are about half of it).
 
 The key side reads the very values of the row side, those of `dense`. (Before, each key's top-k came from a
 second pass over chunks of keys, K Q^T with each query's log-sum-exp from the first: exp(score - lse), the same
 softmax rounded in another order, a few ulp apart, so that two near-equal entries of a column could be ordered
 unlike the column's own values; the row side divided by the sum where torch's softmax multiplies by its
 inverse. Both now match a whole-head torch.softmax entry for entry.) Memory: Q and K, the lists O(heads * n *
-k), and per worker a band, its candidates and each key's best k (about 130 MiB at 8,192 tokens).
+k), and per worker the first band, its candidates and each key's best k (about 130 MiB at 8,192 tokens).
 
 Rows, columns and dense heads on demand and the cached summary (`RowStreamed`) serve BigBird's block-sparse
 layers too (`block_sparse.BlockSparseLayer`, whose pass reads its stored blocks through `rows_topk`).
@@ -58,7 +61,8 @@ from . import _kernels
 _CHUNK_BYTES = 48 << 20  # one chunk's (heads, rows, n) float32 probabilities (rows, columns, dense heads)
 _CHUNK_ROWS = 256  # rows of one head's Q K^T at a time in the views' pass (fewer: MKL's matmul is 25 % slower)
 _CHUNK_ROWS_BYTES = 8 << 20  # ... at most this many bytes of them
-_BAND_BYTES = 48 << 20  # one head's band of rows in the views' pass: its keys' candidates are read at its end
+_BAND_BYTES = 48 << 20  # a head's first band of rows in the views' pass: its keys' candidates are read at its end
+_MERGE_ROWS = 1024  # after the first band, rows whose keys' candidates are merged into their best at once
 _WORKERS = 8  # threads of the views' pass at most (each holds a band)
 DEFAULT_K = 64  # the app's top-k lists (views.counts.TOPK_MAX)
 DEFAULT_GRID = 64  # the heatmap grid's cells per axis (views.pooling.DEFAULT_GRID)
@@ -242,24 +246,24 @@ class StreamedLayer(RowStreamed):
                        out.attending if k else None, block, out.sums if block else None)
 
     def _rows_per_chunk(self) -> tuple[int, int]:
-        """Rows per chunk and per band (a multiple of the chunk's)."""
+        """Rows per chunk and in the first band (a multiple of the chunk's)."""
         rows = min(self.n, _CHUNK_ROWS, max(1, _CHUNK_ROWS_BYTES // (4 * self.n)))
         return rows, min(-(-self.n // rows), max(1, _BAND_BYTES // (4 * self.n * rows))) * rows
 
     def _head_pass(self, h: int, block: int, state: "_HeadState", out: "_Out") -> None:
-        """One head's rows, band after band (module docstring)."""
+        """One head's rows: the first band, then one chunk at a time (module docstring)."""
         n, kk = self.n, state.kk
         state.reset()
-        for band_start in range(0, n, state.band_rows):
-            band_rows = slice(band_start, min(band_start + state.band_rows, n))
+        for band_start in [0, *range(state.band_rows, n, state.rows)]:
+            band_rows = slice(band_start, min(band_start + (state.rows if band_start else state.band_rows), n))
             band_keys = self._keys_of(band_rows)
             R, M = band_rows.stop - band_rows.start, band_keys.stop - band_keys.start
             band = state.band[: R * M].view(R, M)
             if self.causal:  # rows reach fewer keys than the band: the rest of each row is zero
                 band.zero_()
-            # a key's threshold over the band: in the first two bands; later its kk-th best so far (the floor)
-            # is about as high as the band's kk-th largest maximum, and the maxima and partition cost more
-            key_chunks = min(2 * kk, R) if kk and band_start < 2 * state.band_rows else 0
+            # a key's threshold over the first band; later its kk-th best so far (the floor), far higher than
+            # a chunk's kk-th largest maximum
+            key_chunks = min(2 * kk, R) if kk and not band_start else 0
             key_maxima = state.key_maxima[: key_chunks * M].reshape(key_chunks, M)
             key_maxima[:] = 0
             for start in range(band_start, band_rows.stop, state.rows):
@@ -282,31 +286,33 @@ class StreamedLayer(RowStreamed):
             if kk:
                 self._band_lists(band.numpy().view(np.int32), band_start, band_keys.start, key_maxima, state,
                                  out.attended[h, band_rows])
+                if band_rows.stop - state.group_start >= _MERGE_ROWS or band_rows.stop == n:
+                    state.merge(band_rows.stop)
         if kk:
             _kernels.key_lists(state.kept, state.count, out.attending[h])
 
     def _band_lists(self, bits: np.ndarray, band_start: int, key0: int, key_maxima: np.ndarray, state: "_HeadState",
                     attended: np.ndarray) -> None:
-        """The band's rows' lists into `attended`, and its keys' candidates merged into their best queries."""
+        """The band's rows' lists into `attended`; its keys' candidates added to those waiting to be merged."""
         kk, chunks, (R, M) = state.kk, key_maxima.shape[0], bits.shape
         row_threshold = np.maximum(state.row_threshold[:R], 1)  # float bits: 1 = positive values only
-        key_threshold = np.maximum(state.floor[key0 : key0 + M] + 1, 1)  # above the kk-th best of earlier bands
+        key_threshold = np.maximum(state.floor[key0 : key0 + M] + 1, 1)  # above the kk-th best of earlier rows
         if chunks >= kk:
             by_key = np.ascontiguousarray(key_maxima.T)  # (keys, chunks): numpy partitions a contiguous row faster
             np.maximum(key_threshold, np.partition(by_key, chunks - kk, axis=1)[:, chunks - kk], out=key_threshold)
         col_bits = max(1, (self.n - 1).bit_length())
-        row_bits = max(1, (R - 1).bit_length())
         t = 0
         while t < R:  # the buffers hold a band's candidates but for ties: then in parts, each exact
             first = t
-            listed, found, t = _kernels.band_candidates(bits, key0, t, row_threshold, key_threshold, col_bits, row_bits,
-                                                        state.keys, state.counts, state.found)
+            listed, found, t = _kernels.band_candidates(bits, key0, t, row_threshold, key_threshold, col_bits,
+                                                        state.row_bits, state.keys, state.counts,
+                                                        state.found[state.pending :], band_start - state.group_start)
+            state.pending += found
             state.keys[:listed].sort()  # by row, value descending, position
             _kernels.first_of_rows(state.keys, state.counts[first:t], col_bits, attended[first:t])
-            state.found[:found].sort()  # by key, value descending, query
-            _kernels.merge_keys(state.found, found, band_start, row_bits, state.kept, state.count, state.floor,
-                                state.scratch)
-            np.maximum(key_threshold, state.floor[key0 : key0 + M] + 1, out=key_threshold)
+            if t < R:  # no room for the next row's: merge those waiting, which raises the floors
+                state.merge(band_start)
+                np.maximum(key_threshold, state.floor[key0 : key0 + M] + 1, out=key_threshold)
 
 
 @dataclass
@@ -323,7 +329,7 @@ class _Out:
 class _HeadState:
     """One worker's buffers for a head's pass: a band of probabilities, computed in chunks of rows, with its
     rows' thresholds and its keys' maxima; the current query block's column sums; each key's best queries so
-    far and their floor; a band's candidates, rows' and keys'."""
+    far and their floor; a band's rows' candidates, and the keys' candidates since the last merge."""
 
     def __init__(self, n: int, kk: int, rows: int, band_rows: int):
         self.kk, self.rows, self.band_rows = kk, rows, band_rows
@@ -334,18 +340,30 @@ class _HeadState:
         self.kept = np.zeros((n, kk), dtype=np.int64)
         self.count = np.zeros(n, dtype=np.int64)
         self.floor = np.zeros(n, dtype=np.int32)
-        self.scratch = np.empty(kk, dtype=np.int64)
         room = (kk + 32) * max(band_rows, n) if kk else 0  # a band's candidates, but for ties
         self.keys, self.found = np.empty(room, dtype=np.int64), np.empty(room, dtype=np.int64)
         self.counts = np.empty(band_rows, dtype=np.int64)
         self.maxima = np.empty(rows * 2 * kk, dtype=np.int32)
         self.row_threshold = np.empty(band_rows, dtype=np.int32)
         self.key_maxima = np.empty(2 * kk * n, dtype=np.int32)
+        # the keys' candidates waiting: queries from group_start, at most the first band's or _MERGE_ROWS and a
+        # chunk's rows later (a key's candidate: key, value bits, query - group_start in row_bits)
+        self.row_bits = max(1, (max(band_rows, _MERGE_ROWS + rows) - 1).bit_length())
+        self.pending = self.group_start = 0
 
     def reset(self) -> None:
         self.acc[:] = 0.0
         self.count[:] = 0
         self.floor[:] = 0
+        self.pending = self.group_start = 0
+
+    def merge(self, next_start: int) -> None:
+        """The keys' candidates waiting merged into their best queries (their floors rise); the next from query
+        next_start."""
+        self.found[: self.pending].sort()  # by key, value descending, query
+        _kernels.merge_keys(self.found, self.pending, self.group_start, self.row_bits, self.kept, self.count,
+                            self.floor)
+        self.pending, self.group_start = 0, next_start
 
 
 def rows_topk(values: np.ndarray, positions: np.ndarray, group: int, n: int, out: np.ndarray) -> None:

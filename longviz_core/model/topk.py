@@ -58,23 +58,35 @@ class TopK:
 def topk_indices(
     bands: AttentionBands, k: int = TOPK_MAX, progress: Progress | None = None, workers: int | None = None
 ) -> TopK:
-    """Top-k attended (Algorithm 1) and attending (Algorithm 3) positions for every token, layer and head.
-
-    Heads are processed by `workers` threads (default: up to 2; the compiled workers release the GIL), each
-    with its own buffers (chunk maxima and the candidate keys), so the extra memory is a few heads' worth."""
+    """Top-k attended (Algorithm 1) and attending (Algorithm 3) positions for every token, layer and head
+    (`_fill_bands`: heads shared among worker threads)."""
     if isinstance(bands, LayeredAttention):
         return _topk_by_layer(bands, check_k(k), progress, workers)
     if not isinstance(bands, AttentionBands):
         raise CountsError(f"expected AttentionBands or LayeredAttention, got {type(bands).__name__}")
     k = check_k(k)
     L, H, n = bands.num_layers, bands.num_heads, bands.n
+    attended, attending = _lists_of(n, L, H, k)
+    _fill_bands(bands, k, progress, workers, attended, attending)
+    return TopK(attended, attending, k)
+
+
+def _lists_of(n: int, L: int, H: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Room for both directions' lists, owner-major: (n, layers, heads, k) arrays seen as (layers, heads, n, k).
+    A count reads one owner's lists of every head in turn, adjacent in this order: one count over 144 heads at
+    4,096 tokens took 25-50 ms for k = 8-64 so; head-major (each owner's lists 0.5 MB apart) 19-25 ms up to
+    k = 16, 70-105 ms from k = 20. Left unset: every list is written whole, -1 padded, by its layer's search."""
     dtype = np.int16 if n <= np.iinfo(np.int16).max else np.int32  # positions and -1: half the memory at k = 64
     _check_lists_fit(k, n * L * H * 2 * np.dtype(dtype).itemsize)
-    # stored owner-major, (n, layers, heads, k), seen as (layers, heads, n, k): a count reads one owner's lists
-    # of every head in turn, adjacent in this order. One count over 144 heads at 4,096 tokens took 25-50 ms
-    # for k = 8-64 so; head-major (each owner's lists 0.5 MB apart) 19-25 ms up to k = 16, 70-105 ms from k = 20
-    attended = np.moveaxis(np.full((n, L, H, k), -1, dtype=dtype), 0, 2)  # (layers, heads, n, k)
-    attending = np.moveaxis(np.full((n, L, H, k), -1, dtype=dtype), 0, 2)  # (layers, heads, n, k)
+    return (np.moveaxis(np.empty((n, L, H, k), dtype=dtype), 0, 2),  # (layers, heads, n, k)
+            np.moveaxis(np.empty((n, L, H, k), dtype=dtype), 0, 2))
+
+
+def _fill_bands(bands: AttentionBands, k: int, progress, workers, attended: np.ndarray, attending: np.ndarray) -> None:
+    """Every head's lists of `bands` into attended and attending (layers, heads, n, k), heads shared by
+    `workers` threads (default: up to 2; the compiled loops release the GIL), each with its own buffers
+    (chunk maxima and the candidate keys), so the extra memory is a few heads' worth."""
+    L, H, n = bands.num_layers, bands.num_heads, bands.n
     workers = max(1, min(default_workers(workers), L * H))
     buffers = queue.SimpleQueue()
     for _ in range(workers):
@@ -93,21 +105,17 @@ def topk_indices(
     with ThreadPoolExecutor(workers) as pool:
         for done, _ in enumerate(pool.map(one, heads), start=1):  # progress from the caller's thread
             report(progress, done / len(heads), f"top-{k} lists: {done}/{len(heads)} heads")
-    return TopK(attended, attending, k)
 
 
 def _topk_by_layer(attention: LayeredAttention, k: int, progress, workers) -> TopK:
-    """`topk_indices` of a document held layer by layer: a banded layer through the band kernels above, a
-    streamed (full) layer from its one pass over the query rows (`StreamedLayer.summary`); same order, same
-    owner-major storage."""
+    """`topk_indices` of a document held layer by layer: a banded layer through the band kernels above, straight
+    into the document's lists; a streamed (full) layer from its one pass over the query rows
+    (`StreamedLayer.summary`); same order, same owner-major storage."""
     L, H, n = attention.num_layers, attention.num_heads, attention.n
-    dtype = np.int16 if n <= np.iinfo(np.int16).max else np.int32
-    attended = np.moveaxis(np.full((n, L, H, k), -1, dtype=dtype), 0, 2)  # (layers, heads, n, k)
-    attending = np.moveaxis(np.full((n, L, H, k), -1, dtype=dtype), 0, 2)  # (layers, heads, n, k)
+    attended, attending = _lists_of(n, L, H, k)
     for layer, part in enumerate(attention.layers):
         if isinstance(part, AttentionBands):
-            lists = topk_indices(part, k, workers=workers)
-            attended[layer], attending[layer] = lists.attended[0], lists.attending[0]
+            _fill_bands(part, k, None, workers, attended[layer : layer + 1], attending[layer : layer + 1])
         else:
             summary = part.summary(k=k)
             attended[layer], attending[layer] = summary.attended, summary.attending

@@ -1,8 +1,8 @@
 """A streamed layer's one pass (longviz_core.model.streamed) against brute force on its own dense heads, with ties
 everywhere: queries and keys of small integers and a power-of-two scaling make every score exact, so equal
-scores give equal probabilities, and the oracle's probabilities are the pass's own, bit for bit. The bands and
-chunks are made small, so that one head's rows go in three bands (the keys' thresholds over the first two, the
-floors alone in the third, the lists merged across them) and a band in several chunks. The lists are the
+scores give equal probabilities, and the oracle's probabilities are the pass's own, bit for bit. The band and
+chunks are made small, so that one head's rows go in a first band of several chunks (the keys' thresholds over
+it), then in chunks (the floors alone), the keys' candidates merged every third chunk. The lists are the
 pass's own length, k = 64 (DEFAULT_K: a shorter list is a prefix of them)."""
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ N, K, BLOCK = 403, streamed.DEFAULT_K, 16  # tokens (odd: a short last chunk, ba
 @pytest.fixture(autouse=True)
 def small_bands(monkeypatch):
     monkeypatch.setattr(streamed, "_CHUNK_ROWS", 16)
-    monkeypatch.setattr(streamed, "_BAND_BYTES", 4 * N * 144)  # 144 rows a band (2 k chunks of rows and more)
+    monkeypatch.setattr(streamed, "_BAND_BYTES", 4 * N * 144)  # 144 rows in the first band (2 k chunks of rows and more)
+    monkeypatch.setattr(streamed, "_MERGE_ROWS", 40)  # then the keys' candidates merged every third chunk
 
 
 def _layer(seed, heads=2, kv_heads=2, **kwargs) -> StreamedLayer:
@@ -92,9 +93,9 @@ def test_thresholds_admit_exactly_the_top_k():
 
 
 def test_later_bands_enter_a_keys_list_at_its_last_places():
-    """Key 0's list after the first band is queries 127 ... 64 (scores 256 ... 130, / 128); query 200 (second
-    band) and query 300 (third band, floors alone) both score 133, between queries 66 and 65: each enters above
-    the band's floor, 300 after 200 (tie: the lower position first), and 65 and 64 drop."""
+    """Key 0's list after the first band is queries 127 ... 64 (scores 256 ... 130, / 128); query 200 and query
+    300 (later chunks, merged apart: floors alone) both score 133, between queries 66 and 65: each enters above
+    the floor, 300 after 200 (tie: the lower position first), and 65 and 64 drop."""
     q, k = torch.zeros(1, N, 8), torch.zeros(1, N, 8)
     q[0, : 2 * K, 0] = 2 * torch.arange(1, 2 * K + 1)
     q[0, [200, 300], 0] = 133.0
