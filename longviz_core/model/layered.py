@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import SettingsError
 from .bands import AttentionBands, check_index, head_weights
-from .streamed import StreamedLayer
+from .streamed import StreamedLayer, buffers_reused
 
 
 DENSE_LAYER_MAX = 2048  # tokens up to which a full layer is made whole for `layer_bands` (12 heads: 0.8 GiB)
@@ -103,8 +103,9 @@ class LayeredAttention:
     def received_per_head(self) -> np.ndarray:
         """Column sums of every head, (layers, heads, n)."""
         if "per_head" not in self._received:
-            out = np.stack([a.received_per_head()[0] if isinstance(a, AttentionBands) else a.received()
-                            for a in self.layers]).astype(np.float32)  # (layers, heads, n)
+            with buffers_reused():  # the layers' passes one after another
+                out = np.stack([a.received_per_head()[0] if isinstance(a, AttentionBands) else a.received()
+                                for a in self.layers]).astype(np.float32)  # (layers, heads, n)
             out.setflags(write=False)
             self._received["per_head"] = out
         return self._received["per_head"]

@@ -51,6 +51,7 @@ from __future__ import annotations
 import math
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -230,13 +231,17 @@ class StreamedLayer(RowStreamed):
 
         def work():
             torch.set_num_threads(1)  # this thread's own setting: the workers take the cores instead
-            state = _HeadState(n, min(k, n), *self._rows_per_chunk())
-            while True:
-                with lock:
-                    h = next(heads, None)
-                if h is None:
-                    return
-                self._head_pass(h, block, state, out)
+            shape = (n, min(k, n), *self._rows_per_chunk())
+            state = _taken(shape)
+            try:
+                while True:
+                    with lock:
+                        h = next(heads, None)
+                    if h is None:
+                        return
+                    self._head_pass(h, block, state, out)
+            finally:
+                _given_back(shape, state)
 
         workers = max(1, min(torch.get_num_threads(), H, _WORKERS))
         with ThreadPoolExecutor(workers) as pool:
@@ -364,6 +369,44 @@ class _HeadState:
         _kernels.merge_keys(self.found, self.pending, self.group_start, self.row_bits, self.kept, self.count,
                             self.floor)
         self.pending, self.group_start = 0, next_start
+
+
+# ------------------------------------------------------------------ worker buffers across a document's passes
+_SPARE: dict[tuple, list[_HeadState]] = {}  # buffers of passes that ended, by shape, while some caller keeps them
+_KEEPERS = 0
+_SPARE_LOCK = threading.Lock()
+
+
+@contextmanager
+def buffers_reused():
+    """Within it, a pass's worker buffers serve the next pass of the same shape (a document's layers, one after
+    another) instead of being freed and made again; all freed at the end. Each worker's are about 60 MiB at
+    4,096-8,192 tokens, and their first writes cost page faults: 0.45-0.5 s of the kernel's time over a
+    document's 8 full layers on this project's 2-core machine (docs/benchmarks.md)."""
+    global _KEEPERS
+    with _SPARE_LOCK:
+        _KEEPERS += 1
+    try:
+        yield
+    finally:
+        with _SPARE_LOCK:
+            _KEEPERS -= 1
+            if not _KEEPERS:
+                _SPARE.clear()
+
+
+def _taken(shape: tuple) -> _HeadState:
+    with _SPARE_LOCK:
+        spare = _SPARE.get(shape)
+        if spare:
+            return spare.pop()
+    return _HeadState(*shape)
+
+
+def _given_back(shape: tuple, state: _HeadState) -> None:
+    with _SPARE_LOCK:
+        if _KEEPERS:
+            _SPARE.setdefault(shape, []).append(state)
 
 
 def rows_topk(values: np.ndarray, positions: np.ndarray, group: int, n: int, out: np.ndarray) -> None:

@@ -20,6 +20,7 @@ from ..errors import LongvizError, whole_number
 from . import _kernels
 from .bands import AttentionBands, default_workers
 from .layered import LayeredAttention
+from .streamed import buffers_reused
 from ..progress import Progress, report
 
 TOPK_MAX = 64  # lists the app computes once per document; the k slider re-counts their prefixes
@@ -113,13 +114,14 @@ def _topk_by_layer(attention: LayeredAttention, k: int, progress, workers) -> To
     (`StreamedLayer.summary`); same order, same owner-major storage."""
     L, H, n = attention.num_layers, attention.num_heads, attention.n
     attended, attending = _lists_of(n, L, H, k)
-    for layer, part in enumerate(attention.layers):
-        if isinstance(part, AttentionBands):
-            _fill_bands(part, k, None, workers, attended[layer : layer + 1], attending[layer : layer + 1])
-        else:
-            summary = part.summary(k=k)
-            attended[layer], attending[layer] = summary.attended, summary.attending
-        report(progress, (layer + 1) / L, f"top-{k} lists: {layer + 1}/{L} layers")
+    with buffers_reused():  # the streamed layers' passes one after another
+        for layer, part in enumerate(attention.layers):
+            if isinstance(part, AttentionBands):
+                _fill_bands(part, k, None, workers, attended[layer : layer + 1], attending[layer : layer + 1])
+            else:
+                summary = part.summary(k=k)
+                attended[layer], attending[layer] = summary.attended, summary.attending
+            report(progress, (layer + 1) / L, f"top-{k} lists: {layer + 1}/{L} layers")
     return TopK(attended, attending, k)
 
 

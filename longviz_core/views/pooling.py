@@ -23,6 +23,7 @@ from ..errors import LongvizError, SelectionError, whole_number
 from ..model import _kernels
 from ..model.bands import AttentionBands, by_layers
 from ..model.layered import LayeredAttention
+from ..model.streamed import buffers_reused
 from ..progress import Progress, report
 
 GRID_SIZES: tuple[int, ...] = (32, 64, 128)
@@ -63,8 +64,9 @@ def pool_attention(bands: AttentionBands, grid: int = DEFAULT_GRID) -> PooledAtt
     block = -(-n // grid)
     g = -(-n // block)
     if isinstance(bands, LayeredAttention):  # layer by layer: a band's kernel, or a full layer's streamed pass
-        sums = np.stack([_bands_sums(a, block, g)[0] if isinstance(a, AttentionBands)
-                         else a.summary(block=block).block_sums for a in bands.layers])  # (layers, heads, g, g)
+        with buffers_reused():
+            sums = np.stack([_bands_sums(a, block, g)[0] if isinstance(a, AttentionBands)
+                             else a.summary(block=block).block_sums for a in bands.layers])  # (layers, heads, g, g)
     else:
         sums = np.concatenate(by_layers(lambda s: _bands_sums(bands, block, g, s), bands.num_layers), axis=0)
     sizes = np.minimum(np.arange(g) * block + block, n) - np.arange(g) * block  # (g,)

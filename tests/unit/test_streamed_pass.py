@@ -103,3 +103,25 @@ def test_later_bands_enter_a_keys_list_at_its_last_places():
     layer = StreamedLayer(q, k, 1 / 128)
     _assert_summary_is_brute_force(layer)
     assert layer.summary(k=K, block=BLOCK).attending[0, 0].tolist() == [*range(2 * K - 1, K + 1, -1), 200, 300]
+
+
+def test_worker_buffers_serve_the_next_pass_without_carrying_anything_over(monkeypatch):
+    """Within `buffers_reused`, a pass takes the buffers the last pass of the same shape left (made once), and
+    its summary is the one a pass with new buffers makes: a full layer after a causal one and the reverse, on
+    other values. Outside, and after, every pass makes its own."""
+    made = []
+    monkeypatch.setattr(streamed, "_HeadState", lambda *shape: made.append(shape) or _HeadStateOf(*shape))
+    monkeypatch.setattr(streamed, "_WORKERS", 1)
+    layers = [_layer(seed=11, causal=True), _layer(seed=12), _layer(seed=13, causal=True, reach=30)]
+    alone = [StreamedLayer(a.query, a.key, a.scaling, a.causal, a.reach).summary(k=K, block=BLOCK) for a in layers]
+    assert len(made) == 3
+    with streamed.buffers_reused():
+        kept = [a.summary(k=K, block=BLOCK) for a in layers]
+        assert len(made) == 4 and streamed._SPARE
+    assert not streamed._SPARE
+    for a, b in zip(alone, kept):
+        for name in ("received", "cls_row", "attended", "attending", "block_sums"):
+            np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+
+
+_HeadStateOf = streamed._HeadState
