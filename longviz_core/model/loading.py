@@ -245,10 +245,16 @@ def _resolve_path(source: str) -> str:
     return source  # a Hub id
 
 
+# the files a tokenizer reads whole: tokenizer.json, BPE merges, a WordPiece vocabulary, a sentencepiece model
+_VOCABULARY_FILE = re.compile(r"(tokenizer\.json|merges\.txt|vocab\.txt|.+\.model)$")
+VOCABULARY_BYTES = 256 * 2**20  # each of them: the largest public ones are about 35 MB (Gemma's tokenizer.json)
+
+
 def _check_regular_files(folder: Path, source: str) -> None:
-    """Every file of a local checkpoint is a regular file, and each JSON file transformers parses whole (config,
-    tokenizer config, special tokens) is within the bound of every metadata file: a file linked to /dev/zero, a
-    pipe or a runaway file is refused by name before transformers reads it without end."""
+    """Every file of a local checkpoint is a regular file; each JSON file transformers parses whole (config,
+    tokenizer config, special tokens) is within the bound of every metadata file, and each vocabulary file
+    within VOCABULARY_BYTES: a file linked to /dev/zero, a pipe or a runaway file is refused by name before
+    transformers or tokenizers reads it without end or into memory whole."""
     fix = "copy the checkpoint's own files in its place (save_pretrained)"
     for entry in sorted(folder.iterdir()):
         if entry.name.endswith(".json") and entry.name != _TOKENIZER_JSON and not entry.is_dir():
@@ -256,6 +262,9 @@ def _check_regular_files(folder: Path, source: str) -> None:
         elif entry.exists() and not (entry.is_file() or entry.is_dir()):
             raise ModelLoadError(f"The {entry.name} of '{source}' is not a regular file (a device, socket or pipe); "
                                  f"{fix}.")
+        elif entry.is_file() and _VOCABULARY_FILE.match(entry.name) and entry.stat().st_size > VOCABULARY_BYTES:
+            raise ModelLoadError(f"The {entry.name} of '{source}' is larger than {VOCABULARY_BYTES >> 20} MiB, more "
+                                 f"than any tokenizer holds; {fix}.")
 
 
 def _check_no_custom_code(config, source: str) -> None:

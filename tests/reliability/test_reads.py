@@ -95,6 +95,28 @@ def test_a_checkpoint_json_past_the_bound_is_a_model_load_error(tiny_longformer_
 
 
 @traceback
+@pytest.mark.parametrize("name", ["tokenizer.json", "merges.txt", "vocab.txt", "spiece.model"])
+def test_a_vocabulary_file_past_its_bound_is_a_model_load_error(tiny_longformer_dir, tmp_path, name):
+    """A tokenizer file grown past any tokenizer's size (sparse: 256 MiB and one byte of zeros) is refused by name
+    before tokenizers reads it whole; one a byte under the bound is no concern of this check (the tokenizer's
+    own: zeros are no tokenizer)."""
+    from longviz_core.model.loading import VOCABULARY_BYTES
+
+    path = shutil.copytree(tiny_longformer_dir, tmp_path / "model")
+    for size, refused in ((VOCABULARY_BYTES + 1, True), (VOCABULARY_BYTES, False)):
+        with open(path / name, "wb") as fh:
+            fh.truncate(size)
+        if refused:
+            with pytest.raises(lv.ModelLoadError, match=f"^The {name} of '{path}' is larger than 256 MiB, more than "
+                                                         "any tokenizer holds; copy the checkpoint's own files"):
+                lv.load_model(str(path))
+        else:
+            from longviz_core.model.loading import _check_regular_files
+
+            _check_regular_files(path, str(path))
+
+
+@traceback
 @pytest.mark.parametrize("what", KINDS)
 def test_a_head_importance_file_that_is_not_a_file_is_refused_by_name(tmp_path, what):
     path = tmp_path / "importance.npy"
