@@ -345,7 +345,8 @@ class _HeadState:
         self.kept = np.zeros((n, kk), dtype=np.int64)
         self.count = np.zeros(n, dtype=np.int64)
         self.floor = np.zeros(n, dtype=np.int32)
-        room = (kk + 32) * max(band_rows, n) if kk else 0  # a band's candidates, but for ties
+        # a band's candidates, or the keys' waiting, but for ties (else those waiting are merged early)
+        room = (kk + 32) * max(band_rows, n) if kk else 0
         self.keys, self.found = np.empty(room, dtype=np.int64), np.empty(room, dtype=np.int64)
         self.counts = np.empty(band_rows, dtype=np.int64)
         self.maxima = np.empty(rows * 2 * kk, dtype=np.int32)

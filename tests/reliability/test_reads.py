@@ -98,9 +98,9 @@ def test_a_checkpoint_json_past_the_bound_is_a_model_load_error(tiny_longformer_
 @pytest.mark.parametrize("name", ["tokenizer.json", "merges.txt", "vocab.txt", "spiece.model"])
 def test_a_vocabulary_file_past_its_bound_is_a_model_load_error(tiny_longformer_dir, tmp_path, name):
     """A tokenizer file grown past any tokenizer's size (sparse: 256 MiB and one byte of zeros) is refused by name
-    before tokenizers reads it whole; one a byte under the bound is no concern of this check (the tokenizer's
-    own: zeros are no tokenizer)."""
-    from longviz_core.model.loading import VOCABULARY_BYTES
+    before tokenizers reads it whole; one exactly at the bound passes this check (what it holds is the
+    tokenizer's own concern: zeros are no tokenizer)."""
+    from longviz_core.model.loading import VOCABULARY_BYTES, _check_regular_files
 
     path = shutil.copytree(tiny_longformer_dir, tmp_path / "model")
     for size, refused in ((VOCABULARY_BYTES + 1, True), (VOCABULARY_BYTES, False)):
@@ -111,8 +111,6 @@ def test_a_vocabulary_file_past_its_bound_is_a_model_load_error(tiny_longformer_
                                                          "any tokenizer holds; copy the checkpoint's own files"):
                 lv.load_model(str(path))
         else:
-            from longviz_core.model.loading import _check_regular_files
-
             _check_regular_files(path, str(path))
 
 

@@ -20,7 +20,7 @@ N, K, BLOCK = 403, streamed.DEFAULT_K, 16  # tokens (odd: a short last chunk, ba
 @pytest.fixture(autouse=True)
 def small_bands(monkeypatch):
     monkeypatch.setattr(streamed, "_CHUNK_ROWS", 16)
-    monkeypatch.setattr(streamed, "_BAND_BYTES", 4 * N * 144)  # 144 rows in the first band (2 k chunks of rows and more)
+    monkeypatch.setattr(streamed, "_BAND_BYTES", 4 * N * 144)  # a first band of 144 rows (2 k chunks and more)
     monkeypatch.setattr(streamed, "_MERGE_ROWS", 40)  # then the keys' candidates merged every third chunk
 
 
@@ -109,8 +109,8 @@ def test_worker_buffers_serve_the_next_pass_without_carrying_anything_over(monke
     """Within `buffers_reused`, a pass takes the buffers the last pass of the same shape left (made once), and
     its summary is the one a pass with new buffers makes: a full layer after a causal one and the reverse, on
     other values. Outside, and after, every pass makes its own."""
-    made = []
-    monkeypatch.setattr(streamed, "_HeadState", lambda *shape: made.append(shape) or _HeadStateOf(*shape))
+    made, real = [], streamed._HeadState
+    monkeypatch.setattr(streamed, "_HeadState", lambda *shape: made.append(shape) or real(*shape))
     monkeypatch.setattr(streamed, "_WORKERS", 1)
     layers = [_layer(seed=11, causal=True), _layer(seed=12), _layer(seed=13, causal=True, reach=30)]
     alone = [StreamedLayer(a.query, a.key, a.scaling, a.causal, a.reach).summary(k=K, block=BLOCK) for a in layers]
@@ -123,5 +123,3 @@ def test_worker_buffers_serve_the_next_pass_without_carrying_anything_over(monke
         for name in ("received", "cls_row", "attended", "attending", "block_sums"):
             np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
 
-
-_HeadStateOf = streamed._HeadState
