@@ -22,7 +22,7 @@ import pandas as pd
 
 from .._disk import METADATA_BYTES, file_lock, open_own, package_versions, read_file
 from .._version import __version__
-from ..attribution.explainers import DEFAULT_METHODS, EXPLAINERS, check_options
+from ..attribution.explainers import DEFAULT_METHODS, check_options
 from ..errors import DatasetError, SelectionError, SettingsError, StoreError, items, whole_number
 from ..model.encoding import DEFAULT_MAX_TOKENS
 from ..model.loading import LoadedModel, dataset_fingerprint
@@ -329,9 +329,9 @@ def leaderboard_settings(
     methods = list(DEFAULT_METHODS if methods is None else methods)
     lb.check_methods(methods, rank_by, replacement, options)
     options = {m: dict(o) for m, o in (options or {}).items()}
-    for method, chosen in options.items():  # every explainer's option names and values, before any document
+    ig = check_options("ig", options.pop("ig", {}))  # IG's settings, its defaults filled in
+    for method, chosen in options.items():  # every other explainer's option names and values, before any document
         check_options(method, chosen)
-    ig = {**EXPLAINERS["ig"].options, **options.pop("ig", {})}
     others = tuple((m, k, v) for m, o in sorted(options.items()) for k, v in sorted(o.items()))
     # Settings checks every count and fraction as given (int() here would read 2.5 as 2 and fail on NaN)
     target = "predicted" if target is None else str(whole_number(target, "target (the class explained)", lo=0))
