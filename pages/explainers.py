@@ -135,7 +135,7 @@ if scope == "this document":
         export.chart(fig.agreement_heatmap(matrix, metric, labels=labels, unit=unit),
                      f"explainer agreement {metric}", model, meta)
     export.download_table(fig.scores_table(analysis.tokens, explanations), "explainer scores per token", model,
-                          meta)
+                          meta, label="Every explainer's score per token")
     document_map.explainers(P, model, analysis, explanations, rank_by, meta)  # a map over one explainer's overlay
 else:
     with shell.guard():

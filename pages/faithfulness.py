@@ -101,8 +101,9 @@ if scope == "this document":
                      where=tabs[-1])
     else:
         tabs[-1].info(f"{fa.NO_THRESHOLD[0].upper()}{fa.NO_THRESHOLD[1:]}: give a score threshold above.")
-    export.download_table(curves, "deletion curves", model, meta)
-    export.download_table(result.seed_curves(), "deletion curves per random seed", model, meta)
+    export.download_table(curves, "deletion curves", model, meta, label="Every ranking's curves (Random: mean and sd)")
+    export.download_table(result.seed_curves(), "deletion curves per random seed", model, meta,
+                          label="Random's curve for each seed")
 else:
     max_removed = SCAN_LIMITS[st.selectbox(
         "First flip: scan up to", list(SCAN_LIMITS), **K.option(P, "max_removed"),

@@ -75,10 +75,10 @@ def download_chart(chart, name: str, model: lv.LoadedModel | None = None, settin
 
 
 def download_table(df, name: str, model: lv.LoadedModel | None = None, settings: dict | None = None, *,
-                   where=st) -> None:
-    """CSV (and metadata JSON) for a table."""
+                   where=st, label: str | None = None) -> None:
+    """CSV (and metadata JSON) for a table; `label` names it on the row when the table is not shown above it."""
     stem = export.safe_filename(name)
-    _row(stem, [("CSV", lambda: export.table_csv(df), f"{stem}.csv", "text/csv")], model, settings, where)
+    _row(stem, [("CSV", lambda: export.table_csv(df), f"{stem}.csv", "text/csv")], model, settings, where, label)
 
 
 def download_image(image, name: str, model: lv.LoadedModel | None = None, settings: dict | None = None, *,
@@ -89,12 +89,14 @@ def download_image(image, name: str, model: lv.LoadedModel | None = None, settin
     _row(stem, [("PNG", data, f"{stem}.png", "image/png")], model, settings, where)
 
 
-def _row(stem: str, buttons: list, model, settings, where=st) -> None:
+def _row(stem: str, buttons: list, model, settings, where=st, label: str | None = None) -> None:
     if model is not None:
         meta = lambda: export.metadata_json(  # noqa: E731
             export.run_metadata(model, settings or {}, model_name=_hosting.display_name(model)))
         buttons = [*buttons, ("Metadata", meta, f"{stem}.json", "application/json")]
-    row = where.container(horizontal=True, gap="small")
+    row = where.container(horizontal=True, gap="small", vertical_alignment="center")
+    if label:  # a row of its own: two rows of "CSV, Metadata" would not say which table each one is
+        row.caption(label, width="content")
     for label, data, file_name, mime in buttons:
         row.download_button(f"⬇ {label}", data=data, file_name=file_name, mime=mime, on_click="ignore",
                             key=K.page("export", file_name), help=f"Download {file_name}")

@@ -72,8 +72,7 @@ def token_table_pair(page: str, df: pd.DataFrame, col: str, title: str, file: st
     with right:
         neg = df[df[col] < 0].iloc[::-1].head(10).reset_index(drop=True)
         _table(page, neg, f"{title}: top 10 negative", f"{file}_negative", model, meta, selected, narrow)
-    st.caption(f"All rows: {title}")
-    export.download_table(df, f"{file}_all", model, meta)
+    export.download_table(df, f"{file}_all", model, meta, label=f"All rows: {title}")
 
 
 # Headers of the dataset's token table as shown (the CSV keeps the names): at 1,024 px the full names cut its

@@ -151,6 +151,28 @@ def test_show_and_download_helpers_draw_the_export_and_its_buttons():
     assert labels == ["⬇ PNG", "⬇ SVG", "⬇ CSV", "⬇ PNG", "⬇ HTML", "⬇ CSV"]
 
 
+APART_APP = """
+import pandas as pd
+from pages._ui import export as _export
+df = pd.DataFrame({"k": [1, 2]})
+_export.download_table(df, "curves", label="Every ranking's curves")
+_export.download_table(df, "seeds", label="Random's curve for each seed")
+_export.download_table(df, "plain")
+"""
+
+
+def test_a_table_downloaded_apart_from_its_view_is_named_on_its_own_row():
+    """Two rows of the same buttons under a chart would not say which table each is: a label leads its own row."""
+    at = AppTest.from_string(APART_APP, default_timeout=60)
+    at.run()
+    assert not at.exception
+    rows = [[(c.type, c.value if c.type == "caption" else c.label) for c in row.children.values()]
+            for row in at.main.children.values()]
+    assert rows == [[("caption", "Every ranking's curves"), ("download_button", "⬇ CSV")],
+                    [("caption", "Random's curve for each seed"), ("download_button", "⬇ CSV")],
+                    [("download_button", "⬇ CSV")]]
+
+
 def test_download_buttons_appear_under_each_export():
     at = AppTest.from_string(DOWNLOADS_APP, default_timeout=60)
     at.run()
