@@ -97,6 +97,6 @@ def _row(stem: str, buttons: list, model, settings, where=st, label: str | None 
     row = where.container(horizontal=True, gap="small", vertical_alignment="center")
     if label:  # a row of its own: two rows of "CSV, Metadata" would not say which table each one is
         row.caption(label, width="content")
-    for label, data, file_name, mime in buttons:
-        row.download_button(f"⬇ {label}", data=data, file_name=file_name, mime=mime, on_click="ignore",
+    for kind, data, file_name, mime in buttons:
+        row.download_button(f"⬇ {kind}", data=data, file_name=file_name, mime=mime, on_click="ignore",
                             key=K.page("export", file_name), help=f"Download {file_name}")
