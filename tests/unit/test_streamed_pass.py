@@ -122,4 +122,3 @@ def test_worker_buffers_serve_the_next_pass_without_carrying_anything_over(monke
     for a, b in zip(alone, kept):
         for name in ("received", "cls_row", "attended", "attending", "block_sums"):
             np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
-
